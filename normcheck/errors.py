@@ -1,0 +1,103 @@
+"""Every error normcheck raises on purpose, under one base class.
+
+Argument errors read ``name=value``, what was expected, and a suggested fix (the layout of
+Hypothesis's ``InvalidArgument`` messages).  Kernel failures each have their own type so that a
+caller (``check``, ``report``, a property) can name what happened: the run carries on after any of
+them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "NormcheckError",
+    "InvalidArgument",
+    "CompileError",
+    "KernelError",
+    "KernelCrash",
+    "KernelDeadlock",
+    "KernelTimeout",
+    "OutOfBounds",
+    "BackendUnavailable",
+    "SpecError",
+    "invalid",
+]
+
+
+class NormcheckError(Exception):
+    """Base class of every error normcheck raises on purpose."""
+
+
+class InvalidArgument(NormcheckError, ValueError):
+    """A bad argument: the message names it, its value, what was expected and the fix."""
+
+
+class SpecError(NormcheckError, ValueError):
+    """A kernel spec (TOML) that cannot be used; the message names the key and the fix."""
+
+
+class BackendUnavailable(NormcheckError, RuntimeError):
+    """The requested backend cannot run here (no PyCUDA, no GPU, not x86-64 ...)."""
+
+
+class CompileError(NormcheckError):
+    """The kernel source did not compile; ``diagnostics`` holds the compiler's messages."""
+
+    def __init__(self, message: str, diagnostics: str = ""):
+        super().__init__(message + ("\n" + diagnostics if diagnostics else ""))
+        self.diagnostics = diagnostics
+
+
+class KernelError(NormcheckError):
+    """A kernel launch that did not complete normally.  ``kind`` names the failure class used in
+    verdicts and JSON (crash, deadlock, timeout, out_of_bounds)."""
+
+    kind = "crash"
+
+    def __init__(self, message: str, **details):
+        super().__init__(message)
+        self.details = details
+
+
+class KernelCrash(KernelError):
+    """The kernel killed its process (segfault, abort, trap, illegal instruction ...)."""
+
+    kind = "crash"
+
+
+class KernelDeadlock(KernelError):
+    """A barrier or warp collective that some live threads can never reach."""
+
+    kind = "deadlock"
+
+
+class KernelTimeout(KernelError):
+    """The launch ran past its time limit (an endless loop, or a spin on a flag never set)."""
+
+    kind = "timeout"
+
+
+class OutOfBounds(KernelError):
+    """The kernel touched memory past the end of an argument array (caught by a guard page)."""
+
+    kind = "out_of_bounds"
+
+
+def invalid(name: str, value, expected: str, fix: str | None = None) -> InvalidArgument:
+    """Build an :class:`InvalidArgument` in the fixed layout ``name=value: expected ...; fix``."""
+    shown = _show(value)
+    msg = f"{name}={shown}: expected {expected}"
+    if fix:
+        msg += f". {fix}"
+    return InvalidArgument(msg)
+
+
+def _show(value) -> str:
+    try:
+        import numpy as np
+
+        if isinstance(value, np.ndarray):
+            return f"<array shape={value.shape} dtype={value.dtype}>"
+    except ImportError:  # pragma: no cover
+        pass
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

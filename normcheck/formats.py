@@ -1,0 +1,255 @@
+"""Storage formats fp32, fp16 and bf16: exact constants, correct rounding, ulp and ordinals.
+
+Semantics (DESIGN.md, "Formats" and "ULP error"):
+
+* rounding is round-to-nearest, ties-to-even, with gradual underflow; a value at or past
+  max + ½ulp rounds to ±inf (fp16: |v| >= 65520);
+* ``ulp(t)`` is the spacing of the format in the binade of the exact value t, clamped at the
+  subnormal spacing (``ulp(0)`` is the smallest subnormal) and, past the largest binade, the spacing
+  of the largest binade;
+* the ordinal of a value is its position on the line of representable values (+0 and -0 share 0),
+  so the distance between two values is the number of representable steps between them.
+
+Exact values are ``int``, ``float``, :class:`fractions.Fraction` or mpmath numbers; arrays of
+float64 are rounded exactly (numpy's and ml_dtypes' casts are not used for that, because ml_dtypes
+converts float64 to bfloat16 through float32 and so rounds twice).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+
+from normcheck.errors import invalid
+
+__all__ = ["Format", "FP32", "FP16", "BF16", "FORMATS", "get", "of_dtype", "ulp_error"]
+
+
+@dataclass(frozen=True)
+class Format:
+    """A binary floating-point storage format.
+
+    ``precision`` counts the significand bits including the implicit one; ``emin``/``emax`` are
+    the exponents of the smallest and largest normal binades.
+    """
+
+    name: str
+    precision: int
+    emin: int
+    emax: int
+    bits: int
+    dtype: np.dtype
+    uint: np.dtype
+    max_finite: float
+    min_normal: float
+    min_subnormal: float
+    overflow_threshold: float  # max + ½ulp: the smallest magnitude that rounds to inf
+
+    # ---------------------------------------------------------------- scalars, exact
+    def round(self, value) -> float:
+        """Correctly round an exact value (int, float, Fraction, mpmath mpf) to this format.
+
+        Returns a Python float holding the rounded value (every value of these formats is a
+        float64), ±inf past the overflow threshold, NaN for NaN."""
+        q = _to_fraction(value)
+        if isinstance(q, float):  # nan or inf
+            return q
+        if q == 0:
+            return 0.0
+        sign = -1 if q < 0 else 1
+        a = abs(q)
+        e = max(_floor_log2(a), self.emin)
+        quantum = Fraction(2) ** (e - self.precision + 1)
+        m = a / quantum
+        n = m.numerator // m.denominator
+        rem = m - n
+        if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2 == 1):
+            n += 1
+        r = n * quantum
+        if r > self.max_finite:
+            return sign * float("inf")
+        return sign * float(r)
+
+    def ulp(self, value) -> float:
+        """ulp at an exact value: spacing in its binade, clamped at the subnormal spacing."""
+        q = _to_fraction(value)
+        if isinstance(q, float):
+            if np.isnan(q):
+                return float("nan")
+            return float(2.0 ** (self.emax - self.precision + 1))
+        if q == 0:
+            return self.min_subnormal
+        e = min(max(_floor_log2(abs(q)), self.emin), self.emax)
+        return float(Fraction(2) ** (e - self.precision + 1))
+
+    # ---------------------------------------------------------------- arrays of float64
+    def round_array(self, v) -> np.ndarray:
+        """Correctly round float64 values to this format; returns float64 holding the results."""
+        v = np.asarray(v, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            _, E = np.frexp(v)
+            e = np.maximum(E - 1, self.emin)
+            k = (self.precision - 1) - e  # scale so the quantum becomes 1
+            r = np.ldexp(np.rint(np.ldexp(v, k)), -k)
+            r = np.where(np.abs(r) > self.max_finite, np.copysign(np.inf, v), r)
+        return np.where(np.isfinite(v), r, v)
+
+    def cast(self, v) -> np.ndarray:
+        """Correctly round float64 values and store them in this format's numpy dtype."""
+        return self.round_array(v).astype(self.dtype)
+
+    def round_pair(self, hi, lo) -> np.ndarray:
+        """Correctly round the exact sums hi + lo (float64 pairs with |lo| <= ½ulp(hi), as TwoSum
+        gives) to this format; float64 results.  Only a hi exactly on a rounding midpoint needs lo
+        (its sign breaks the tie); otherwise rounding hi is rounding hi + lo."""
+        hi = np.asarray(hi, dtype=np.float64)
+        lo = np.asarray(lo, dtype=np.float64)
+        r = self.round_array(hi)
+        with np.errstate(invalid="ignore", over="ignore"):
+            spacing = self.ulp_array(hi)
+            mid = np.isfinite(hi) & (np.abs(hi - np.where(np.isfinite(r), r, np.copysign(
+                2.0 ** (self.emax + 1), hi))) == spacing / 2) & (lo != 0)
+        if np.any(mid):
+            toward = hi[mid] + np.sign(lo[mid]) * spacing[mid] / 2
+            r = r.copy()
+            fixed = self.round_array(toward)
+            r[mid] = fixed
+        return r
+
+    def ulp_array(self, t) -> np.ndarray:
+        """ulp at each float64 value (see :meth:`ulp`); NaN gives NaN, ±inf the top spacing."""
+        t = np.asarray(t, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            _, E = np.frexp(t)
+            e = np.clip(E - 1, self.emin, self.emax)
+            u = np.ldexp(1.0, e - self.precision + 1)
+            u = np.where(t == 0, self.min_subnormal, u)
+            u = np.where(np.isinf(t), 2.0 ** (self.emax - self.precision + 1), u)
+        return np.where(np.isnan(t), np.nan, u)
+
+    def ordinal(self, values) -> np.ndarray:
+        """Integer position of each value of this format (given in its dtype or as float64 that
+        are representable): consecutive values differ by 1, +0 and -0 are both 0, ±inf are one
+        past the largest finite.  NaN maps to an arbitrary integer; mask it yourself."""
+        a = np.asarray(values)
+        if a.dtype != self.dtype:
+            a = a.astype(np.float64).astype(self.dtype)
+        bits = a.view(self.uint).astype(np.int64)
+        sign = np.int64(1) << (self.bits - 1)
+        mag = bits & (sign - 1)
+        return np.where(bits & sign, -mag, mag)
+
+    def __repr__(self) -> str:
+        return f"Format({self.name!r})"
+
+
+def _to_fraction(value):
+    """An exact Fraction of value, or a float for nan/inf."""
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return Fraction(int(value))
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        if not np.isfinite(f):
+            return f
+        return Fraction(f)
+    # mpmath mpf (and anything exposing man/exp exactly)
+    try:
+        import mpmath
+
+        if isinstance(value, mpmath.mpf):
+            if mpmath.isnan(value) or mpmath.isinf(value):
+                return float(value)
+            sign, man, exp, _ = value._mpf_
+            q = Fraction(int(man)) * Fraction(2) ** int(exp)
+            return -q if sign else q
+    except ImportError:  # pragma: no cover
+        pass
+    raise invalid("value", value, "an int, float, Fraction or mpmath.mpf",
+                  "pass an exact value; round decimal strings with Fraction('...') first")
+
+
+def _floor_log2(a: Fraction) -> int:
+    """floor(log2(a)) for a positive Fraction, exactly."""
+    n, d = a.numerator, a.denominator
+    e = n.bit_length() - d.bit_length()
+    # 2**e <= a < 2**(e+1) may be off by one; fix by exact comparison.
+    if e >= 0:
+        if n < d << e:
+            e -= 1
+    else:
+        if n << -e < d:
+            e -= 1
+    return e
+
+
+def _make(name, precision, emin, emax, bits, dtype, uint, max_hex, min_normal_hex, min_sub_hex,
+          overflow_hex):
+    return Format(
+        name=name,
+        precision=precision,
+        emin=emin,
+        emax=emax,
+        bits=bits,
+        dtype=np.dtype(dtype),
+        uint=np.dtype(uint),
+        max_finite=float.fromhex(max_hex),
+        min_normal=float.fromhex(min_normal_hex),
+        min_subnormal=float.fromhex(min_sub_hex),
+        overflow_threshold=float.fromhex(overflow_hex),
+    )
+
+
+# Exact constants, in hex.
+FP32 = _make("fp32", 24, -126, 127, 32, np.float32, np.uint32,
+             "0x1.fffffep+127", "0x1p-126", "0x1p-149", "0x1.ffffffp+127")
+FP16 = _make("fp16", 11, -14, 15, 16, np.float16, np.uint16,
+             "0x1.ffcp+15", "0x1p-14", "0x1p-24", "0x1.ffep+15")  # overflow at 65520
+BF16 = _make("bf16", 8, -126, 127, 16, ml_dtypes.bfloat16, np.uint16,
+             "0x1.fep+127", "0x1p-126", "0x1p-133", "0x1.ffp+127")
+
+FORMATS = {f.name: f for f in (FP32, FP16, BF16)}
+
+
+def get(name) -> Format:
+    """The format called ``name`` ("fp32", "fp16", "bf16"); a Format passes through."""
+    if isinstance(name, Format):
+        return name
+    try:
+        return FORMATS[name]
+    except (KeyError, TypeError):
+        raise invalid("format", name, f"one of {sorted(FORMATS)}",
+                      "fp8 formats are not supported yet") from None
+
+
+def of_dtype(dtype, what: str = "dtype") -> Format:
+    """The format whose numpy dtype is ``dtype``."""
+    dt = np.dtype(dtype) if not isinstance(dtype, np.dtype) else dtype
+    for f in FORMATS.values():
+        if f.dtype == dt:
+            return f
+    raise invalid(what, str(dt), "float32, float16 or bfloat16 (ml_dtypes)",
+                  "convert the array with .astype(np.float32) or use a supported storage format")
+
+
+def ulp_error(fmt: Format, actual, exact, rounded) -> np.ndarray:
+    """Fractional ULP error |actual - t| / ulp(t) of each answer against the exact value t.
+
+    ``exact`` holds t as the nearest float64 and ``rounded`` the correctly rounded value in this
+    format (±inf where t is past the range).  Non-finite outcomes: inf where a non-finite answer
+    meets a t that rounds to a finite value, or a finite answer meets a t that rounds to ±inf or is
+    NaN; 0 where the answer is the same non-finite as the correctly rounded value."""
+    a = np.asarray(actual).astype(np.float64)
+    t = np.asarray(exact, dtype=np.float64)
+    r = np.asarray(rounded).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(a - t) / fmt.ulp_array(t)
+        finite_ref = np.isfinite(r)
+        same_nonfinite = (~finite_ref) & ((a == r) | (np.isnan(a) & np.isnan(r)))
+        err = np.where(finite_ref & np.isfinite(a), err, np.inf)
+        err = np.where(same_nonfinite, 0.0, err)
+    return err
