@@ -1,0 +1,137 @@
+"""Compare a kernel's answers with the oracle's reference: ULP errors, distances, classes, summaries.
+
+Per element (DESIGN.md, "ULP error"):
+
+* ``ulp``     |y - t| / ulp(t), fractional, against the exact t (≤ 0.5 when correctly rounded);
+* ``ordinal`` steps between y and the correctly rounded value (0 = correctly rounded);
+* ``bits``    Herbie's bits of error, log2(1 + ordinal);
+* ``scaled``  |y - t| in ulps of max(|γ·x̂|, |β|), fair where β nearly cancels γ·x̂;
+* ``cls``     the outcome class (:data:`CLASSES`): non-finite outcomes are classes, not numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from normcheck.oracle import Reference
+
+__all__ = ["CLASSES", "FAILURE_CLASSES", "Comparison", "Summary", "compare", "summarize"]
+
+#: Outcome classes, by code.
+CLASSES = (
+    "finite",              # finite exact value answered by a finite value (measured in ULP)
+    "overflow_ok",         # exact value past the range answered by the right ±inf
+    "nan_propagated",      # NaN in (exact NaN), NaN out
+    "spurious_pos_inf",    # finite exact value answered by +inf
+    "spurious_neg_inf",    # finite exact value answered by -inf
+    "spurious_nan",        # finite exact value answered by NaN
+    "missed_overflow",     # exact value past the range answered by a finite value
+    "wrong_overflow",      # exact value past the range answered by NaN or the other inf
+    "nan_not_propagated",  # NaN in, a number out
+)
+_CODE = {c: i for i, c in enumerate(CLASSES)}
+#: The classes that are failures whatever the ULP budget.
+FAILURE_CLASSES = CLASSES[3:]
+
+
+@dataclass
+class Comparison:
+    """Element-wise metrics of answers against a reference (arrays of the reference's shape)."""
+
+    ulp: np.ndarray
+    ordinal: np.ndarray
+    bits: np.ndarray
+    scaled: np.ndarray
+    cls: np.ndarray
+
+    def counts(self) -> dict:
+        """Number of elements in each class (all classes present as keys)."""
+        n = np.bincount(self.cls.ravel(), minlength=len(CLASSES))
+        return {c: int(n[i]) for i, c in enumerate(CLASSES)}
+
+    def nonfinite_failures(self) -> dict:
+        c = self.counts()
+        return {k: c[k] for k in FAILURE_CLASSES}
+
+
+def compare(ref: Reference, actual) -> Comparison:
+    """Element-wise comparison of ``actual`` (in any float dtype) with the reference."""
+    actual = np.asarray(actual)
+    ulp = ref.ulp_error(actual)
+    fmt = ref.fmt
+    a = actual.astype(np.float64)
+    r = ref.rounded.astype(np.float64)
+    t = ref.exact
+    a_nan, t_nan = np.isnan(a), np.isnan(t)
+    r_fin = np.isfinite(r)
+    cls = np.full(a.shape, _CODE["finite"], np.int8)
+    cls[~r_fin & ~t_nan & (a == r)] = _CODE["overflow_ok"]
+    cls[~r_fin & ~t_nan & np.isfinite(a)] = _CODE["missed_overflow"]
+    cls[~r_fin & ~t_nan & ~np.isfinite(a) & (a != r)] = _CODE["wrong_overflow"]
+    cls[r_fin & (a == np.inf)] = _CODE["spurious_pos_inf"]
+    cls[r_fin & (a == -np.inf)] = _CODE["spurious_neg_inf"]
+    cls[r_fin & a_nan] = _CODE["spurious_nan"]
+    cls[t_nan & a_nan] = _CODE["nan_propagated"]
+    cls[t_nan & ~a_nan] = _CODE["nan_not_propagated"]
+    both = ~a_nan & ~np.isnan(r)
+    with np.errstate(invalid="ignore"):
+        dist = np.where(both, np.abs(fmt.ordinal(np.where(both, a, 0.0)).astype(np.float64)
+                                     - fmt.ordinal(np.where(both, r, 0.0))), np.inf)
+    dist = np.where(t_nan & a_nan, 0.0, dist)
+    bits = np.log2(1.0 + dist)
+    return Comparison(ulp=ulp, ordinal=dist, bits=bits, scaled=ref.ulp_error_scaled(actual),
+                      cls=cls)
+
+
+@dataclass
+class Summary:
+    """Summary of a comparison: over all elements, an infinite ULP (a non-finite failure) makes
+    max (and p99/mean where it weighs in) infinite; ``worst`` is (row, col) of the largest."""
+
+    count: int
+    max_ulp: float
+    p99_ulp: float
+    mean_ulp: float
+    max_ordinal: float
+    max_bits: float
+    max_scaled: float
+    worst: tuple
+    classes: dict
+
+    @property
+    def nonfinite(self) -> dict:
+        return {k: self.classes[k] for k in FAILURE_CLASSES}
+
+    @property
+    def failures(self) -> int:
+        return sum(self.nonfinite.values())
+
+    def as_dict(self) -> dict:
+        return {"count": self.count, "max_ulp": self.max_ulp, "p99_ulp": self.p99_ulp,
+                "mean_ulp": self.mean_ulp, "max_ordinal": self.max_ordinal,
+                "max_bits": self.max_bits, "max_scaled_ulp": self.max_scaled,
+                "worst": list(self.worst), "nonfinite": self.nonfinite,
+                "classes": self.classes}
+
+
+def summarize(c: Comparison) -> Summary:
+    ulp = c.ulp.ravel()
+    n = ulp.size
+    if n == 0:
+        return Summary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (), c.counts())
+    k = int(np.argmax(ulp))
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = float(np.mean(ulp)) if np.all(np.isfinite(ulp)) else float("inf")
+    return Summary(
+        count=n,
+        max_ulp=float(ulp[k]),
+        p99_ulp=float(np.percentile(ulp, 99, method="higher")),
+        mean_ulp=mean,
+        max_ordinal=float(np.max(c.ordinal)),
+        max_bits=float(np.max(c.bits)),
+        max_scaled=float(np.max(c.scaled)),
+        worst=tuple(int(i) for i in np.unravel_index(k, c.ulp.shape)),
+        classes=c.counts(),
+    )
