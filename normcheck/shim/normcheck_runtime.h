@@ -1,0 +1,762 @@
+// normcheck SIMT runtime: fibers, the block scheduler, warp collectives, barriers, the launcher,
+// guarded buffers and the crash reporter.  Included once, at the end of the generated translation
+// unit, after the user's kernels (see normcheck_simt.h for the model).
+#pragma once
+
+#include <signal.h>
+#include <ucontext.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define NC_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace ncsimt {
+
+thread_local Fiber* tls_cur = nullptr;
+thread_local BlockCtx* tls_block = nullptr;
+thread_local uint3 tls_blockIdx;
+thread_local dim3 tls_blockDim;
+thread_local dim3 tls_gridDim;
+thread_local unsigned char* tls_dyn_smem = nullptr;
+
+typedef void (*Thunk)(void**);
+thread_local Thunk tls_thunk = nullptr;
+thread_local void** tls_args = nullptr;
+
+// ------------------------------------------------------------------------------------------------
+// Context switch (x86-64 System V): saves the callee-saved registers on the old stack, switches
+// stacks, restores them from the new one.  MXCSR and the x87 control word are not switched:
+// kernels do not change rounding modes, and every fiber starts with the launching thread's.
+// ------------------------------------------------------------------------------------------------
+extern "C" void ncsimt_switch(void** save_sp, void* new_sp);
+__asm__(
+    ".text\n"
+    ".p2align 4\n"
+    ".globl ncsimt_switch\n"
+    ".hidden ncsimt_switch\n"
+    ".type ncsimt_switch,@function\n"
+    "ncsimt_switch:\n"
+    "  pushq %rbp\n"
+    "  pushq %rbx\n"
+    "  pushq %r12\n"
+    "  pushq %r13\n"
+    "  pushq %r14\n"
+    "  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n"
+    "  popq %r14\n"
+    "  popq %r13\n"
+    "  popq %r12\n"
+    "  popq %rbx\n"
+    "  popq %rbp\n"
+    "  ret\n"
+    ".size ncsimt_switch, .-ncsimt_switch\n");
+
+// ------------------------------------------------------------------------------------------------
+// Blocks
+// ------------------------------------------------------------------------------------------------
+struct BlockCtx {
+  Fiber* fibers;
+  int n;
+  int alive;
+  int at_barrier;
+  int bar_count, bar_and, bar_or;
+  void* sched_sp;
+  int nwarps;
+  unsigned warp_alive[32];
+  unsigned warp_waiting[32];
+  const int* order;
+  int* runlist;   // this pass: the fibers runnable when it began, in schedule order
+  int runlen, runpos;
+};
+
+static std::mutex g_pool_mu;
+static std::vector<std::pair<char*, size_t>> g_stack_pool;  // (base incl. guard, total size)
+static size_t g_stack_size = 0;
+
+// All fiber stacks ever mapped, for the crash reporter (guard page = the lowest page).
+static std::vector<std::pair<char*, size_t>> g_all_stacks;
+
+static size_t stack_size() {
+  if (!g_stack_size) {
+    const char* e = getenv("NORMCHECK_STACK_KB");
+    size_t kb = e ? strtoul(e, nullptr, 10) : 256;
+    if (kb < 16) kb = 16;
+    g_stack_size = kb * 1024;
+  }
+  return g_stack_size;
+}
+
+static char* take_stack() {
+  std::lock_guard<std::mutex> lk(g_pool_mu);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t total = stack_size() + page;
+  if (!g_stack_pool.empty()) {
+    char* s = g_stack_pool.back().first;
+    g_stack_pool.pop_back();
+    return s;
+  }
+  void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  mprotect(m, page, PROT_NONE);
+  g_all_stacks.push_back({(char*)m, total});
+  return (char*)m;
+}
+
+static void give_stack(char* s) {
+  std::lock_guard<std::mutex> lk(g_pool_mu);
+  g_stack_pool.push_back({s, 0});
+}
+
+extern "C" void ncsimt_fiber_main();
+
+static void init_fiber_stack(Fiber* f) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  char* top = f->stack + page + stack_size();
+  top = (char*)((uintptr_t)top & ~(uintptr_t)15);
+  uint64_t* sp = (uint64_t*)top;
+  *--sp = 0;                                  // fake return address of the entry (never used)
+  *--sp = (uint64_t)(void*)&ncsimt_fiber_main;  // popped by ret
+  for (int i = 0; i < 6; ++i) *--sp = 0;       // rbp rbx r12 r13 r14 r15
+  f->sp = sp;
+}
+
+// Leave fiber f: straight to the next fiber of this pass, or back to the scheduler at its end.
+// Fibers released during a pass run in the next one; a fiber on the run list can only stop
+// being runnable by running, so each is still runnable when its turn comes.
+static inline void to_scheduler(Fiber* f) {
+  BlockCtx* B = tls_block;
+  if (++B->runpos < B->runlen) {
+    Fiber* g = B->fibers + B->runlist[B->runpos];
+    tls_cur = g;
+    ncsimt_switch(&f->sp, g->sp);
+  } else {
+    ncsimt_switch(&f->sp, B->sched_sp);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Warp collectives
+// ------------------------------------------------------------------------------------------------
+template <class T>
+static T load_slot(const unsigned char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+static void reduce_group(BlockCtx* B, int w, unsigned need, int op, int width) {
+  Fiber* base = B->fibers + 32 * w;
+  int size = width & 0xff;
+  bool is_signed = (width & 0x100) != 0;
+  long long acc_s = 0;
+  unsigned long long acc_u = 0;
+  bool first = true;
+  for (int l = 0; l < 32; ++l) {
+    if (!(need >> l & 1)) continue;
+    long long vs;
+    unsigned long long vu;
+    if (size == 4) {
+      vs = is_signed ? (long long)load_slot<int>(base[l].deposit) : (long long)load_slot<unsigned>(base[l].deposit);
+      vu = load_slot<unsigned>(base[l].deposit);
+    } else {
+      vs = load_slot<long long>(base[l].deposit);
+      vu = load_slot<unsigned long long>(base[l].deposit);
+    }
+    if (first) { acc_s = vs; acc_u = vu; first = false; continue; }
+    switch (op) {
+      case OP_REDUCE_ADD: acc_u += vu; break;
+      case OP_REDUCE_MIN: if (is_signed) acc_s = std::min(acc_s, vs); else acc_u = std::min(acc_u, vu); break;
+      case OP_REDUCE_MAX: if (is_signed) acc_s = std::max(acc_s, vs); else acc_u = std::max(acc_u, vu); break;
+      case OP_REDUCE_AND: acc_u &= vu; break;
+      case OP_REDUCE_OR: acc_u |= vu; break;
+      case OP_REDUCE_XOR: acc_u ^= vu; break;
+    }
+  }
+  unsigned long long r = (is_signed && (op == OP_REDUCE_MIN || op == OP_REDUCE_MAX)) ? (unsigned long long)acc_s : acc_u;
+  for (int l = 0; l < 32; ++l)
+    if (need >> l & 1) std::memcpy(base[l].result, &r, size);
+}
+
+// Complete the collective of the lanes `need` (all arrived): each lane's result from its own op.
+static void complete(BlockCtx* B, int w, unsigned need) {
+  Fiber* base = B->fibers + 32 * w;
+  unsigned ballot = 0;
+  for (int l = 0; l < 32; ++l)
+    if ((need >> l & 1) && base[l].pred) ballot |= 1u << l;
+  int reduce_op = -1, reduce_width = 0;
+  for (int l = 0; l < 32; ++l) {
+    if (!(need >> l & 1)) continue;
+    Fiber* f = base + l;
+    int width = f->width, src = l;
+    switch (f->op) {
+      case OP_SHFL:
+      case OP_SHFL_UP:
+      case OP_SHFL_DOWN:
+      case OP_SHFL_XOR: {
+        if (width <= 0 || width > 32 || (width & (width - 1))) width = 32;
+        int seg = l & ~(width - 1);
+        if (f->op == OP_SHFL) src = seg + (f->param & (width - 1));
+        else if (f->op == OP_SHFL_UP) src = ((l - seg) >= f->param) ? l - f->param : l;
+        else if (f->op == OP_SHFL_DOWN) src = ((l - seg) + f->param < width) ? l + f->param : l;
+        else {
+          src = l ^ f->param;
+          if (src < seg || src >= seg + width) src = l;
+        }
+        std::memcpy(f->result, base[src & 31].deposit, 16);
+        break;
+      }
+      case OP_BALLOT: f->result_u = ballot; break;
+      case OP_ANY: f->result_u = ballot != 0; break;
+      case OP_ALL: f->result_u = ballot == need; break;
+      case OP_MATCH_ANY: {
+        unsigned m = 0;
+        for (int k = 0; k < 32; ++k)
+          if ((need >> k & 1) && std::memcmp(base[k].deposit, f->deposit, 8) == 0) m |= 1u << k;
+        f->result_u = m;
+        break;
+      }
+      case OP_SYNC: break;
+      default: reduce_op = f->op; reduce_width = f->width; break;
+    }
+  }
+  if (reduce_op >= 0) reduce_group(B, w, need, reduce_op, reduce_width);
+  for (int l = 0; l < 32; ++l) {
+    if (!(need >> l & 1)) continue;
+    base[l].state = RUNNABLE;
+  }
+  B->warp_waiting[w] &= ~need;
+}
+
+static bool try_complete(BlockCtx* B, int w, unsigned mask) {
+  unsigned need = mask & B->warp_alive[w];
+  if (need == 0 || (B->warp_waiting[w] & need) != need) return false;
+  complete(B, w, need);
+  return true;
+}
+
+void warp_collective(Fiber* f) {
+  BlockCtx* B = tls_block;
+  int w = f->warp;
+  f->state = AT_WARP;
+  B->warp_waiting[w] |= 1u << f->lane;
+  if (!(f->mask >> f->lane & 1)) f->mask |= 1u << f->lane;  // a lane always takes part
+  try_complete(B, w, f->mask);
+  if (f->state == AT_WARP) to_scheduler(f);
+}
+
+unsigned warp_alive_mask() {
+  Fiber* f = tls_cur;
+  return tls_block->warp_alive[f->warp];
+}
+
+// A lane left: collectives that were waiting only for it may now complete.
+static void on_lane_exit(BlockCtx* B, int w) {
+  Fiber* base = B->fibers + 32 * w;
+  for (int l = 0; l < 32; ++l)
+    if (B->warp_waiting[w] >> l & 1) try_complete(B, w, base[l].mask);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Barriers
+// ------------------------------------------------------------------------------------------------
+void yield_barrier(int pred) {
+  Fiber* f = tls_cur;
+  BlockCtx* B = tls_block;
+  f->state = AT_BARRIER;
+  f->bar_pred = pred;
+  B->at_barrier++;
+  to_scheduler(f);
+}
+
+int barrier_result(int kind) {
+  BlockCtx* B = tls_block;
+  return kind == 0 ? B->bar_count : (kind == 1 ? B->bar_and : B->bar_or);
+}
+
+extern "C" void ncsimt_fiber_main() {
+  Fiber* f = tls_cur;
+  tls_thunk(tls_args);
+  BlockCtx* B = tls_block;
+  f->state = DONE;
+  B->alive--;
+  B->warp_alive[f->warp] &= ~(1u << f->lane);
+  on_lane_exit(B, f->warp);
+  to_scheduler(f);
+  __builtin_unreachable();
+}
+
+// ------------------------------------------------------------------------------------------------
+// Crash reporting
+// ------------------------------------------------------------------------------------------------
+struct Buffer {
+  uintptr_t begin, end;  // the data
+  int arg;
+  int itemsize;
+};
+static Buffer g_buffers[64];
+static int g_nbuffers = 0;
+static int g_report_fd = -1;
+static thread_local int tls_block_linear = -1;
+
+static void put(char*& p, const char* s) { while (*s) *p++ = *s++; }
+static void put_u(char*& p, unsigned long long v) {
+  char tmp[24];
+  int n = 0;
+  do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+  while (n) *p++ = tmp[--n];
+}
+static void put_i(char*& p, long long v) {
+  if (v < 0) { *p++ = '-'; v = -v; }
+  put_u(p, (unsigned long long)v);
+}
+static void put_x(char*& p, unsigned long long v) {
+  const char* d = "0123456789abcdef";
+  put(p, "0x");
+  char tmp[20];
+  int n = 0;
+  do { tmp[n++] = d[v & 15]; v >>= 4; } while (v);
+  while (n) *p++ = tmp[--n];
+}
+
+static void on_fatal(int sig, siginfo_t* info, void* ctx) {
+  char msg[512];
+  char* p = msg;
+  uintptr_t addr = (uintptr_t)info->si_addr;
+  const char* kind = "crash";
+  put(p, "kind=");
+  char* kind_at = p;
+  put(p, "crash        ");
+  put(p, " signal=");
+  put_i(p, sig);
+  if (sig == SIGSEGV || sig == SIGBUS) {
+    put(p, " addr=");
+    put_x(p, addr);
+    if (ctx) {
+      ucontext_t* uc = (ucontext_t*)ctx;
+      put(p, (uc->uc_mcontext.gregs[REG_ERR] & 2) ? " access=write" : " access=read");
+    }
+    size_t page = 4096;
+    for (int i = 0; i < g_nbuffers; ++i) {
+      const Buffer& b = g_buffers[i];
+      if (addr >= b.end && addr < b.end + page) {
+        kind = "out_of_bounds";
+        put(p, " arg=");
+        put_i(p, b.arg);
+        put(p, " past_end_bytes=");
+        put_u(p, addr - b.end);
+        put(p, " size_bytes=");
+        put_u(p, b.end - b.begin);
+        put(p, " itemsize=");
+        put_i(p, b.itemsize);
+        break;
+      }
+      if (addr < b.begin && addr + 2 * page >= b.begin) {
+        kind = "out_of_bounds";
+        put(p, " arg=");
+        put_i(p, b.arg);
+        put(p, " before_start_bytes=");
+        put_u(p, b.begin - addr);
+        put(p, " size_bytes=");
+        put_u(p, b.end - b.begin);
+        put(p, " itemsize=");
+        put_i(p, b.itemsize);
+        break;
+      }
+    }
+    for (auto& s : g_all_stacks)
+      if (addr >= (uintptr_t)s.first && addr < (uintptr_t)s.first + 4096) {
+        kind = "stack_overflow";
+        break;
+      }
+    if (addr < 4096) kind = kind[0] == 'c' ? "null_pointer" : kind;
+  } else if (sig == SIGABRT) {
+    kind = "abort";
+  } else if (sig == SIGILL) {
+    kind = "trap";
+  } else if (sig == SIGFPE) {
+    kind = "arithmetic";
+  }
+  for (const char* k = kind; *k; ++k) *kind_at++ = *k;
+  if (tls_cur) {
+    put(p, " block=");
+    put_i(p, tls_blockIdx.x);
+    put(p, ",");
+    put_i(p, tls_blockIdx.y);
+    put(p, ",");
+    put_i(p, tls_blockIdx.z);
+    put(p, " thread=");
+    put_i(p, tls_cur->tid.x);
+    put(p, ",");
+    put_i(p, tls_cur->tid.y);
+    put(p, ",");
+    put_i(p, tls_cur->tid.z);
+  }
+  put(p, "\n");
+  if (g_report_fd >= 0) {
+    ssize_t r = write(g_report_fd, msg, (size_t)(p - msg));
+    (void)r;
+  }
+  _exit(86);
+}
+
+static void install_handlers() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fatal;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  for (int s : sigs) sigaction(s, &sa, nullptr);
+}
+
+static void alt_stack() {
+  static thread_local char* alt = nullptr;
+  if (alt) return;
+  size_t sz = 64 * 1024;
+  alt = (char*)mmap(nullptr, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  stack_t ss;
+  ss.ss_sp = alt;
+  ss.ss_size = sz;
+  ss.ss_flags = 0;
+  sigaltstack(&ss, nullptr);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Launch
+// ------------------------------------------------------------------------------------------------
+struct LaunchParams {
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned long long shared_mem;
+  void** args;
+  int nworkers;
+  int schedule;  // 0 forward, 1 reverse (warps and lanes), 2 warps in a seeded random order
+  unsigned long long seed;
+  char* err;
+  int errlen;
+  // guarded buffers, for naming an out-of-bounds access
+  int nbuffers;
+  unsigned long long* buf_begin;
+  unsigned long long* buf_end;
+  int* buf_arg;
+  int* buf_itemsize;
+  int report_fd;
+};
+
+static void ranges(std::string& out, const std::vector<int>& ids) {
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    if (!out.empty() && out.back() != ' ') out += ",";
+    out += std::to_string(ids[i]);
+    if (j > i) out += "-" + std::to_string(ids[j]);
+    i = j + 1;
+  }
+}
+
+static const char* op_name(int op) {
+  switch (op) {
+    case OP_SYNC: return "__syncwarp";
+    case OP_SHFL: return "__shfl_sync";
+    case OP_SHFL_UP: return "__shfl_up_sync";
+    case OP_SHFL_DOWN: return "__shfl_down_sync";
+    case OP_SHFL_XOR: return "__shfl_xor_sync";
+    case OP_BALLOT: return "__ballot_sync";
+    case OP_ANY: return "__any_sync";
+    case OP_ALL: return "__all_sync";
+    case OP_MATCH_ANY: return "__match_any_sync";
+    default: return "__reduce_*_sync";
+  }
+}
+
+static std::string deadlock_message(BlockCtx* B) {
+  std::vector<int> at_bar, done;
+  std::string warp_part;
+  for (int t = 0; t < B->n; ++t) {
+    Fiber& f = B->fibers[t];
+    if (f.state == AT_BARRIER) at_bar.push_back(t);
+    if (f.state == DONE) done.push_back(t);
+  }
+  for (int w = 0; w < B->nwarps; ++w) {
+    if (!B->warp_waiting[w]) continue;
+    std::vector<int> lanes;
+    unsigned mask = 0;
+    int op = 0;
+    for (int l = 0; l < 32; ++l)
+      if (B->warp_waiting[w] >> l & 1) {
+        lanes.push_back(32 * w + l);
+        mask = B->fibers[32 * w + l].mask;
+        op = B->fibers[32 * w + l].op;
+      }
+    unsigned missing = mask & B->warp_alive[w] & ~B->warp_waiting[w];
+    std::vector<int> miss;
+    for (int l = 0; l < 32; ++l)
+      if (missing >> l & 1) miss.push_back(32 * w + l);
+    warp_part += "; threads ";
+    ranges(warp_part, lanes);
+    char buf[64];
+    snprintf(buf, sizeof buf, " wait in %s (mask 0x%08x) for threads ", op_name(op), mask);
+    warp_part += buf;
+    ranges(warp_part, miss);
+  }
+  std::string msg = "deadlock in block (" + std::to_string(tls_blockIdx.x) + "," +
+                    std::to_string(tls_blockIdx.y) + "," + std::to_string(tls_blockIdx.z) + "): " +
+                    std::to_string(B->alive) + " live threads of " + std::to_string(B->n);
+  if (!at_bar.empty()) {
+    msg += "; threads ";
+    ranges(msg, at_bar);
+    msg += " wait at __syncthreads";
+  }
+  msg += warp_part;
+  if (!done.empty()) {
+    msg += "; threads ";
+    ranges(msg, done);
+    msg += " have returned";
+  }
+  return msg;
+}
+
+struct Shared {
+  std::atomic<unsigned long long> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::string error;
+};
+
+static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
+  alt_stack();
+  unsigned long long total = (unsigned long long)p->grid[0] * p->grid[1] * p->grid[2];
+  int n = (int)(p->block[0] * p->block[1] * p->block[2]);
+  std::vector<Fiber> fibers((size_t)n);
+  for (int t = 0; t < n; ++t) {
+    std::memset(&fibers[t], 0, sizeof(Fiber));
+    fibers[t].stack = take_stack();
+    if (!fibers[t].stack) {
+      std::lock_guard<std::mutex> lk(S->mu);
+      S->error = "could not map fiber stacks";
+      S->failed = true;
+      for (int k = 0; k < t; ++k) give_stack(fibers[k].stack);
+      return;
+    }
+  }
+  std::vector<unsigned char> smem((size_t)p->shared_mem + 16);
+  unsigned char* smem_al = (unsigned char*)(((uintptr_t)smem.data() + 15) & ~(uintptr_t)15);
+  std::vector<int> order((size_t)n), runlist((size_t)n);
+  int nwarps = (n + 31) / 32;
+  std::vector<int> warp_order((size_t)nwarps);
+  BlockCtx B;
+  tls_block = &B;
+  tls_thunk = thunk;
+  tls_args = p->args;
+  tls_blockDim = dim3(p->block[0], p->block[1], p->block[2]);
+  tls_gridDim = dim3(p->grid[0], p->grid[1], p->grid[2]);
+  tls_dyn_smem = smem_al;
+  unsigned long long rng = p->seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (;;) {
+    if (S->failed) break;
+    unsigned long long b = S->next.fetch_add(1);
+    if (b >= total) break;
+    tls_blockIdx.x = (unsigned)(b % p->grid[0]);
+    tls_blockIdx.y = (unsigned)((b / p->grid[0]) % p->grid[1]);
+    tls_blockIdx.z = (unsigned)(b / ((unsigned long long)p->grid[0] * p->grid[1]));
+    // thread order
+    for (int w = 0; w < nwarps; ++w) warp_order[w] = w;
+    if (p->schedule == 1) std::reverse(warp_order.begin(), warp_order.end());
+    if (p->schedule == 2) {
+      for (int w = nwarps - 1; w > 0; --w) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull + b;
+        int k = (int)((rng >> 33) % (unsigned long long)(w + 1));
+        std::swap(warp_order[w], warp_order[k]);
+      }
+    }
+    int k = 0;
+    for (int wi = 0; wi < nwarps; ++wi) {
+      int w = warp_order[wi];
+      int lo = 32 * w, hi = std::min(n, 32 * w + 32);
+      if (p->schedule == 1)
+        for (int t = hi - 1; t >= lo; --t) order[k++] = t;
+      else
+        for (int t = lo; t < hi; ++t) order[k++] = t;
+    }
+    // block state
+    B.fibers = fibers.data();
+    B.n = n;
+    B.alive = n;
+    B.at_barrier = 0;
+    B.bar_count = B.bar_and = B.bar_or = 0;
+    B.nwarps = nwarps;
+    B.order = order.data();
+    B.runlist = runlist.data();
+    for (int w = 0; w < 32; ++w) {
+      int lanes = std::max(0, std::min(32, n - 32 * w));
+      B.warp_alive[w] = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u);
+      B.warp_waiting[w] = 0;
+    }
+    for (int t = 0; t < n; ++t) {
+      Fiber* f = &fibers[t];
+      f->tid.x = (unsigned)(t % p->block[0]);
+      f->tid.y = (unsigned)((t / p->block[0]) % p->block[1]);
+      f->tid.z = (unsigned)(t / (p->block[0] * p->block[1]));
+      f->linear = t;
+      f->lane = t & 31;
+      f->warp = t >> 5;
+      f->state = RUNNABLE;
+      f->mask = 0;
+      init_fiber_stack(f);
+    }
+    if (p->shared_mem) std::memset(smem_al, 0xff, (size_t)p->shared_mem);  // poison: NaN
+    // schedule
+    bool dead = false;
+    while (B.alive > 0) {
+      B.runlen = 0;
+      for (int i = 0; i < n; ++i)
+        if (fibers[order[i]].state == RUNNABLE) runlist[B.runlen++] = order[i];
+      if (B.runlen > 0) {
+        B.runpos = 0;
+        tls_cur = &fibers[runlist[0]];
+        ncsimt_switch(&B.sched_sp, tls_cur->sp);
+        tls_cur = nullptr;
+        continue;
+      }
+      if (B.at_barrier == B.alive) {
+        int count = 0;
+        for (int t = 0; t < n; ++t)
+          if (fibers[t].state == AT_BARRIER) {
+            count += fibers[t].bar_pred;
+            fibers[t].state = RUNNABLE;
+          }
+        B.bar_count = count;
+        B.bar_and = count == B.alive;
+        B.bar_or = count > 0;
+        B.at_barrier = 0;
+        continue;
+      }
+      dead = true;
+      break;
+    }
+    if (dead) {
+      std::lock_guard<std::mutex> lk(S->mu);
+      if (!S->failed) S->error = deadlock_message(&B);
+      S->failed = true;
+      break;
+    }
+  }
+  tls_block = nullptr;
+  tls_cur = nullptr;
+  for (int t = 0; t < n; ++t) give_stack(fibers[t].stack);
+}
+
+static int launch(Thunk thunk, LaunchParams* p) {
+  install_handlers();
+  alt_stack();
+  g_report_fd = p->report_fd;
+  g_nbuffers = std::min(p->nbuffers, 64);
+  for (int i = 0; i < g_nbuffers; ++i) {
+    g_buffers[i].begin = (uintptr_t)p->buf_begin[i];
+    g_buffers[i].end = (uintptr_t)p->buf_end[i];
+    g_buffers[i].arg = p->buf_arg[i];
+    g_buffers[i].itemsize = p->buf_itemsize[i];
+  }
+  stack_size();
+  int n = (int)(p->block[0] * p->block[1] * p->block[2]);
+  if (n <= 0 || n > 1024) {
+    snprintf(p->err, (size_t)p->errlen, "block of %d threads: expected 1..1024", n);
+    return 2;
+  }
+  Shared S;
+  unsigned long long total = (unsigned long long)p->grid[0] * p->grid[1] * p->grid[2];
+  int nw = std::max(1, p->nworkers);
+  if ((unsigned long long)nw > total) nw = (int)std::max(1ull, total);
+  if (nw == 1) {
+    run_blocks(thunk, p, &S);
+  } else {
+    std::vector<std::thread> th;
+    for (int i = 0; i < nw; ++i) th.emplace_back(run_blocks, thunk, p, &S);
+    for (auto& t : th) t.join();
+  }
+  if (S.failed) {
+    snprintf(p->err, (size_t)p->errlen, "%s", S.error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Entry thunks and signatures
+// ------------------------------------------------------------------------------------------------
+template <class F> struct Caller;
+template <class... A> struct Caller<void (*)(A...)> {
+  template <size_t... I>
+  static void call(void (*f)(A...), void** args, std::index_sequence<I...>) {
+    f(*reinterpret_cast<typename std::remove_cv<typename std::remove_reference<A>::type>::type*>(args[I])...);
+  }
+  static void run(void (*f)(A...), void** args) { call(f, args, std::index_sequence_for<A...>{}); }
+  static std::string signature() {
+    std::string s;
+    const char* names[] = {type_name<A>()..., nullptr};
+    size_t sizes[] = {sizeof(A)..., 0};
+    size_t pointee[] = {pointee_size<A>()..., 0};
+    for (size_t i = 0; i < sizeof...(A); ++i) {
+      s += names[i];
+      s += "\x1f";
+      s += std::to_string(sizes[i]);
+      s += "\x1f";
+      s += std::to_string(pointee[i]);
+      s += "\x1e";
+    }
+    return s;
+  }
+  template <class T> static const char* type_name() { return __PRETTY_FUNCTION__; }
+  template <class T> static constexpr size_t pointee_size() {
+    typedef typename std::remove_cv<typename std::remove_reference<T>::type>::type U;
+    if constexpr (std::is_pointer<U>::value) {
+      typedef typename std::remove_cv<typename std::remove_pointer<U>::type>::type P;
+      if constexpr (std::is_void<P>::value) return 0;
+      else return sizeof(P);
+    } else {
+      return 0;
+    }
+  }
+};
+
+}  // namespace ncsimt
+
+NC_EXPORT int ncsimt_shim_version() { return NORMCHECK_SHIM_VERSION; }
+
+// Map [offset, offset+len) of the file fd (the caller's arrays) with an inaccessible page on
+// each side; returns the base of the whole region (len + 2 pages).
+NC_EXPORT void* ncsimt_map_guarded(int fd, unsigned long long offset, unsigned long long len) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t total = (size_t)len + 2 * page;
+  void* m = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  void* d = mmap((char*)m + page, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, (off_t)offset);
+  if (d == MAP_FAILED) {
+    munmap(m, total);
+    return nullptr;
+  }
+  return m;
+}
+
+NC_EXPORT void ncsimt_free_guarded(unsigned long long map_base, unsigned long long map_len) {
+  munmap((void*)(uintptr_t)map_base, (size_t)map_len);
+}
+
+#define NORMCHECK_ENTRY(IDX, ...)                                                              \
+  static void ncsimt_thunk_##IDX(void** args) { ::ncsimt::Caller<decltype(&__VA_ARGS__)>::run(&__VA_ARGS__, args); } \
+  NC_EXPORT int ncsimt_launch_##IDX(::ncsimt::LaunchParams* p) { return ::ncsimt::launch(ncsimt_thunk_##IDX, p); } \
+  NC_EXPORT const char* ncsimt_signature_##IDX() {                                              \
+    static std::string s = ::ncsimt::Caller<decltype(&__VA_ARGS__)>::signature();               \
+    return s.c_str();                                                                            \
+  }

@@ -1,0 +1,426 @@
+// normcheck SIMT shim: run CUDA C kernels on a CPU, compiled by g++ from the very same source.
+//
+// Model.  Each CUDA thread is a fiber with its own stack (mmap'd, guard page below); a block's
+// fibers run on one OS thread, in thread order, each until it reaches a sync point
+// (__syncthreads, a warp collective) or returns.  Blocks are spread over worker OS threads, so
+// `__shared__` variables are `static thread_local`.  A warp's 32 lanes exchange values only at
+// their sync points: a collective completes when every live lane of its mask has arrived, and the
+// last lane to arrive computes every lane's result.  A barrier that some live threads can never
+// reach is a deadlock, reported with the block and the threads involved.
+//
+// Arithmetic is the host's IEEE arithmetic without FMA contraction (-ffp-contract=off): results
+// equal an nvcc --fmad=false build except for the approximate intrinsics, which this shim
+// evaluates more accurately than the GPU does (rsqrtf = 1/sqrtf, __expf = expf, __fdividef = /;
+// documented in normcheck.backends.cpu.CPU_VS_GPU).  Denormals are kept, as on the GPU without
+// -ftz.
+//
+// What this shim does not support fails at compile time (see the #error headers beside this one
+// and the diagnostics normcheck adds to g++'s).
+#pragma once
+#ifndef NORMCHECK_SIMT_H
+#define NORMCHECK_SIMT_H
+
+#if !defined(__x86_64__)
+#error "normcheck cpu backend: the SIMT shim's fiber switch is written for x86-64 only"
+#endif
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <ctime>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#define NORMCHECK_SHIM_VERSION 7
+#define __NORMCHECK_CPU__ 1
+
+// ------------------------------------------------------------------------------------------------
+// CUDA keywords
+// ------------------------------------------------------------------------------------------------
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __constant__
+#undef __forceinline__
+#undef __noinline__
+#undef __launch_bounds__
+#undef __managed__
+#undef __restrict__
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static thread_local
+#define __constant__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __managed__ \
+  _Pragma("GCC error \"normcheck cpu backend: __managed__ memory is not supported\"")
+#ifndef __align__
+#define __align__(n) __attribute__((aligned(n)))
+#endif
+
+namespace ncsimt {
+
+// ------------------------------------------------------------------------------------------------
+// Runtime state (defined in normcheck_runtime.h, which the generated wrapper includes last)
+// ------------------------------------------------------------------------------------------------
+enum { RUNNABLE = 0, AT_BARRIER = 1, AT_WARP = 2, DONE = 3 };
+enum { OP_SYNC = 0, OP_SHFL, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, OP_BALLOT, OP_ANY, OP_ALL,
+       OP_REDUCE_ADD, OP_REDUCE_MIN, OP_REDUCE_MAX, OP_REDUCE_AND, OP_REDUCE_OR, OP_REDUCE_XOR,
+       OP_MATCH_ANY };
+
+struct Fiber {
+  void* sp;             // saved stack pointer
+  uint3 tid;            // threadIdx
+  int linear;           // linear thread index in the block
+  int lane, warp;
+  int state;
+  // warp collective in progress
+  int op, param, width;
+  unsigned mask;
+  int pred;
+  alignas(16) unsigned char deposit[16];
+  alignas(16) unsigned char result[16];
+  unsigned result_u;    // ballot / vote results
+  // __syncthreads_count/and/or
+  int bar_pred;
+  char* stack;
+  size_t stack_size;
+};
+
+struct BlockCtx;
+extern thread_local Fiber* tls_cur;
+extern thread_local BlockCtx* tls_block;
+extern thread_local uint3 tls_blockIdx;
+extern thread_local dim3 tls_blockDim;
+extern thread_local dim3 tls_gridDim;
+extern thread_local unsigned char* tls_dyn_smem;
+
+void yield_barrier(int pred);
+int barrier_result(int kind);
+void warp_collective(Fiber* f);
+unsigned warp_alive_mask();
+
+}  // namespace ncsimt
+
+#define threadIdx (::ncsimt::tls_cur->tid)
+#define blockIdx (::ncsimt::tls_blockIdx)
+#define blockDim (::ncsimt::tls_blockDim)
+#define gridDim (::ncsimt::tls_gridDim)
+static constexpr int warpSize = 32;
+
+// Dynamic shared memory: normcheck rewrites `extern __shared__ T name[];` into a pointer to the
+// block's buffer (its size is the launch's shared_mem argument).
+inline void* __normcheck_dynamic_smem() { return ::ncsimt::tls_dyn_smem; }
+
+// ------------------------------------------------------------------------------------------------
+// Synchronisation
+// ------------------------------------------------------------------------------------------------
+inline void __syncthreads() { ::ncsimt::yield_barrier(0); }
+inline int __syncthreads_count(int p) { ::ncsimt::yield_barrier(p != 0); return ::ncsimt::barrier_result(0); }
+inline int __syncthreads_and(int p) { ::ncsimt::yield_barrier(p != 0); return ::ncsimt::barrier_result(1); }
+inline int __syncthreads_or(int p) { ::ncsimt::yield_barrier(p != 0); return ::ncsimt::barrier_result(2); }
+
+namespace ncsimt {
+template <class T>
+inline void deposit(Fiber* f, const T& v) {
+  static_assert(sizeof(T) <= 16, "normcheck cpu backend: warp shuffles of types above 16 bytes are not supported");
+  static_assert(std::is_trivially_copyable<T>::value, "normcheck cpu backend: shuffled types must be trivially copyable");
+  std::memcpy(f->deposit, &v, sizeof(T));
+}
+template <class T>
+inline T collect(Fiber* f) {
+  T r;
+  std::memcpy(&r, f->result, sizeof(T));
+  return r;
+}
+template <class T>
+inline T shuffle(unsigned mask, T var, int op, int param, int width) {
+  Fiber* f = tls_cur;
+  deposit(f, var);
+  f->op = op;
+  f->param = param;
+  f->width = width;
+  f->mask = mask;
+  warp_collective(f);
+  return collect<T>(f);
+}
+inline unsigned vote(unsigned mask, int pred, int op) {
+  Fiber* f = tls_cur;
+  f->op = op;
+  f->mask = mask;
+  f->pred = pred != 0;
+  warp_collective(f);
+  return f->result_u;
+}
+template <class T>
+inline T reduce_op(unsigned mask, T v, int op) {
+  Fiber* f = tls_cur;
+  deposit(f, v);
+  f->op = op;
+  f->mask = mask;
+  f->width = (int)sizeof(T) | (std::is_signed<T>::value ? 0x100 : 0);
+  warp_collective(f);
+  return collect<T>(f);
+}
+}  // namespace ncsimt
+
+inline void __syncwarp(unsigned mask = 0xffffffffu) { ::ncsimt::vote(mask, 0, ::ncsimt::OP_SYNC); }
+template <class T> inline T __shfl_sync(unsigned mask, T var, int src, int width = 32) {
+  return ::ncsimt::shuffle(mask, var, ::ncsimt::OP_SHFL, src, width);
+}
+template <class T> inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+  return ::ncsimt::shuffle(mask, var, ::ncsimt::OP_SHFL_UP, (int)delta, width);
+}
+template <class T> inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+  return ::ncsimt::shuffle(mask, var, ::ncsimt::OP_SHFL_DOWN, (int)delta, width);
+}
+template <class T> inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32) {
+  return ::ncsimt::shuffle(mask, var, ::ncsimt::OP_SHFL_XOR, lane_mask, width);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) { return ::ncsimt::vote(mask, pred, ::ncsimt::OP_BALLOT); }
+inline int __any_sync(unsigned mask, int pred) { return (int)::ncsimt::vote(mask, pred, ::ncsimt::OP_ANY); }
+inline int __all_sync(unsigned mask, int pred) { return (int)::ncsimt::vote(mask, pred, ::ncsimt::OP_ALL); }
+inline unsigned __activemask() { return ::ncsimt::warp_alive_mask(); }
+inline unsigned __reduce_add_sync(unsigned mask, unsigned v) { return ::ncsimt::reduce_op(mask, v, ::ncsimt::OP_REDUCE_ADD); }
+inline int __reduce_add_sync(unsigned mask, int v) { return ::ncsimt::reduce_op(mask, v, ::ncsimt::OP_REDUCE_ADD); }
+inline unsigned __reduce_min_sync(unsigned mask, unsigned v) { return ::ncsimt::reduce_op(mask, v, ::ncsimt::OP_REDUCE_MIN); }
+inline int __reduce_min_sync(unsigned mask, int v) { return ::ncsimt::reduce_op(mask, v, ::ncsimt::OP_REDUCE_MIN); }
+inline unsigned __reduce_max_sync(unsigned mask, unsigned v) { return ::ncsimt::reduce_op(mask, v, ::ncsimt::OP_REDUCE_MAX); }
+inline int __reduce_max_sync(unsigned mask, int v) { return ::ncsimt::reduce_op(mask, v, ::ncsimt::OP_REDUCE_MAX); }
+inline unsigned __reduce_and_sync(unsigned mask, unsigned v) { return ::ncsimt::reduce_op(mask, v, ::ncsimt::OP_REDUCE_AND); }
+inline unsigned __reduce_or_sync(unsigned mask, unsigned v) { return ::ncsimt::reduce_op(mask, v, ::ncsimt::OP_REDUCE_OR); }
+inline unsigned __reduce_xor_sync(unsigned mask, unsigned v) { return ::ncsimt::reduce_op(mask, v, ::ncsimt::OP_REDUCE_XOR); }
+template <class T> inline unsigned __match_any_sync(unsigned mask, T v) {
+  static_assert(sizeof(T) <= 8, "__match_any_sync: 32- or 64-bit values");
+  ::ncsimt::Fiber* f = ::ncsimt::tls_cur;
+  unsigned long long w = 0;
+  std::memcpy(&w, &v, sizeof(T));
+  ::ncsimt::deposit(f, w);
+  f->op = ::ncsimt::OP_MATCH_ANY;
+  f->mask = mask;
+  ::ncsimt::warp_collective(f);
+  return f->result_u;
+}
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __nanosleep(unsigned) {}
+inline long long clock64() { unsigned lo, hi; __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi)); return ((long long)hi << 32) | lo; }
+#define clock() ((int)clock64())  // CUDA's clock(), not libc's
+inline void __trap() { __builtin_trap(); }
+inline void __brkpt() { __builtin_trap(); }
+inline unsigned __lanemask_lt() { return (1u << ::ncsimt::tls_cur->lane) - 1u; }
+
+// ------------------------------------------------------------------------------------------------
+// Atomics (blocks run on several OS threads: real atomics)
+// ------------------------------------------------------------------------------------------------
+#define NC_ATOMIC_INT(T)                                                                         \
+  inline T atomicAdd(T* a, T v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }          \
+  inline T atomicSub(T* a, T v) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); }          \
+  inline T atomicExch(T* a, T v) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }        \
+  inline T atomicAnd(T* a, T v) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); }          \
+  inline T atomicOr(T* a, T v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }            \
+  inline T atomicXor(T* a, T v) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); }          \
+  inline T atomicCAS(T* a, T cmp, T v) {                                                         \
+    __atomic_compare_exchange_n(a, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);          \
+    return cmp;                                                                                  \
+  }                                                                                              \
+  inline T atomicMax(T* a, T v) {                                                                \
+    T old = __atomic_load_n(a, __ATOMIC_SEQ_CST);                                                \
+    while (old < v && !__atomic_compare_exchange_n(a, &old, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {} \
+    return old;                                                                                  \
+  }                                                                                              \
+  inline T atomicMin(T* a, T v) {                                                                \
+    T old = __atomic_load_n(a, __ATOMIC_SEQ_CST);                                                \
+    while (old > v && !__atomic_compare_exchange_n(a, &old, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {} \
+    return old;                                                                                  \
+  }
+NC_ATOMIC_INT(int)
+NC_ATOMIC_INT(unsigned int)
+NC_ATOMIC_INT(unsigned long long)
+NC_ATOMIC_INT(long long)
+#undef NC_ATOMIC_INT
+inline unsigned short atomicCAS(unsigned short* a, unsigned short cmp, unsigned short v) {
+  __atomic_compare_exchange_n(a, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+inline unsigned atomicInc(unsigned* a, unsigned lim) {
+  unsigned old = __atomic_load_n(a, __ATOMIC_SEQ_CST), nv;
+  do { nv = old >= lim ? 0 : old + 1; } while (!__atomic_compare_exchange_n(a, &old, nv, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+  return old;
+}
+inline unsigned atomicDec(unsigned* a, unsigned lim) {
+  unsigned old = __atomic_load_n(a, __ATOMIC_SEQ_CST), nv;
+  do { nv = (old == 0 || old > lim) ? lim : old - 1; } while (!__atomic_compare_exchange_n(a, &old, nv, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+  return old;
+}
+namespace ncsimt {
+template <class F, class U, class Op>
+inline F atomic_float(F* a, F v, Op op) {
+  static_assert(sizeof(F) == sizeof(U), "size");
+  U* ai = reinterpret_cast<U*>(a);
+  U old = __atomic_load_n(ai, __ATOMIC_SEQ_CST), nv;
+  F of;
+  do {
+    std::memcpy(&of, &old, sizeof(F));
+    F r = op(of, v);
+    std::memcpy(&nv, &r, sizeof(F));
+  } while (!__atomic_compare_exchange_n(ai, &old, nv, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+  std::memcpy(&of, &old, sizeof(F));
+  return of;
+}
+}  // namespace ncsimt
+inline float atomicAdd(float* a, float v) { return ::ncsimt::atomic_float<float, unsigned>(a, v, [](float x, float y) { return x + y; }); }
+inline double atomicAdd(double* a, double v) { return ::ncsimt::atomic_float<double, unsigned long long>(a, v, [](double x, double y) { return x + y; }); }
+inline float atomicExch(float* a, float v) { return ::ncsimt::atomic_float<float, unsigned>(a, v, [](float, float y) { return y; }); }
+inline float atomicMax(float* a, float v) { return ::ncsimt::atomic_float<float, unsigned>(a, v, [](float x, float y) { return x > y ? x : y; }); }
+inline float atomicMin(float* a, float v) { return ::ncsimt::atomic_float<float, unsigned>(a, v, [](float x, float y) { return x < y ? x : y; }); }
+inline __half atomicAdd(__half* a, __half v) { return ::ncsimt::atomic_float<__half, unsigned short>(a, v, [](__half x, __half y) { return __hadd(x, y); }); }
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16* a, __nv_bfloat16 v) { return ::ncsimt::atomic_float<__nv_bfloat16, unsigned short>(a, v, [](__nv_bfloat16 x, __nv_bfloat16 y) { return __hadd(x, y); }); }
+
+// ------------------------------------------------------------------------------------------------
+// Math.  Correctly rounded where CUDA's are; see the header comment for the approximate ones.
+// ------------------------------------------------------------------------------------------------
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }  // GPU: approximate (<= 2 ulp)
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float rcbrtf(float x) { return 1.0f / cbrtf(x); }
+namespace ncsimt {
+// odd integer M and exponent e with v = M * 2^e (v > 0, finite)
+inline void odd_mantissa(double v, unsigned long long& M, int& e) {
+  int em;
+  double fm = std::frexp(v, &em);
+  M = (unsigned long long)std::ldexp(fm, 53);
+  e = em - 53;
+  while ((M & 1ull) == 0) { M >>= 1; e++; }
+}
+// sign of m*m*x - 1, exactly (m has <= 26 significant bits, x <= 24: the product fits 128 bits)
+inline int cmp_square_times(double m, float x) {
+  unsigned long long M, X;
+  int a, b;
+  odd_mantissa(m, M, a);
+  odd_mantissa((double)x, X, b);
+  unsigned __int128 P = (unsigned __int128)M * M * X;
+  int e = 2 * a + b;
+  if (e >= 0) return (P == 1 && e == 0) ? 0 : 1;
+  if (-e >= 127) return -1;
+  unsigned __int128 one = (unsigned __int128)1 << (-e);
+  return P > one ? 1 : (P == one ? 0 : -1);
+}
+// Correctly rounded 1/sqrt(x) in float: a candidate from double arithmetic, then the two
+// neighbouring midpoints compared with the exact value (1/sqrt(x) > m  <=>  m^2 x < 1).
+inline float rsqrt_rn(float x) {
+  if (std::isnan(x) || x < 0.0f) return std::numeric_limits<float>::quiet_NaN();
+  if (x == 0.0f) return std::copysign(std::numeric_limits<float>::infinity(), x);
+  if (std::isinf(x)) return 0.0f;
+  float r = (float)(1.0 / std::sqrt((double)x));
+  float up = std::nextafter(r, std::numeric_limits<float>::infinity());
+  float dn = std::nextafter(r, 0.0f);
+  if (cmp_square_times(((double)r + (double)up) / 2, x) < 0) return up;
+  if (cmp_square_times(((double)r + (double)dn) / 2, x) > 0) return dn;
+  return r;
+}
+}  // namespace ncsimt
+inline float __frsqrt_rn(float x) { return ::ncsimt::rsqrt_rn(x); }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __fsqrt_rd(float x) { return sqrtf(x); }
+inline float __fsqrt_ru(float x) { return sqrtf(x); }
+inline float __fsqrt_rz(float x) { return sqrtf(x); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __frcp_rn(float a) { return 1.0f / a; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+inline float __fdividef(float a, float b) { return a / b; }  // GPU: approximate
+inline float __expf(float x) { return expf(x); }            // GPU: approximate
+inline float __exp10f(float x) { return powf(10.0f, x); }
+inline float __logf(float x) { return logf(x); }
+inline float __log2f(float x) { return log2f(x); }
+inline float __log10f(float x) { return log10f(x); }
+inline float __powf(float a, float b) { return powf(a, b); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __tanf(float x) { return tanf(x); }
+inline float __saturatef(float x) { return x != x ? 0.0f : (x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x)); }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
+inline double __longlong_as_double(long long i) { double f; std::memcpy(&f, &i, 8); return f; }
+inline long long __double_as_longlong(double f) { long long i; std::memcpy(&i, &f, 8); return i; }
+inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+inline int __float2int_rz(float x) { return (int)x; }
+inline int __float2int_rd(float x) { return (int)floorf(x); }
+inline int __float2int_ru(float x) { return (int)ceilf(x); }
+inline float __int2float_rn(int x) { return (float)x; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline unsigned __brev(unsigned x) {
+  x = ((x >> 1) & 0x55555555u) | ((x & 0x55555555u) << 1);
+  x = ((x >> 2) & 0x33333333u) | ((x & 0x33333333u) << 2);
+  x = ((x >> 4) & 0x0f0f0f0fu) | ((x & 0x0f0f0f0fu) << 4);
+  x = ((x >> 8) & 0x00ff00ffu) | ((x & 0x00ff00ffu) << 8);
+  return (x >> 16) | (x << 16);
+}
+inline int __mul24(int a, int b) { return a * b; }
+inline unsigned __umul24(unsigned a, unsigned b) { return a * b; }
+inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcs(const T* p) { return *p; }
+template <class T> inline T __ldcg(const T* p) { return *p; }
+template <class T> inline T __ldca(const T* p) { return *p; }
+template <class T> inline T __ldlu(const T* p) { return *p; }
+template <class T> inline void __stcs(T* p, T v) { *p = v; }
+template <class T> inline void __stcg(T* p, T v) { *p = v; }
+template <class T> inline void __stwt(T* p, T v) { *p = v; }
+// CUDA's unqualified device min/max overloads
+inline int max(int a, int b) { return a > b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline float min(float a, float b) { return fminf(a, b); }
+inline double max(double a, double b) { return fmax(a, b); }
+inline double min(double a, double b) { return fmin(a, b); }
+inline unsigned umin(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned umax(unsigned a, unsigned b) { return a > b ? a : b; }
+using std::isnan;
+using std::isinf;
+using std::isfinite;
+using std::signbit;
+
+#endif  // NORMCHECK_SIMT_H

@@ -1,0 +1,222 @@
+"""The cpu backend: every supported CUDA feature against hand-computed results, and every
+failure raising its own typed error while later launches still work."""
+
+from fractions import Fraction
+from pathlib import Path
+
+import ml_dtypes
+import mpmath
+import numpy as np
+import pytest
+
+from normcheck import errors
+from normcheck.backends import get_backend
+from normcheck.formats import FP32
+
+SRC = Path(__file__).parent / "cuda" / "features.cu"
+ENTRIES = ["shuffles", "early_return", "dyn_reverse", "half_ops", "bf16_ops", "half2_ops",
+           "atomics", "vec_loads", "scale_kernel<float, 3>", "cg_sum", "math_ops", "null_deref",
+           "read_past", "divergent_barrier", "endless"]
+
+
+@pytest.fixture(scope="module")
+def k():
+    return get_backend("cpu").compile_many(SRC, ENTRIES)
+
+
+def test_shuffles_with_widths_and_votes(k):
+    out = np.zeros(18 * 32, np.int32)
+    k["shuffles"](1, 32, [out])
+    out = out.reshape(18, 32)
+    lane = np.arange(32)
+    v = 100 + lane
+    row = 0
+    for w in (32, 16, 8):
+        seg = lane // w * w
+        assert list(out[row]) == list(100 + seg + 3), f"shfl width {w}"
+        assert list(out[row + 1]) == list(np.where(lane % w >= 2, v - 2, v)), f"up width {w}"
+        assert list(out[row + 2]) == list(np.where(lane % w + 5 < w, v + 5, v)), f"down {w}"
+        assert list(out[row + 3]) == list(100 + (lane ^ 4)), f"xor width {w}"
+        row += 4
+    ballot = np.uint32(sum(1 << i for i in range(0, 32, 3))).view(np.int32)
+    assert set(out[12]) == {ballot}
+    assert set(out[13]) == {1} and set(out[14]) == {0}
+    assert set(out[15]) == {-1}  # __activemask(): all 32 lanes
+    assert set(out[16]) == {sum(range(32))}  # __reduce_add_sync
+    assert list(out[17]) == [100] * 16 + [116] * 16  # two half-warp groups, own masks
+
+
+@pytest.mark.parametrize("live", [256, 100, 1])
+def test_early_return_before_barrier(k, live):
+    y = np.full(256, -1.0, np.float32)
+    k["early_return"](1, 256, [y, np.int32(live)])
+    assert list(y[:live]) == [float(live - 1 - t) for t in range(live)]
+    assert np.all(y[live:] == -1)
+
+
+def test_dynamic_shared_memory(k):
+    x = np.arange(3 * 64, dtype=np.float32)
+    y = np.zeros_like(x)
+    k["dyn_reverse"](3, 64, [y, x], shared_mem=64 * 4)
+    assert np.array_equal(y.reshape(3, 64), x.reshape(3, 64)[:, ::-1])
+
+
+def test_half_conversions_and_arithmetic_match_numpy(k):
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal(1000) * 300).astype(np.float32)
+    b = (rng.standard_normal(1000) * 3).astype(np.float32)
+    a[:4] = [65519.0, 65520.0, 1e-8, -0.0]
+    h = np.zeros(4000, np.float16)
+    k["half_ops"](4, 256, [h, a, b, np.int32(1000)])
+    with np.errstate(over="ignore"):
+        x, y = a.astype(np.float16), b.astype(np.float16)
+        want = np.stack([x, x + y, x * y, x * y + x], axis=1).ravel()
+    assert np.array_equal(h, want, equal_nan=True)
+
+
+def test_bf16_conversions_and_arithmetic_match_ml_dtypes(k):
+    rng = np.random.default_rng(1)
+    bf = ml_dtypes.bfloat16
+    a = (rng.standard_normal(1000) * 1e3).astype(np.float32)
+    b = (rng.standard_normal(1000) + 0.5).astype(np.float32)
+    h = np.zeros(4000, bf)
+    k["bf16_ops"](4, 256, [h, a, b, np.int32(1000)])
+    x, y = a.astype(bf), b.astype(bf)
+    div = (x.astype(np.float32) / y.astype(np.float32)).astype(bf)
+    want = np.stack([x, x + y, x * y, div], axis=1).ravel()
+    assert np.array_equal(h.astype(np.float32), want.astype(np.float32), equal_nan=True)
+
+
+def test_half2(k):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(64).astype(np.float16)
+    b = rng.standard_normal(64).astype(np.float16)
+    out = np.zeros(128, np.float16)
+    k["half2_ops"](1, 32, [out, a, b])
+    assert np.array_equal(out[:64], a + b) and np.array_equal(out[64:], a * b)
+
+
+def test_atomics_across_blocks(k):
+    c = np.array([0, -1, 0, 0, 0, 0], np.int32)
+    f = np.zeros(1, np.float32)
+    k["atomics"](4, 64, [c, f], workers=2)
+    assert list(c) == [256, 255, -3, 7, 1, 42]
+    assert f[0] == 128.0
+
+
+def test_vector_loads(k):
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros_like(x)
+    k["vec_loads"](1, 32, [y, x, np.int32(16)])
+    assert np.array_equal(y.reshape(16, 4), x.reshape(16, 4)[:, ::-1])
+
+
+def test_template_entry(k):
+    kern = k["scale_kernel<float, 3>"]
+    assert [p.ctype for p in kern.params] == ["float*", "const float*", "int"]
+    x = np.arange(10, dtype=np.float32)
+    y = np.zeros_like(x)
+    kern(1, 32, [y, x, 10])
+    assert np.array_equal(y, 3 * x)
+
+
+def test_cooperative_groups(k):
+    x = np.random.default_rng(3).integers(-50, 50, 3 * 128).astype(np.float32)
+    y = np.zeros(6, np.float32)
+    k["cg_sum"](3, 128, [y, x])
+    assert np.array_equal(y[:3], x.reshape(3, 128).sum(axis=1))
+    assert list(y[3:]) == [28.0] * 3
+
+
+def test_math_intrinsics(k):
+    rng = np.random.default_rng(4)
+    x = np.abs(rng.standard_normal(500)).astype(np.float32) * np.float32(7)
+    x[:3] = [np.float32(2.0**-140), np.float32(3.0e38), np.float32(1.0)]
+    y = np.zeros(6 * 500, np.float32)
+    k["math_ops"](2, 256, [y, x, np.int32(500)])
+    y = y.reshape(500, 6)
+    assert np.array_equal(y[:, 0], np.sqrt(x))
+    with mpmath.workprec(200):
+        want = [FP32.round(1 / mpmath.sqrt(mpmath.mpf(float(v)))) for v in x]
+    assert list(y[:, 1].astype(np.float64)) == want  # correctly rounded
+    fma = [FP32.round(Fraction(float(v)) ** 2 - 1) for v in x]
+    assert list(y[:, 2].astype(np.float64)) == fma  # a true fused multiply-add
+    with np.errstate(over="ignore"):
+        assert np.array_equal(y[:, 3], x * np.float32(3) + (x + np.float32(1)))
+        assert np.array_equal(y[:, 4], np.maximum(x, 2) - np.minimum(x, 2))
+        assert np.array_equal(y[:, 5], np.float32(1) / x)
+
+
+def test_rsqrt_rn_is_correctly_rounded_on_hard_cases(k):
+    # many random bit patterns across the whole float32 range
+    rng = np.random.default_rng(5)
+    bits = rng.integers(1, 0x7F800000, 20000, dtype=np.uint32)
+    x = bits.view(np.float32)
+    y = np.zeros(6 * x.size, np.float32)
+    k["math_ops"]((x.size + 255) // 256, 256, [y, x, np.int32(x.size)])
+    got = y.reshape(-1, 6)[:, 1].astype(np.float64)
+    with mpmath.workprec(120):
+        want = np.array([FP32.round(1 / mpmath.sqrt(mpmath.mpf(float(v)))) for v in x])
+    assert np.array_equal(got, want)
+
+
+def test_arguments_are_checked(k):
+    kern = k["read_past"]
+    with pytest.raises(errors.InvalidArgument, match=r"args\[1\]\.dtype='float64'.*float32"):
+        kern(1, 32, [np.zeros(4, np.float32), np.zeros(4), 4])
+    with pytest.raises(errors.InvalidArgument, match=r"3 arguments"):
+        kern(1, 32, [np.zeros(4, np.float32)])
+    with pytest.raises(errors.InvalidArgument, match=r"np\.int32"):
+        kern(1, 32, [np.zeros(4, np.float32), np.zeros(4, np.float32), np.float32(4)])
+    with pytest.raises(errors.InvalidArgument, match=r"block=2048.*1024"):
+        kern(1, 2048, [np.zeros(4, np.float32), np.zeros(4, np.float32), 4])
+
+
+def test_failures_are_typed_and_the_process_carries_on(k):
+    y = np.zeros(64, np.float32)
+    x = np.arange(64, dtype=np.float32)
+    with pytest.raises(errors.KernelCrash, match="null pointer read"):
+        k["null_deref"](1, 32, [y])
+    with pytest.raises(errors.OutOfBounds,
+                       match=r"read of element 64 of argument 1 `x` .*64 elements") as e:
+        k["read_past"](1, 128, [y, x, np.int32(64)], names=["y", "x", "n"])
+    assert e.value.kind == "out_of_bounds" and e.value.details["name"] == "x"
+    with pytest.raises(errors.KernelDeadlock, match=r"block \(0,0,0\).*__syncthreads.*__syncwarp"):
+        k["divergent_barrier"](1, 32, [y])
+    with pytest.raises(errors.KernelTimeout, match="2 s limit"):
+        k["endless"](1, 32, [y], timeout=2)
+    # and the next launch in the same process works
+    x2 = np.arange(64, dtype=np.float32)
+    y2 = np.zeros_like(x2)
+    k["read_past"](1, 63, [y2, x2, np.int32(63)])
+    assert np.array_equal(y2[:63], x2[:63])
+
+
+def test_compile_error_points_at_the_users_file_and_line(tmp_path):
+    src = tmp_path / "broken.cu"
+    src.write_text('extern "C" __global__ void k(float* y) {\n  y[0] = undefined_thing;\n}\n')
+    with pytest.raises(errors.CompileError, match=r"broken\.cu:2:\d+: error: 'undefined_thing'"):
+        get_backend("cpu").compile(src, "k")
+
+
+def test_unsupported_features_say_so(tmp_path):
+    src = tmp_path / "cub.cu"
+    src.write_text('#include <cub/cub.cuh>\nextern "C" __global__ void k(float* y) {}\n')
+    with pytest.raises(errors.CompileError, match="CUB .* not supported"):
+        get_backend("cpu").compile(src, "k")
+    with pytest.raises(errors.CompileError, match="`__ldg_weird` is a CUDA feature"):
+        get_backend("cpu").compile('extern "C" __global__ void k(float* y) { __ldg_weird(y); }',
+                                   "k")
+    with pytest.raises(errors.CompileError, match="inline assembly"):
+        get_backend("cpu").compile(
+            'extern "C" __global__ void k(float* y) { asm volatile("membar.gl;"); }', "k")
+
+
+def test_missing_entry_is_a_compile_error():
+    with pytest.raises(errors.CompileError, match="entry could not be instantiated"):
+        get_backend("cpu").compile('extern "C" __global__ void k(float* y) {}', "nope")
+
+
+def test_unknown_backend():
+    with pytest.raises(errors.InvalidArgument, match="backend='tpu'"):
+        get_backend("tpu")
