@@ -2,7 +2,7 @@
 
 * ``normcheck bench oracle``  — oracle rows/s beside a per-row pure-mpmath LayerNorm.
 * ``normcheck bench backend`` — cpu-backend rows/s of a one-block-per-row LayerNorm kernel
-  beside numpy's vectorised float32 two-pass LayerNorm.
+  beside numpy's vectorised float32 two-pass LayerNorm (the ratio is how many times slower).
 """
 
 from __future__ import annotations
@@ -57,4 +57,50 @@ def oracle_benchmark(cols=(1024, 4096), fmts=("fp16", "bf16", "fp32"), elements=
             echo(f"{name:6} {D:5d} {row['oracle_rows_per_s']:14,.0f} "
                  f"{row['mpmath_rows_per_s']:14,.1f} {row['ratio']:7,.0f}x "
                  f"{row['unsettled_fraction']:23.2e}")
+    return out
+
+
+def backend_benchmark(cols=(1024, 4096), rows=2048, variant="layernorm_two_pass_fp32",
+                      workers=None, seed=0, echo=print) -> list[dict]:
+    """Rows/s of a built-in one-block-per-row LayerNorm (256 threads) on the cpu backend, end to
+    end (transfer to the worker included) and inside the launch, beside numpy's vectorised
+    float32 two-pass LayerNorm on the same rows."""
+    import os
+
+    from normcheck import kernels
+
+    workers = workers or os.cpu_count() or 1
+    rng = np.random.default_rng(seed)
+    v = kernels.get(variant)
+    kern = kernels.compiled(v)
+    out = []
+    echo(f"{variant} on the cpu backend, {workers} worker threads, block 256")
+    echo(f"{'D':>5} {'rows/s':>10} {'in launch':>10} {'numpy f32':>10} {'ratio':>7}")
+    for D in cols:
+        x = rng.standard_normal((rows, D)).astype(np.float32)
+        g = np.ones(D, np.float32)
+        b = np.zeros(D, np.float32)
+        y = np.empty_like(x)
+        args = [y, x, g, b, np.float32(1e-5), np.int32(rows), np.int32(D)]
+        kern((rows,), (256,), args, workers=workers)  # warm up
+        launch = []
+
+        def once():
+            kern((rows,), (256,), args, workers=workers)
+            launch.append(kern.last_seconds)
+
+        t = _best(once, 3)
+
+        def np_ln():
+            mu = x.mean(axis=1, keepdims=True, dtype=np.float32)
+            d = x - mu
+            var = (d * d).mean(axis=1, keepdims=True, dtype=np.float32)
+            return d / np.sqrt(var + np.float32(1e-5)) * g + b
+
+        t_np = _best(np_ln, 3)
+        row = {"cols": D, "rows_per_s": rows / t, "rows_per_s_in_launch": rows / min(launch),
+               "numpy_rows_per_s": rows / t_np, "numpy_ratio": t / t_np, "workers": workers}
+        out.append(row)
+        echo(f"{D:5d} {row['rows_per_s']:10,.0f} {row['rows_per_s_in_launch']:10,.0f} "
+             f"{row['numpy_rows_per_s']:10,.0f} {row['numpy_ratio']:6.1f}x")
     return out

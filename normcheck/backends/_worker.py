@@ -136,6 +136,19 @@ def launch(req):
             lib.ncsimt_free_guarded(b[2], b[3])
 
 
+def signatures(req):
+    try:
+        lib = _lib(req["so"])
+    except OSError as e:
+        return {"ok": False, "message": str(e)}
+    out = []
+    for i in range(req["n"]):
+        fn = getattr(lib, f"ncsimt_signature_{i}")
+        fn.restype = ctypes.c_char_p
+        out.append(fn().decode())
+    return {"ok": True, "signatures": out}
+
+
 def _read(stream, n):
     buf = b""
     while len(buf) < n:
@@ -159,6 +172,8 @@ def main():
         req = pickle.loads(_read(inp, n))
         if req.get("op") == "ping":
             rep = {"ok": True, "pid": os.getpid()}
+        elif req.get("op") == "signatures":
+            rep = signatures(req)
         else:
             rep = launch(req)
         data = pickle.dumps(rep, protocol=pickle.HIGHEST_PROTOCOL)

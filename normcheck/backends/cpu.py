@@ -202,6 +202,7 @@ def build(source, entries: list[str], defines=None, extra_flags=()) -> Module:
             raise invalid("source", str(source), "a readable .cu file or a string of CUDA C",
                           "check the path")
         src, origin = path.read_text(), str(path.resolve())
+        extra_flags = [f"-I{path.resolve().parent}", *extra_flags]
     elif isinstance(source, str):
         src, origin = source, "<source>"
     else:
@@ -234,13 +235,14 @@ def build(source, entries: list[str], defines=None, extra_flags=()) -> Module:
                                _explain(r.stderr, str(tu_path)))
         os.replace(tmp, so)
     mod = Module(str(so), list(entries))
-    import ctypes
-
-    lib = ctypes.CDLL(str(so), mode=os.RTLD_LOCAL | os.RTLD_NOW)
-    for i, e in enumerate(entries):
-        fn = getattr(lib, f"ncsimt_signature_{i}")
-        fn.restype = ctypes.c_char_p
-        mod.signatures[e] = base.parse_signature(fn().decode())
+    # the signatures are read in the worker: the caller's process never loads user code
+    rep = _worker.request({"op": "signatures", "so": str(so), "n": len(entries)}, 60.0)
+    if isinstance(rep, tuple) or not rep.get("ok"):
+        raise CompileError(f"{origin}: the compiled module could not be loaded",
+                           rep.get("message", "") if isinstance(rep, dict) else
+                           _worker.stderr_tail())
+    for e, raw in zip(entries, rep["signatures"]):
+        mod.signatures[e] = base.parse_signature(raw)
     return mod
 
 
@@ -253,13 +255,34 @@ class _Worker:
     def __init__(self):
         self.proc = None
         self.stderr = None
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.shm_path = None
+        self.shm_fd = None
+        self.shm_map = None
+        self.shm_size = 0
+
+    def arena(self, size: int):
+        """The file shared with the worker that carries the arrays, grown to ``size`` bytes and
+        kept: its pages are zeroed by the OS once, not at every launch."""
+        if self.shm_map is None or size > self.shm_size:
+            if self.shm_map is not None:
+                self.shm_map.close()
+            if self.shm_fd is None:
+                d = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+                self.shm_fd, self.shm_path = tempfile.mkstemp(prefix="normcheck-args-", dir=d)
+            self.shm_size = max(size, 2 * self.shm_size)
+            os.ftruncate(self.shm_fd, self.shm_size)
+            self.shm_map = mmap.mmap(self.shm_fd, self.shm_size)
+        return self.shm_map, self.shm_path
 
     def _start(self):
         if self.stderr is not None:
             self.stderr.close()
         self.stderr = tempfile.TemporaryFile()
         env = dict(os.environ)
+        # static TLS for the shim's initial-exec variables, 64 bytes a loaded module
+        env["GLIBC_TUNABLES"] = ":".join(
+            t for t in (env.get("GLIBC_TUNABLES"), "glibc.rtld.optional_static_tls=262144") if t)
         self.proc = subprocess.Popen([sys.executable, "-m", "normcheck.backends._worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr, env=env, bufsize=0)
@@ -330,6 +353,11 @@ class _Worker:
             if self.stderr is not None:
                 self.stderr.close()
                 self.stderr = None
+            if self.shm_map is not None:
+                self.shm_map.close()
+                os.close(self.shm_fd)
+                os.unlink(self.shm_path)
+                self.shm_map = self.shm_fd = self.shm_path = None
 
 
 _worker = _Worker()
@@ -386,39 +414,34 @@ class CpuKernel:
                 size += region
             else:
                 wire.append(("scalar", a.dtype.str, a.tobytes()))
-        shm_dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-        fd, shm = tempfile.mkstemp(prefix="normcheck-args-", dir=shm_dir)
         rfd, report = tempfile.mkstemp(prefix="normcheck-report-")
         os.close(rfd)
         try:
-            os.ftruncate(fd, max(size, page))
-            mm = mmap.mmap(fd, max(size, page))
-            view = np.frombuffer(mm, np.uint8)
-            try:
-                for a, off, slack in layout:
-                    view[off - slack:off] = 0xA5
-                    view[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
-                req = {"so": self.module.path, "index": self.index, "grid": g, "block": b,
-                       "shared_mem": int(shared_mem), "shm": shm, "args": wire,
-                       "workers": workers, "schedule": _SCHEDULES[schedule], "seed": int(seed),
-                       "report": report}
-                rep = _worker.request(req, timeout)
-                if isinstance(rep, tuple):
-                    self._raise_dead(rep, report, args, names, timeout, g)
-                if not rep["ok"]:
-                    self._raise_failed(rep, args, names)
-                for a, off, slack in layout:
-                    a.reshape(-1).view(np.uint8)[:] = view[off:off + a.nbytes]
-            finally:
-                del view
-                mm.close()
-        finally:
-            os.close(fd)
-            for path in (shm, report):
+            with _worker.lock:
+                mm, shm = _worker.arena(max(size, page))
+                view = np.frombuffer(mm, np.uint8, count=max(size, page))
                 try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+                    for a, off, slack in layout:
+                        view[off - slack:off] = 0xA5
+                        view[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
+                    req = {"so": self.module.path, "index": self.index, "grid": g, "block": b,
+                           "shared_mem": int(shared_mem), "shm": shm, "args": wire,
+                           "workers": workers, "schedule": _SCHEDULES[schedule],
+                           "seed": int(seed), "report": report}
+                    rep = _worker.request(req, timeout)
+                    if isinstance(rep, tuple):
+                        self._raise_dead(rep, report, args, names, timeout, g)
+                    if not rep["ok"]:
+                        self._raise_failed(rep, args, names)
+                    for a, off, slack in layout:
+                        a.reshape(-1).view(np.uint8)[:] = view[off:off + a.nbytes]
+                finally:
+                    del view
+        finally:
+            try:
+                os.unlink(report)
+            except OSError:
+                pass
         self.last_seconds = rep["seconds"]
 
     # -- failures ---------------------------------------------------------------------------------

@@ -18,16 +18,16 @@
 
 namespace ncsimt {
 
-thread_local Fiber* tls_cur = nullptr;
-thread_local BlockCtx* tls_block = nullptr;
-thread_local uint3 tls_blockIdx;
-thread_local dim3 tls_blockDim;
-thread_local dim3 tls_gridDim;
-thread_local unsigned char* tls_dyn_smem = nullptr;
+NC_TLS Fiber* tls_cur = nullptr;
+NC_TLS BlockCtx* tls_block = nullptr;
+NC_TLS uint3 tls_blockIdx;
+NC_TLS dim3 tls_blockDim;
+NC_TLS dim3 tls_gridDim;
+NC_TLS unsigned char* tls_dyn_smem = nullptr;
 
 typedef void (*Thunk)(void**);
-thread_local Thunk tls_thunk = nullptr;
-thread_local void** tls_args = nullptr;
+NC_TLS Thunk tls_thunk = nullptr;
+NC_TLS void** tls_args = nullptr;
 
 // ------------------------------------------------------------------------------------------------
 // Context switch (x86-64 System V): saves the callee-saved registers on the old stack, switches

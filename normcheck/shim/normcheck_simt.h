@@ -110,12 +110,16 @@ struct Fiber {
 };
 
 struct BlockCtx;
-extern thread_local Fiber* tls_cur;
-extern thread_local BlockCtx* tls_block;
-extern thread_local uint3 tls_blockIdx;
-extern thread_local dim3 tls_blockDim;
-extern thread_local dim3 tls_gridDim;
-extern thread_local unsigned char* tls_dyn_smem;
+// The runtime's own per-OS-thread state uses the initial-exec TLS model (a plain %fs-relative
+// load, not a __tls_get_addr call per threadIdx); the worker process reserves static TLS for it
+// (GLIBC_TUNABLES=glibc.rtld.optional_static_tls).  __shared__ variables stay dynamic TLS.
+#define NC_TLS thread_local __attribute__((tls_model("initial-exec")))
+extern NC_TLS Fiber* tls_cur;
+extern NC_TLS BlockCtx* tls_block;
+extern NC_TLS uint3 tls_blockIdx;
+extern NC_TLS dim3 tls_blockDim;
+extern NC_TLS dim3 tls_gridDim;
+extern NC_TLS unsigned char* tls_dyn_smem;
 
 void yield_barrier(int pred);
 int barrier_result(int kind);
@@ -334,7 +338,11 @@ inline float rsqrt_rn(float x) {
   if (std::isnan(x) || x < 0.0f) return std::numeric_limits<float>::quiet_NaN();
   if (x == 0.0f) return std::copysign(std::numeric_limits<float>::infinity(), x);
   if (std::isinf(x)) return 0.0f;
-  float r = (float)(1.0 / std::sqrt((double)x));
+  double rd = 1.0 / std::sqrt((double)x);  // within 2^-52 relative of the exact value
+  float r = (float)rd;
+  // settled unless rd lies within 2^-50·rd of a float rounding midpoint
+  double half_ulp = std::ldexp(1.0, std::ilogb(r) - 24);
+  if (std::fabs(rd - (double)r) < half_ulp - std::ldexp(rd, -50)) return r;
   float up = std::nextafter(r, std::numeric_limits<float>::infinity());
   float dn = std::nextafter(r, 0.0f);
   if (cmp_square_times(((double)r + (double)up) / 2, x) < 0) return up;

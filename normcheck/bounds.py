@@ -1,0 +1,114 @@
+r"""A-priori error bounds of the built-in kernels, from a first-order rounding-error analysis.
+
+Used by the tests and the property suite to state "this kernel is accurate" with a bound that
+comes from an analysis, not from a measurement.  For a built-in variant and a row, the answer y_j
+of element j must satisfy
+
+    |y_j - t_j| <= ulp_S(|t_j| + E_j)/2 + E_j
+
+(the final rounding to the storage format S, plus E_j, a bound on the error of the float value
+the kernel rounds).  E_j follows the kernel's arithmetic (Higham, *Accuracy and Stability of
+Numerical Algorithms*, ch. 3–4; Chan, Golub & LeVeque 1983 for the variance):
+
+    E_j = |γ_j|·r·(e_μ + a·|x_j - μ|) + |γ_j·x̂_j|·ρ_r + u·(2|γ_j·x̂_j| + |β_j|)
+
+* m = ⌈D/B⌉ + log₂B + 2 roundings on the longest path of a block sum (each thread adds
+  ⌈D/B⌉ elements in turn, then a tree of log₂B levels, then the division by D);
+* e_μ = m·u_Σ·mean|x| bounds the computed mean's error (γ_m·Σ|x|/D, Higham (4.4)); Welford's
+  running mean (one division per update) gets twice that;
+* a: rounding of x - μ̃ (u, plus u_S where the deviation is stored in S);
+* ρ_r, the relative error of rstd, is half that of var+ε plus one rounding of the square root:
+  - two-pass: Σ(x-μ̃)² has relative error (m+3)·u_Σ (+ 3u_S when the squares are formed in S),
+    and the shifted mean adds D·e_μ² (Σ(x-μ̃)² = Σ(x-μ)² + D(μ̃-μ)²);
+  - Welford: the updating algorithm's N·κ·u (Chan, Golub & LeVeque), as 4·m·(1+κ)·u_Σ with
+    κ = |μ|/σ;
+  - naive: E[x²] - E[x]² has absolute error (m+3)·u_Σ·2·mean(x²) + 2|μ|e_μ, i.e. relative error
+    ∝ m·u·(1+κ²): the catastrophic cancellation;
+  - RMSNorm: Σx² with relative error (m+1)·u_Σ (+ u_S for squares formed in S);
+* u = 2⁻²⁴ (float), u_S the unit roundoff of the storage format, u_Σ the unit roundoff the sums
+  are rounded to (u, or u_S for STORAGE_ACCUMULATE);
+* the fast-math flavour's rsqrtf adds 3u (2 ulp on the GPU, 2 roundings on the CPU).
+
+E_j is doubled to cover the second-order terms the analysis drops.  The bound assumes nothing
+overflows in S: a square formed in fp16 from |x| >= 256 is a failure, not an error to bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from normcheck.kernels import BLOCK, Variant
+
+__all__ = ["error_bound", "within_bound", "SAFETY"]
+
+U = 2.0**-24
+#: Multiplies E_j: covers the second-order terms of the first-order analysis.
+SAFETY = 2.0
+
+
+def error_bound(v: Variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5),
+                block: int = BLOCK) -> np.ndarray:
+    """E_j of every element of the rows ``x`` (the rows the kernel normalises, as float64)."""
+    x = np.asarray(x, dtype=np.float64)
+    rows, D = x.shape
+    g = np.ones(D) if gamma is None else np.asarray(gamma, dtype=np.float64)
+    if v.norm.startswith("gemma"):
+        g = 1.0 + g
+    b = np.zeros(D) if beta is None else np.asarray(beta, dtype=np.float64)
+    uS = 2.0 ** -v.fmt.precision
+    order = v.order or "upcast_square"
+    u_sum = uS if order == "storage_accumulate" else U
+    sq_in_s = order == "square_upcast"
+    m = math.ceil(D / block) + math.log2(block) + 2
+    center = v.norm in ("layernorm", "add_layernorm")
+    eps = float(np.float32(eps))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if center:
+            mu = x.mean(axis=1, keepdims=True)
+            dev = x - mu
+            S = (dev * dev).sum(axis=1, keepdims=True)
+            var = S / D
+            sigma = np.sqrt(var)
+            e_mu = m * u_sum * np.abs(x).mean(axis=1, keepdims=True)
+            if order == "storage_accumulate":
+                e_mu = e_mu + uS * np.abs(mu)
+            a = U + (uS if order == "storage_accumulate" else 0.0)
+            if v.algorithm == "two_pass":
+                rel_S = (m + 3) * u_sum + (3 * uS if sq_in_s else 0.0)
+                abs_v = rel_S * var + e_mu * e_mu
+            elif v.algorithm == "welford":
+                e_mu = 2 * e_mu
+                kappa = np.abs(mu) / np.where(sigma > 0, sigma, np.inf)
+                rel_S = 4 * m * (1 + kappa) * u_sum + (3 * uS if sq_in_s else 0.0)
+                abs_v = rel_S * var + e_mu * e_mu
+            else:  # naive
+                ms = (x * x).mean(axis=1, keepdims=True)
+                abs_v = (m + 3) * u_sum * 2 * ms + 2 * np.abs(mu) * e_mu + (
+                    3 * uS * ms if sq_in_s else 0.0)
+        else:
+            mu = 0.0
+            dev = x
+            var = (x * x).mean(axis=1, keepdims=True)
+            e_mu = np.zeros((rows, 1))
+            a = 0.0
+            abs_v = ((m + 1) * u_sum + (3 * uS if sq_in_s else 0.0)) * var
+        w = var + eps
+        rel_w = abs_v / w + U
+        rho_r = 0.5 * rel_w + U + (3 * U if v.fast_math else 0.0)
+        r = 1.0 / np.sqrt(w)
+        xhat = dev * r
+        gx = np.abs(g * xhat)
+        E = np.abs(g) * r * (e_mu + a * np.abs(dev)) + gx * rho_r + U * (2 * gx + np.abs(b))
+    return SAFETY * E
+
+
+def within_bound(ref, y, E) -> np.ndarray:
+    """Mask of elements with |y - t| <= ulp_S(|t| + E)/2 + E (non-finite answers fail)."""
+    t = ref.exact
+    a = np.asarray(y).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lim = ref.fmt.ulp_array(np.abs(t) + E) / 2 + E
+        ok = np.abs(a - t) <= lim
+    return ok | (np.isnan(t) & np.isnan(a))

@@ -1,0 +1,231 @@
+"""The built-in kernels of ``cuda_src/``: a registry of every variant and a runner.
+
+Each variant is one ``extern "C"`` entry of a file in ``cuda_src/`` (the file's INDEX comment
+describes the ideas; ``tests/test_kernels.py`` keeps the registry, the INDEX and the entries
+equal).  :func:`run` launches a variant on rows with the DESIGN.md ABI — one block of 256
+threads per row — in chunks of rows, with the outputs poisoned (a NaN with a payload) first so
+that an element a
+kernel never writes cannot pass for a result (:func:`unwritten` finds them).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from normcheck import formats
+from normcheck.backends import get_backend
+from normcheck.errors import invalid
+
+__all__ = ["Variant", "variants", "get", "run", "poisoned", "unwritten", "CUDA_SRC", "NORMS",
+           "ORDERS", "ALGORITHMS"]
+
+CUDA_SRC = Path(__file__).resolve().parent.parent / "cuda_src"
+
+NORMS = ("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm", "add_rmsnorm")
+ORDERS = ("upcast_square", "square_upcast", "storage_accumulate")
+ALGORITHMS = ("naive", "two_pass", "welford", "rms")
+STORAGES = ("fp32", "fp16", "bf16")
+BLOCK = 256
+#: Rows per launch: bounds the memory of a run whatever the number of rows.
+CHUNK_ELEMENTS = 1 << 22
+
+# A NaN with a payload no arithmetic produces (computed NaNs are the default quiet NaN): what an
+# output buffer holds before the launch, so an element the kernel never writes is recognisable.
+_POISON_BITS = {"fp16": 0x7D5A, "bf16": 0x7FA5, "fp32": 0x7FA5A5A5}
+
+
+def poisoned(shape, dtype) -> np.ndarray:
+    """An array of the poison NaN of dtype's format."""
+    fmt = formats.of_dtype(dtype)
+    return np.full(shape, _POISON_BITS[fmt.name], fmt.uint).view(fmt.dtype)
+
+
+def unwritten(a) -> np.ndarray:
+    """Mask of the elements still holding the poison (never written by the kernel)."""
+    fmt = formats.of_dtype(np.asarray(a).dtype)
+    return np.asarray(a).view(fmt.uint) == _POISON_BITS[fmt.name]
+
+
+_FILES = {"layernorm": "layernorm.cu", "rmsnorm": "rmsnorm.cu", "gemma_rmsnorm": "rmsnorm.cu",
+          "add_layernorm": "add_norm.cu", "add_rmsnorm": "add_norm.cu"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One built-in kernel.  ``name`` is its entry in ``source``."""
+
+    name: str
+    norm: str
+    algorithm: str
+    storage: str
+    order: str | None
+    convention: str | None
+    fast_math: bool
+    source: str
+
+    @property
+    def fmt(self) -> formats.Format:
+        return formats.get(self.storage)
+
+    @property
+    def fused(self) -> bool:
+        return self.norm.startswith("add_")
+
+    @property
+    def has_beta(self) -> bool:
+        return self.norm in ("layernorm", "add_layernorm")
+
+    @property
+    def path(self) -> Path:
+        return CUDA_SRC / self.source
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _orders(storage):
+    return [None] if storage == "fp32" else list(ORDERS)
+
+
+def _name(*parts):
+    return "_".join(p for p in parts if p)
+
+
+def _build() -> list[Variant]:
+    out = []
+    for norm in NORMS:
+        algos = {"layernorm": ["naive", "two_pass", "welford"], "add_layernorm": ["two_pass"]}.get(
+            norm, ["rms"])
+        for algo in algos:
+            for fast in ([False, True] if norm == "layernorm" and algo == "two_pass" else [False]):
+                for st in STORAGES:
+                    for order in _orders(st):
+                        convs = [None] if not norm.startswith("add_") else (
+                            ["stored"] if st == "fp32" else ["exact", "stored"])
+                        for conv in convs:
+                            name = _name(norm, algo, st, order, conv, "fast" if fast else "")
+                            out.append(Variant(name, norm, algo, st, order, conv, fast,
+                                               _FILES[norm]))
+    return out
+
+
+_VARIANTS = _build()
+_BY_NAME = {v.name: v for v in _VARIANTS}
+
+
+def variants(*, norm=None, storage=None, algorithm=None, order=None, fast_math=None,
+             convention=None) -> list[Variant]:
+    """Every built-in variant, optionally filtered by attribute values."""
+    sel = _VARIANTS
+    for key, val in (("norm", norm), ("storage", storage), ("algorithm", algorithm),
+                     ("order", order), ("fast_math", fast_math), ("convention", convention)):
+        if val is not None:
+            sel = [v for v in sel if getattr(v, key) == val]
+    return list(sel)
+
+
+def get(name) -> Variant:
+    """The variant called ``name`` (a Variant passes through)."""
+    if isinstance(name, Variant):
+        return name
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        close = [n for n in _BY_NAME if str(name) in n][:5]
+        raise invalid("variant", name, "the name of a built-in kernel",
+                      "list them with `normcheck kernels`" +
+                      (f"; did you mean {', '.join(close)}?" if close else "")) from None
+
+
+_modules = {}
+_lock = threading.Lock()
+
+
+def compiled(variant: Variant, backend="cpu"):
+    """The compiled kernel of ``variant`` (its whole source file is built once per backend)."""
+    be = get_backend(backend) if isinstance(backend, str) else backend
+    key = (be.name, variant.source)
+    with _lock:
+        if key not in _modules:
+            entries = [v.name for v in _VARIANTS if v.source == variant.source]
+            _modules[key] = be.compile_many(variant.path, entries)
+    return _modules[key][variant.name]
+
+
+def _param(a, name, cols, fmt, default):
+    if a is None:
+        return np.full(cols, default, fmt.dtype)
+    if not isinstance(a, np.ndarray) or a.shape != (cols,):
+        raise invalid(name, a, f"a 1-D array of {cols} values in {fmt.name}",
+                      f"pass np.asarray({name}, dtype=...) with one value per column")
+    if a.dtype != fmt.dtype:
+        raise invalid(f"{name}.dtype", str(a.dtype), f"{fmt.dtype} (the kernel's storage)",
+                      f"convert with {name}.astype(...) — and give the oracle the same values")
+    return np.ascontiguousarray(a)
+
+
+def run(variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5), residual=None,
+        backend="cpu", block=BLOCK, **launch):
+    """Run a built-in variant on the rows ``x`` ([rows, cols] in the variant's storage dtype).
+
+    Returns y, or (h, y) for fused kernels (which need ``residual``).  γ defaults to ones and β to
+    zeros; RMSNorm variants take no β.  ``launch`` goes to the kernel call (timeout, schedule,
+    workers)."""
+    v = get(variant)
+    fmt = v.fmt
+    if not isinstance(x, np.ndarray) or x.ndim != 2:
+        raise invalid("x", x, "a 2-D numpy array [rows, cols]", "reshape to (rows, cols)")
+    if x.dtype != fmt.dtype:
+        raise invalid("x.dtype", str(x.dtype), f"{fmt.dtype} for {v.name}",
+                      f"convert with x.astype(...) or pick a {formats.of_dtype(x.dtype).name} "
+                      "variant" if x.dtype in [f.dtype for f in formats.FORMATS.values()] else
+                      "use fp32, fp16 or bf16 rows")
+    rows, cols = x.shape
+    if cols < 1:
+        raise invalid("x.shape", x.shape, "at least one column")
+    if beta is not None and not v.has_beta:
+        raise invalid("beta", beta, f"None: {v.norm} has no β", "drop beta")
+    if v.fused:
+        if residual is None:
+            raise invalid("residual", None, f"the residual rows for the fused kernel {v.name}",
+                          "pass residual=... of x's shape and dtype")
+        if not isinstance(residual, np.ndarray) or residual.shape != x.shape or \
+                residual.dtype != x.dtype:
+            raise invalid("residual", residual, f"an array of shape {x.shape} and dtype {x.dtype}")
+    elif residual is not None:
+        raise invalid("residual", residual, f"None: {v.name} is not a fused kernel")
+    g = _param(gamma, "gamma", cols, fmt, 0.0 if v.norm == "gemma_rmsnorm" else 1.0)
+    b = _param(beta, "beta", cols, fmt, 0.0) if v.has_beta else None
+    eps = np.float32(eps)
+    kern = compiled(v, backend)
+    x = np.ascontiguousarray(x)
+    y = np.empty_like(x)
+    h = np.empty_like(x) if v.fused else None
+    step = max(1, CHUNK_ELEMENTS // cols)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        n = r1 - r0
+        xc = x[r0:r1]
+        yc = poisoned((n, cols), fmt.dtype)
+        args = [yc, xc]
+        names = ["y", "x"]
+        if v.fused:
+            hc = poisoned((n, cols), fmt.dtype)
+            args = [hc, yc, xc, np.ascontiguousarray(residual[r0:r1])]
+            names = ["h", "y", "x", "residual"]
+        args.append(g)
+        names.append("gamma")
+        if b is not None:
+            args.append(b)
+            names.append("beta")
+        args += [eps, np.int32(n), np.int32(cols)]
+        names += ["eps", "rows", "cols"]
+        kern((n,), (block,), args, names=names, **launch)
+        y[r0:r1] = yc
+        if v.fused:
+            h[r0:r1] = hc
+    return (h, y) if v.fused else y
