@@ -17,7 +17,8 @@ Numerical Algorithms*, ch. 3–4; Chan, Golub & LeVeque 1983 for the variance):
 * e_μ = m·u_Σ·mean|x| bounds the computed mean's error (γ_m·Σ|x|/D, Higham (4.4)); Welford's
   running mean (one division per update) gets twice that;
 * a: rounding of x - μ̃ (u, plus u_S where the deviation is stored in S);
-* ρ_r, the relative error of rstd, is half that of var+ε plus one rounding of the square root:
+* ρ_r, the relative error of rstd, is (1-δ)^(-1/2) - 1 for a relative error δ of var+ε (about
+  δ/2; unbounded once δ reaches 1), plus one rounding of the square root:
   - two-pass: Σ(x-μ̃)² has relative error (m+3)·u_Σ (+ 3u_S when the squares are formed in S),
     and the shifted mean adds D·e_μ² (Σ(x-μ̃)² = Σ(x-μ)² + D(μ̃-μ)²);
   - Welford: the updating algorithm's N·κ·u (Chan, Golub & LeVeque), as 4·m·(1+κ)·u_Σ with
@@ -29,8 +30,11 @@ Numerical Algorithms*, ch. 3–4; Chan, Golub & LeVeque 1983 for the variance):
   are rounded to (u, or u_S for STORAGE_ACCUMULATE);
 * the fast-math flavour's rsqrtf adds 3u (2 ulp on the GPU, 2 roundings on the CPU).
 
-E_j is doubled to cover the second-order terms the analysis drops.  The bound assumes nothing
-overflows in S: a square formed in fp16 from |x| >= 256 is a failure, not an error to bound.
+Underflow adds an absolute 2⁻¹⁴⁹ (plus the smallest subnormal of S where values are rounded to
+S) to each square, so as much to the variance, as much to the mean and the deviations, and
+three to y.  E_j is doubled to cover the
+second-order terms the analysis drops.  The bound assumes nothing overflows (:func:`applies`): a
+square formed in fp16 from |x| >= 256 is a failure, not an error to bound.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import numpy as np
 
 from normcheck.kernels import BLOCK, Variant
 
-__all__ = ["error_bound", "within_bound", "SAFETY"]
+__all__ = ["error_bound", "within_bound", "applies", "SAFETY"]
 
 U = 2.0**-24
 #: Multiplies E_j: covers the second-order terms of the first-order analysis.
@@ -64,6 +68,7 @@ def error_bound(v: Variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5),
     m = math.ceil(D / block) + math.log2(block) + 2
     center = v.norm in ("layernorm", "add_layernorm")
     eps = float(np.float32(eps))
+    tiny = 2.0**-149 + (v.fmt.min_subnormal if order != "upcast_square" else 0.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if center:
             mu = x.mean(axis=1, keepdims=True)
@@ -94,21 +99,53 @@ def error_bound(v: Variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5),
             e_mu = np.zeros((rows, 1))
             a = 0.0
             abs_v = ((m + 1) * u_sum + (3 * uS if sq_in_s else 0.0)) * var
+        # underflow: each square off by <= one subnormal (so Σ/D too); μ̃ and x - μ̃ likewise
+        abs_v = abs_v + 2 * tiny
+        e_mu = e_mu + 2 * tiny
         w = var + eps
         rel_w = abs_v / w + U
-        rho_r = 0.5 * rel_w + U + (3 * U if v.fast_math else 0.0)
+        # 1/√(w(1-δ)) = r(1-δ)^(-1/2): ½δ to first order, no bound at all once δ reaches 1
+        rel_w = np.minimum(rel_w, 1.0)
+        rho_r = 1.0 / np.sqrt(1.0 - rel_w) - 1.0 + U + (3 * U if v.fast_math else 0.0)
         r = 1.0 / np.sqrt(w)
         xhat = dev * r
         gx = np.abs(g * xhat)
-        E = np.abs(g) * r * (e_mu + a * np.abs(dev)) + gx * rho_r + U * (2 * gx + np.abs(b))
+        E = np.abs(g) * r * (e_mu + a * np.abs(dev)) + gx * rho_r + U * (2 * gx + np.abs(b)) \
+            + 3 * 2.0**-149
+        E = np.where(np.isinf(rho_r), np.inf, E)  # no bound once var+ε may have lost all digits
     return SAFETY * E
 
 
+def applies(v: Variant, x) -> np.ndarray:
+    """Rows (mask) where :func:`error_bound`'s assumptions hold: finite values and no overflow —
+    neither in float (Σ of squares) nor in the storage format where the variant forms squares
+    (square_upcast) or partial sums (storage_accumulate)."""
+    x = np.asarray(x, dtype=np.float64)
+    F = 3.0e38
+    M = v.fmt.max_finite * 0.99
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = np.all(np.isfinite(x), axis=1)
+        center = v.norm in ("layernorm", "add_layernorm")
+        dev = x - x.mean(axis=1, keepdims=True) if center and v.algorithm != "naive" else x
+        sq = dev * dev
+        ok &= sq.sum(axis=1) < F / 2
+        if v.algorithm == "naive":
+            ok &= np.abs(x).sum(axis=1) < F / 2
+        if v.order == "square_upcast":
+            ok &= sq.max(axis=1) < M
+        if v.order == "storage_accumulate":
+            ok &= np.abs(x).sum(axis=1) < M
+            ok &= sq.sum(axis=1) < M
+    return ok
+
+
 def within_bound(ref, y, E) -> np.ndarray:
-    """Mask of elements with |y - t| <= ulp_S(|t| + E)/2 + E (non-finite answers fail)."""
+    """Mask of elements with |y - t| <= ulp_S(|t| + E)/2 + E.  A non-finite answer fails where
+    the bound is finite; where E is infinite the analysis promises nothing and any answer
+    passes."""
     t = ref.exact
     a = np.asarray(y).astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         lim = ref.fmt.ulp_array(np.abs(t) + E) / 2 + E
         ok = np.abs(a - t) <= lim
-    return ok | (np.isnan(t) & np.isnan(a))
+    return ok | (np.isnan(t) & np.isnan(a)) | np.isinf(E)

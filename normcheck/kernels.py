@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import formats
+from normcheck import formats, oracle
 from normcheck.backends import get_backend
 from normcheck.errors import invalid
 
-__all__ = ["Variant", "variants", "get", "run", "poisoned", "unwritten", "CUDA_SRC", "NORMS",
-           "ORDERS", "ALGORITHMS"]
+__all__ = ["Variant", "variants", "get", "run", "reference", "poisoned", "unwritten", "CUDA_SRC",
+           "NORMS", "ORDERS", "ALGORITHMS"]
 
 CUDA_SRC = Path(__file__).resolve().parent.parent / "cuda_src"
 
@@ -229,3 +229,21 @@ def run(variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5), residual=Non
         if v.fused:
             h[r0:r1] = hc
     return (h, y) if v.fused else y
+
+
+def reference(variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5), residual=None):
+    """The oracle's reference for what ``variant`` computes on these rows, and the rows it
+    normalises as float64 (x, or h for fused kernels: exact or stored per the convention)."""
+    v = get(variant)
+    ref = oracle.for_norm(v.norm, x, gamma, beta, residual=residual, eps=eps,
+                          convention=v.convention or "exact")
+    return ref, normalised_rows(ref, x, residual, v.convention)
+
+
+def normalised_rows(ref, x, residual=None, convention=None):
+    """The rows a kernel normalises, as float64: x, or the fused sum h (exact, or as stored)."""
+    if residual is None:
+        return x.astype(np.float64)
+    if convention == "stored":
+        return ref.h.rounded.astype(np.float64)
+    return x.astype(np.float64) + residual.astype(np.float64)

@@ -17,7 +17,8 @@ import numpy as np
 
 from normcheck.oracle import Reference
 
-__all__ = ["CLASSES", "FAILURE_CLASSES", "Comparison", "Summary", "compare", "summarize"]
+__all__ = ["CLASSES", "FAILURE_CLASSES", "Comparison", "Summary", "compare", "summarize",
+           "failure_message"]
 
 #: Outcome classes, by code.
 CLASSES = (
@@ -135,3 +136,33 @@ def summarize(c: Comparison) -> Summary:
         worst=tuple(int(i) for i in np.unravel_index(k, c.ulp.shape)),
         classes=c.counts(),
     )
+
+
+def failure_message(title: str, kernel: str, ref: Reference, actual, bad, x=None,
+                    replay: str | None = None, limit: str = "", first: int = 5) -> str:
+    """The fixed layout of a failure: what failed, on which kernel, mismatches n/N, the worst
+    element (row, col, input, kernel value, exact value, ULP), the first few, how to replay."""
+    actual = np.asarray(actual)
+    bad = np.asarray(bad, bool)
+    c = compare(ref, actual)
+    n, N = int(bad.sum()), bad.size
+    score = np.where(bad, np.nan_to_num(c.ulp, nan=np.inf, posinf=np.inf), -1.0)
+    i, j = np.unravel_index(int(np.argmax(score)), bad.shape)
+    cls = CLASSES[int(c.cls[i, j])]
+
+    def elem(r, k):
+        inp = f"x={float(x[r, k])!r} " if x is not None else ""
+        return (f"row {r}, col {k}: {inp}kernel={float(actual[r, k])!r} "
+                f"exact={float(ref.exact[r, k])!r} ({c.ulp[r, k]:.4g} ULP"
+                f"{'' if cls == 'finite' or (r, k) != (i, j) else ', ' + cls})")
+
+    lines = [f"normcheck: {title}",
+             f"  kernel     {kernel}",
+             f"  mismatches {n}/{N} elements{(' ' + limit) if limit else ''}",
+             f"  worst      {elem(i, j)}"]
+    rest = [tuple(p) for p in np.argwhere(bad)[:first]]
+    for r, k in rest:
+        lines.append(f"  first      {elem(r, k)}")
+    if replay:
+        lines.append(f"  replay     {replay}")
+    return "\n".join(lines)

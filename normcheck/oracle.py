@@ -24,8 +24,10 @@ How (Ziv's strategy, as correctly rounded maths libraries do):
    arithmetic at increasing precision.  mpmath is the truth; :func:`mp_reference` is the plain
    high-precision evaluation the tests compare against.
 
-Non-finite inputs (documented semantics): a row whose x (or h) holds a NaN or ±inf has NaN
-statistics and NaN outputs everywhere ("NaN in, NaN out", the IEEE result of the formula); for a
+Non-finite inputs (documented semantics: the IEEE evaluation of the formula).  A NaN anywhere
+in a row (x, or h for fused kernels) makes every output and statistic of the row NaN ("NaN in,
+NaN out").  A ±inf makes a LayerNorm row NaN (μ is infinite, x - μ is NaN or ∓inf); in RMSNorm
+Σx² = inf and rstd = 0, so finite elements give ±0 (x/∞) and infinite ones NaN (∞/∞).  For a
 finite row, a non-finite γ_j or β_j gives the IEEE value of γ_j·x̂_j + β_j (NaN for NaN, inf·0 or
 inf-inf; ±inf otherwise).
 """
@@ -44,6 +46,7 @@ from normcheck.errors import invalid
 from normcheck.formats import Format
 
 __all__ = [
+    "for_norm",
     "Reference",
     "FusedReference",
     "DEFAULT_EPS",
@@ -104,6 +107,7 @@ class Reference:
             err = np.abs(a - self.exact) / self.fmt.ulp_array(np.maximum(self.scale,
                                                                          np.abs(self.exact)))
         plain = self.ulp_error(actual)
+        err = np.where(plain == 0, 0.0, err)  # exact answers, NaN for NaN included
         return np.where(np.isfinite(plain), err, plain)
 
     @property
@@ -180,6 +184,21 @@ def add_rmsnorm(x, residual, gamma=None, *, eps=DEFAULT_EPS, convention="exact",
     """Exact fused residual add + RMSNorm (see :func:`add_layernorm` for the conventions)."""
     xin = _rows(x, "x")
     return _fused(xin, residual, gamma, None, eps, convention, out, False, bool(gemma))
+
+
+def for_norm(norm, x, gamma=None, beta=None, *, residual=None, eps=DEFAULT_EPS,
+             convention="exact", out=None):
+    """The reference of ``norm`` ("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm",
+    "add_rmsnorm") on these rows: one entry point for callers that hold the norm as data."""
+    if norm == "layernorm":
+        return layernorm(x, gamma, beta, eps=eps, out=out)
+    if norm in ("rmsnorm", "gemma_rmsnorm"):
+        return rmsnorm(x, gamma, eps=eps, out=out, gemma=norm == "gemma_rmsnorm")
+    if norm == "add_layernorm":
+        return add_layernorm(x, residual, gamma, beta, eps=eps, convention=convention, out=out)
+    if norm == "add_rmsnorm":
+        return add_rmsnorm(x, residual, gamma, eps=eps, convention=convention, out=out)
+    raise invalid("norm", norm, "layernorm, rmsnorm, gemma_rmsnorm, add_layernorm or add_rmsnorm")
 
 
 def _fused(xin, residual, gamma, beta, eps, convention, out, center, gemma):
@@ -349,9 +368,10 @@ def _normalise(pair: _Pair, g, b, eps: float, center: bool, gemma: bool, out: Fo
         fp = _fast(part, g, b, eps, center, gemma, mode)
         r_val, ok = _decide(fp["y"], fp["ey"], out)
         bad = fp["nonfinite"]
-        if np.any(bad):  # NaN in, NaN out: the whole row (documented semantics)
-            fp["y"][bad] = np.nan
-            r_val[bad] = np.nan
+        if np.any(bad):  # the IEEE value of the formula (module docstring)
+            val = _nonfinite_rows(part.hi[bad], geff, center)
+            fp["y"][bad] = val
+            r_val[bad] = val
             ok[bad] = True
         sc = fp["special_cols"]
         if sc is not None:  # IEEE value of γ·x̂ + β for non-finite γ_j / β_j
@@ -380,6 +400,16 @@ def _normalise(pair: _Pair, g, b, eps: float, center: bool, gemma: bool, out: Fo
     return ref
 
 
+def _nonfinite_rows(hi, geff, center):
+    """y of rows holding NaN or ±inf, as the IEEE evaluation of the formula gives it."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        nan_row = np.isnan(hi).any(axis=1, keepdims=True) | center
+        y = hi * 0.0  # x·rstd with rstd = 1/√∞ = 0: ±0 for finite x, NaN for ±inf
+        if geff is not None:
+            y = y * geff
+    return np.where(nan_row, np.nan, y)
+
+
 def _statistics(pair: _Pair, eps: float, center: bool) -> dict:
     """Exact row statistics, correctly rounded to float32: mean (LayerNorm only), var (the
     population variance, or the mean square) and rstd = 1/√(var+ε)."""
@@ -392,10 +422,13 @@ def _statistics(pair: _Pair, eps: float, center: bool) -> dict:
         part = pair.take(sl)
         fp = _fast(part, None, None, eps, center, False)
         bad = fp["nonfinite"]
+        nan_rows = np.isnan(part.hi.sum(axis=1)) | center
         for k in keys:
             r_val, ok = _decide(fp[k], fp["e" + k], formats.FP32)
             ex = fp[k].copy()
-            ex[bad], r_val[bad], ok[bad] = np.nan, np.nan, True
+            special = {"var": np.inf, "rstd": 0.0}.get(k, np.nan)  # RMSNorm rows with ±inf
+            ex[bad] = np.where(nan_rows[bad], np.nan, special)
+            r_val[bad], ok[bad] = ex[bad], True
             vals[k][0][sl], vals[k][1][sl], vals[k][2][sl] = ex, r_val, ~ok
             for i in np.nonzero(~ok)[0]:
                 row = _ExactRow(part.row(i), None, None, eps, center, False)

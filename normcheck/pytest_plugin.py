@@ -1,26 +1,67 @@
-"""pytest plugin (entry point ``normcheck``): the ``gpu`` marker and ``--normcheck-backend``.
+"""pytest plugin (entry point ``normcheck``): what a user's own test suite gets from normcheck.
+
+* ``--normcheck-backend {cpu,cuda,auto}`` and the ``normcheck_backend`` fixture (a backend
+  object);
+* the ``gpu`` marker: tests marked with it are skipped, with the reason, where no GPU is usable;
+* the strategies, as ``from normcheck.strategies import rows, row_cases``;
+* ``assert_accurate(...)``, a failure in normcheck's fixed layout.
 
 Loaded in every pytest run of an environment where normcheck is installed, so it imports nothing
-heavy at module level."""
+heavy until a test asks for it."""
 
 from __future__ import annotations
 
 import pytest
 
-__all__ = ["pytest_addoption", "pytest_configure", "normcheck_backend"]
+__all__ = ["pytest_addoption", "pytest_configure", "pytest_collection_modifyitems",
+           "normcheck_backend", "normcheck_backend_name"]
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("normcheck")
     group.addoption("--normcheck-backend", default="cpu", choices=("cpu", "cuda", "auto"),
-                    help="backend the normcheck fixtures and properties run kernels on")
+                    help="backend the normcheck fixtures and properties run kernels on "
+                         "(default cpu)")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU and PyCUDA; skipped without")
+    config.addinivalue_line("markers",
+                            "gpu: needs an NVIDIA GPU and PyCUDA; skipped where there is none")
 
 
-@pytest.fixture
-def normcheck_backend(request) -> str:
+_gpu_reason = None
+
+
+def _gpu_unavailable() -> str | None:
+    """Why no GPU is usable here (None if one is)."""
+    global _gpu_reason
+    if _gpu_reason is None:
+        from normcheck.backends import cuda
+
+        _gpu_reason = cuda.unavailable_reason() or ""
+    return _gpu_reason or None
+
+
+def pytest_collection_modifyitems(config, items):
+    if not any(item.get_closest_marker("gpu") for item in items):
+        return
+    reason = _gpu_unavailable()
+    if reason:
+        skip = pytest.mark.skip(reason=f"gpu test: {reason}")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def normcheck_backend_name(request) -> str:
     """The backend name chosen with --normcheck-backend (default cpu)."""
     return request.config.getoption("--normcheck-backend")
+
+
+@pytest.fixture(scope="session")
+def normcheck_backend(normcheck_backend_name):
+    """The backend object chosen with --normcheck-backend."""
+    from normcheck.backends import get_backend
+
+    return get_backend(normcheck_backend_name)

@@ -14,20 +14,6 @@ from normcheck.formats import BF16, FP16, FP32
 RNG = np.random.default_rng(2024)
 
 
-def reference(v, x, g=None, b=None, residual=None):
-    """The oracle's reference for variant v, and the rows the kernel normalises (float64)."""
-    if v.norm == "layernorm":
-        return oracle.layernorm(x, g, b), x.astype(np.float64)
-    if v.norm in ("rmsnorm", "gemma_rmsnorm"):
-        return oracle.rmsnorm(x, g, gemma=v.norm == "gemma_rmsnorm"), x.astype(np.float64)
-    f = oracle.add_layernorm if v.norm == "add_layernorm" else oracle.add_rmsnorm
-    ref = f(x, residual, g, b, convention=v.convention) if v.has_beta else \
-        f(x, residual, g, convention=v.convention)
-    rows = ref.h.rounded.astype(np.float64) if v.convention == "stored" else \
-        x.astype(np.float64) + residual.astype(np.float64)
-    return ref, rows
-
-
 def run_and_reference(v, x, g=None, b=None, seed=0):
     residual = None
     if v.fused:
@@ -35,7 +21,7 @@ def run_and_reference(v, x, g=None, b=None, seed=0):
         h, y = kernels.run(v, x, g, b, residual=residual)
     else:
         h, y = None, kernels.run(v, x, g, b)
-    ref, rows = reference(v, x, g, b, residual)
+    ref, rows = kernels.reference(v, x, g, b, residual=residual)
     return y, h, ref, rows
 
 

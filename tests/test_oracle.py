@@ -161,6 +161,10 @@ def test_nan_and_inf_semantics():
     ref = oracle.layernorm(x, g)
     assert ref.rounded[2, 0] == -np.inf  # inf · (negative x̂)
     assert np.isnan(ref.rounded[2, 2])
+    r = oracle.rmsnorm(np.array([[1, -np.inf, 2], [1, np.nan, 2]], np.float32))
+    assert list(r.rounded[0, [0, 2]]) == [0.0, 0.0] and np.isnan(r.rounded[0, 1])
+    assert np.all(np.isnan(r.rounded[1]))
+    assert r.rstd.rounded[0] == 0 and r.var.rounded[0] == np.inf and np.isnan(r.rstd.rounded[1])
     # a NaN answer to a NaN exact value scores 0, a number scores inf
     e = ref.ulp_error(np.where(np.isnan(ref.rounded), np.nan, ref.rounded))
     assert np.all(e[:2] == 0)

@@ -1,0 +1,209 @@
+"""Rows built to hurt: named input families, as seeded generators.
+
+Each family is one *recipe* written against a source of randomness (:class:`Source`): the
+report feeds it a seeded numpy generator (:class:`NumpySource`), the Hypothesis strategies of
+:mod:`normcheck.strategies` feed it draws, so that one piece of code says what a family is and
+Hypothesis can shrink its parameters.  A recipe returns float64 values; :func:`generate` rounds
+them to the storage format (so the rows are exactly what a kernel will read).
+
+Families (DESIGN.md, "Rows built to hurt"):
+
+========== =====================================================================================
+gaussian    N(0, s²) with s over four decades
+offset      μ + σ·N(0,1) with κ = μ/σ over decades up to what the format can hold, and the
+            [1000, 1001]-style rows of a few values one ulp-multiple apart
+constant    every element equal
+fp16_large  |x| in [256, 65504]: squares overflow fp16, sums overflow fp16
+tiny        subnormal scales, ε-dominated rows
+outlier     a few massive activations among small values
+bimodal     alternating signs, ±a + small noise
+tails       widths 1, 2, 3, 31, 33, 255, 257, 4097 and random ones
+extremes    near the top of the format: x² overflows fp32 even after upcasting (bf16, fp32)
+special     NaN or ±inf somewhere in the row
+========== =====================================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from normcheck import formats
+from normcheck.errors import invalid
+
+__all__ = ["Source", "NumpySource", "Family", "FAMILIES", "get", "generate", "weights",
+           "kappa_max", "TAIL_COLS"]
+
+TAIL_COLS = (1, 2, 3, 31, 33, 255, 257, 4097)
+
+
+class Source:
+    """Where a recipe's randomness comes from."""
+
+    def normal(self, n: int) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def uniform(self, lo: float, hi: float) -> float:  # pragma: no cover
+        raise NotImplementedError
+
+    def integer(self, lo: int, hi: int) -> int:  # pragma: no cover - inclusive bounds
+        raise NotImplementedError
+
+    def choice(self, seq):  # pragma: no cover
+        raise NotImplementedError
+
+
+class NumpySource(Source):
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+
+    def normal(self, n):
+        return self.rng.standard_normal(n)
+
+    def uniform(self, lo, hi):
+        return float(self.rng.uniform(lo, hi))
+
+    def integer(self, lo, hi):
+        return int(self.rng.integers(lo, hi + 1))
+
+    def choice(self, seq):
+        return seq[int(self.rng.integers(0, len(seq)))]
+
+
+def kappa_max(fmt: formats.Format) -> float:
+    """The largest offset/spread ratio a format can hold with a few distinct values per row:
+    2^(p-2) (the spread is at least 4 ulps of the offset)."""
+    return 2.0 ** (fmt.precision - 2)
+
+
+# ------------------------------------------------------------------------------------------------
+# Recipes: (source, fmt, n) -> n float64 values of one row
+# ------------------------------------------------------------------------------------------------
+def _gaussian(src, fmt, n):
+    return 10 ** src.uniform(-2, 2) * src.normal(n)
+
+
+def _offset(src, fmt, n):
+    if src.choice([False, True, True]):
+        logk = src.uniform(0, math.log10(kappa_max(fmt)))
+        sigma = 10 ** src.uniform(-2, 1)
+        sign = src.choice([1.0, -1.0])
+        return sign * 10**logk * sigma + sigma * src.normal(n)
+    # [1000, 1001]-style: a large value plus a few multiples of its ulp
+    mu = 10 ** src.uniform(2, 4 if fmt.name != "bf16" else 3)
+    q = fmt.ulp(mu)
+    steps = np.round(np.abs(src.normal(n)) * 1.5)
+    return mu + q * np.minimum(steps, 3)
+
+
+def _constant(src, fmt, n):
+    return np.full(n, 10 ** src.uniform(-3, 3) * src.choice([1.0, -1.0]))
+
+
+def _fp16_large(src, fmt, n):
+    mag = np.exp(np.log(256) + (np.log(65504) - np.log(256)) * np.clip(
+        np.abs(src.normal(n)) / 3, 0, 1))
+    signs = np.where(src.normal(n) < src.uniform(-1, 1), -1.0, 1.0)
+    return signs * mag
+
+
+def _tiny(src, fmt, n):
+    scale = fmt.min_normal * 2.0 ** src.uniform(-(fmt.precision - 1), 4)
+    return scale * src.normal(n)
+
+
+def _outlier(src, fmt, n):
+    x = src.normal(n)
+    top = 3e4 if fmt.name == "fp16" else 10 ** src.uniform(3, 6)
+    k = min(n, src.integer(1, 4))
+    for _ in range(k):
+        j = src.integer(0, n - 1)
+        x[j] = src.choice([1.0, -1.0]) * top * src.uniform(0.5, 1.0)
+    return x
+
+
+def _bimodal(src, fmt, n):
+    a = 10 ** src.uniform(-1, 2)
+    signs = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    return signs * (a + 0.01 * a * src.normal(n))
+
+
+def _tails(src, fmt, n):
+    return src.normal(n)
+
+
+def _extremes(src, fmt, n):
+    top = fmt.max_finite
+    lo = 1.9e19 if fmt.name != "fp16" else 256.0  # x² > fp32 max from 1.85e19
+    mag = np.exp(np.log(lo) + (np.log(top) - np.log(lo)) * np.clip(
+        np.abs(src.normal(n)) / 3, 0, 1))
+    return np.where(src.normal(n) < 0, -1.0, 1.0) * mag
+
+
+def _special(src, fmt, n):
+    x = src.normal(n)
+    k = min(n, src.integer(1, 3))
+    for _ in range(k):
+        x[src.integer(0, n - 1)] = src.choice([np.nan, np.inf, -np.inf])
+    return x
+
+
+@dataclass(frozen=True)
+class Family:
+    """A named family of rows: ``recipe(source, fmt, n)`` gives one row's values; ``cols`` the
+    widths the report sweeps for it."""
+
+    name: str
+    recipe: object
+    cols: tuple
+    note: str
+
+    def row(self, src: Source, fmt, n: int) -> np.ndarray:
+        return formats.get(fmt).cast(self.recipe(src, formats.get(fmt), n))
+
+
+_STD_COLS = (768, 4096)
+FAMILIES = {f.name: f for f in (
+    Family("gaussian", _gaussian, _STD_COLS, "N(0, s²), s over four decades"),
+    Family("offset", _offset, _STD_COLS, "μ + σ·N(0,1), κ = μ/σ up to 2^(p-2); [1000,1001] rows"),
+    Family("constant", _constant, _STD_COLS, "every element equal"),
+    Family("fp16_large", _fp16_large, _STD_COLS, "|x| in [256, 65504]"),
+    Family("tiny", _tiny, _STD_COLS, "subnormal scales, ε-dominated"),
+    Family("outlier", _outlier, _STD_COLS, "a few massive activations"),
+    Family("bimodal", _bimodal, _STD_COLS, "alternating signs ±a"),
+    Family("tails", _tails, TAIL_COLS, "widths that are not multiples of the block"),
+    Family("extremes", _extremes, _STD_COLS, "near the top of the format"),
+    Family("special", _special, (64, 4096), "NaN or ±inf in the row"),
+)}
+
+
+def get(name) -> Family:
+    if isinstance(name, Family):
+        return name
+    try:
+        return FAMILIES[name]
+    except (KeyError, TypeError):
+        raise invalid("family", name, f"one of {', '.join(FAMILIES)}",
+                      "see normcheck.families for what each holds") from None
+
+
+def generate(family, fmt, rows: int, cols: int, seed=0) -> np.ndarray:
+    """``rows`` rows of ``cols`` values of a family, in the storage dtype of ``fmt``, seeded."""
+    fam = get(family)
+    f = formats.get(fmt)
+    if cols < 1 or rows < 1:
+        raise invalid("cols" if cols < 1 else "rows", cols if cols < 1 else rows, "at least 1")
+    rng = np.random.default_rng(seed if isinstance(seed, np.random.Generator) else
+                                [seed, sorted(FAMILIES).index(fam.name), f.bits, cols])
+    src = NumpySource(rng)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.stack([fam.row(src, f, cols) for _ in range(rows)])
+
+
+def weights(fmt, cols: int, seed=0):
+    """γ ≈ 1 + 0.1·N(0,1) and β ≈ 0.1·N(0,1), rounded to the format: realistic trained weights."""
+    f = formats.get(fmt)
+    rng = np.random.default_rng([seed, cols, 7])
+    return f.cast(1 + 0.1 * rng.standard_normal(cols)), f.cast(0.1 * rng.standard_normal(cols))
