@@ -45,22 +45,16 @@ import numpy as np
 
 from normcheck.kernels import BLOCK, Variant
 
-__all__ = ["error_bound", "within_bound", "applies", "SAFETY"]
+__all__ = ["error_bound", "statistics_bound", "within_bound", "applies", "SAFETY"]
 
 U = 2.0**-24
 #: Multiplies E_j: covers the second-order terms of the first-order analysis.
 SAFETY = 2.0
 
 
-def error_bound(v: Variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5),
-                block: int = BLOCK) -> np.ndarray:
-    """E_j of every element of the rows ``x`` (the rows the kernel normalises, as float64)."""
-    x = np.asarray(x, dtype=np.float64)
+def _row_terms(v: Variant, x, eps, block):
+    """The per-row quantities of the analysis: e_μ, ρ_r, r, a and the deviations."""
     rows, D = x.shape
-    g = np.ones(D) if gamma is None else np.asarray(gamma, dtype=np.float64)
-    if v.norm.startswith("gemma"):
-        g = 1.0 + g
-    b = np.zeros(D) if beta is None else np.asarray(beta, dtype=np.float64)
     uS = 2.0 ** -v.fmt.precision
     order = v.order or "upcast_square"
     u_sum = uS if order == "storage_accumulate" else U
@@ -93,7 +87,6 @@ def error_bound(v: Variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5),
                 abs_v = (m + 3) * u_sum * 2 * ms + 2 * np.abs(mu) * e_mu + (
                     3 * uS * ms if sq_in_s else 0.0)
         else:
-            mu = 0.0
             dev = x
             var = (x * x).mean(axis=1, keepdims=True)
             e_mu = np.zeros((rows, 1))
@@ -108,35 +101,32 @@ def error_bound(v: Variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5),
         rel_w = np.minimum(rel_w, 1.0)
         rho_r = 1.0 / np.sqrt(1.0 - rel_w) - 1.0 + U + (3 * U if v.fast_math else 0.0)
         r = 1.0 / np.sqrt(w)
-        xhat = dev * r
-        gx = np.abs(g * xhat)
-        E = np.abs(g) * r * (e_mu + a * np.abs(dev)) + gx * rho_r + U * (2 * gx + np.abs(b)) \
-            + 3 * 2.0**-149
-        E = np.where(np.isinf(rho_r), np.inf, E)  # no bound once var+ε may have lost all digits
+    return {"e_mu": e_mu, "rho_r": rho_r, "r": r, "a": a, "dev": dev}
+
+
+def error_bound(v: Variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5),
+                block: int = BLOCK) -> np.ndarray:
+    """E_j of every element of the rows ``x`` (the rows the kernel normalises, as float64)."""
+    x = np.asarray(x, dtype=np.float64)
+    D = x.shape[1]
+    g = np.ones(D) if gamma is None else np.asarray(gamma, dtype=np.float64)
+    if v.norm.startswith("gemma"):
+        g = 1.0 + g
+    b = np.zeros(D) if beta is None else np.asarray(beta, dtype=np.float64)
+    t = _row_terms(v, x, eps, block)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        gx = np.abs(g * t["dev"] * t["r"])
+        E = np.abs(g) * t["r"] * (t["e_mu"] + t["a"] * np.abs(t["dev"])) + gx * t["rho_r"] + \
+            U * (2 * gx + np.abs(b)) + 3 * 2.0**-149
+        E = np.where(np.isinf(t["rho_r"]), np.inf, E)  # no bound once var+ε lost all digits
     return SAFETY * E
 
 
-def applies(v: Variant, x) -> np.ndarray:
-    """Rows (mask) where :func:`error_bound`'s assumptions hold: finite values and no overflow —
-    neither in float (Σ of squares) nor in the storage format where the variant forms squares
-    (square_upcast) or partial sums (storage_accumulate)."""
-    x = np.asarray(x, dtype=np.float64)
-    F = 3.0e38
-    M = v.fmt.max_finite * 0.99
-    with np.errstate(invalid="ignore", over="ignore"):
-        ok = np.all(np.isfinite(x), axis=1)
-        center = v.norm in ("layernorm", "add_layernorm")
-        dev = x - x.mean(axis=1, keepdims=True) if center and v.algorithm != "naive" else x
-        sq = dev * dev
-        ok &= sq.sum(axis=1) < F / 2
-        if v.algorithm == "naive":
-            ok &= np.abs(x).sum(axis=1) < F / 2
-        if v.order == "square_upcast":
-            ok &= sq.max(axis=1) < M
-        if v.order == "storage_accumulate":
-            ok &= np.abs(x).sum(axis=1) < M
-            ok &= sq.sum(axis=1) < M
-    return ok
+def statistics_bound(v: Variant, x, *, eps=np.float32(1e-5), block: int = BLOCK):
+    """(e_μ, ρ_r) per row: bounds on the absolute error of the mean and the relative error of
+    rstd that the analysis above gives the variant (doubled like E_j)."""
+    t = _row_terms(v, np.asarray(x, dtype=np.float64), eps, block)
+    return SAFETY * t["e_mu"][:, 0], SAFETY * t["rho_r"][:, 0]
 
 
 def within_bound(ref, y, E) -> np.ndarray:

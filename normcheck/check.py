@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import families, formats, kernels, metrics, oracle, replay, spec as specs
+from normcheck import bounds, families, formats, kernels, metrics, oracle, replay, spec as specs
 from normcheck.backends import get_backend
 from normcheck.errors import InvalidArgument, KernelError, NormcheckError, invalid
 
@@ -54,18 +54,20 @@ class Budget:
 
 #: Default budgets per output format, with the reason for each.
 BUDGETS = {
-    "fp32": Budget(8.0, 2.0,
+    "fp32": Budget(8.0, 4.0,
                    "float accumulation: a block sum of D <= 8192 terms carries ~(D/256 + 8)u of "
                    "relative error and rstd half of it; the built-in two-pass kernel measures "
-                   "<= 3 ulp on gaussian rows"),
+                   "<= 3 ulp on gaussian rows.  k = 4: on ill-conditioned fp32 rows the error "
+                   "is one summation order's luck, and equally sound orders differ by 2-4x"),
     "fp16": Budget(1.0, 2.0,
                    "float arithmetic is 2^13 times finer than fp16: a kernel that accumulates in "
                    "float rounds a value within a few float ulps of exact, so at most 1 fp16 ulp"),
     "bf16": Budget(1.0, 2.0,
                    "as fp16, with 2^16 times finer float arithmetic"),
 }
-STATS_BUDGET = Budget(8.0, 2.0, "mean and rstd are float32 results of float arithmetic: "
-                                     "as the fp32 output budget (mean in ulps of max(|μ|, σ))")
+STATS_BUDGET = Budget(8.0, 2.0, "mean and rstd are float32 results of float arithmetic; on "
+                                "ill-conditioned rows k x the two-pass analysis of "
+                                "normcheck.bounds (the mean in ulps of max(|μ|, σ))")
 
 
 @dataclass
@@ -213,10 +215,10 @@ class KernelTarget:
                 args.append(specs.scalar_type(a)(cols))
             else:  # const
                 args.append(specs.scalar_type(a)(specs.evaluate(a.value, rows, cols)))
-        grid = specs.evaluate(sp.grid, rows, cols)
-        block = specs.evaluate(sp.block, rows, cols)
+        grid = specs.evaluate_dims(sp.grid, rows, cols)
+        block = specs.evaluate_dims(sp.block, rows, cols)
         shm = specs.evaluate(sp.shared_mem, rows, cols)
-        self.kernel((grid,), (block,), args, shared_mem=shm, names=names, timeout=self.timeout)
+        self.kernel(grid, block, args, shared_mem=shm, names=names, timeout=self.timeout)
         result = {}
         for role, (buf, fmt) in outs.items():
             result[role] = buf[:, :cols] if buf.ndim == 2 else buf
@@ -272,6 +274,11 @@ class _Judge:
         if fmt.name == "fp32" and fused:
             base = kernels.variants(norm=norm, storage="fp32")
         self.baseline = base[0] if base else None
+        # the error model of the statistics: a two-pass (or RMS) float kernel of this storage
+        self.stats_model = kernels.variants(
+            norm="layernorm" if "layernorm" in norm else "rmsnorm", storage=fmt.name,
+            algorithm="two_pass" if "layernorm" in norm else "rms", fast_math=False,
+            order=None if fmt.name == "fp32" else "upcast_square")[0]
 
     # one batch of rows ---------------------------------------------------------------------------
     def run(self, family, x, g, b, r):
@@ -315,7 +322,8 @@ class _Judge:
                     f"{int(wrong.sum())}/{h.size} elements; e.g. row {i}, col {j}: "
                     f"kernel={float(h[i, j])!r} correctly rounded={float(ref.h.rounded[i, j])!r}"))
         for role in self.stats_roles:
-            self._stats(family, role, ref, outs[role])
+            self._stats(family, role, ref, outs[role],
+                        kernels.normalised_rows(ref, x, r, self.convention))
         base_max = None
         if self.baseline is not None and self.out == self.fmt:
             try:
@@ -331,28 +339,36 @@ class _Judge:
                 base_max = None
         return ulp, ref, y, base_max, c
 
-    def _stats(self, family, role, ref, got):
+    def _stats(self, family, role, ref, got, rows):
+        """mean and rstd against the exact statistics: allowed max(8 ulp, k × what the two-pass
+        analysis (normcheck.bounds) guarantees on the row); the mean in ulps of max(|μ|, σ)."""
         key = "rstd" if role == "rstd" else "mean"
         sref = getattr(ref, key)
         if sref is None:
             return
         got = np.asarray(got).astype(np.float64)
         t = sref.exact
-        if key == "mean":
-            scale = np.maximum(np.abs(t), np.sqrt(np.maximum(ref.var.exact, 0)))
-            with np.errstate(invalid="ignore"):
-                err = np.abs(got - t) / formats.FP32.ulp_array(scale)
-        else:
-            err = sref.ulp_error(got.astype(np.float32))
-        err = np.where(np.isnan(t) & np.isnan(got), 0.0, err)
-        err = np.where(np.isnan(err), np.inf, err)
-        worst = float(np.max(err)) if err.size else 0.0
-        if worst > STATS_BUDGET.max_ulp:
-            i = int(np.argmax(err))
+        e_mu, rho_r = bounds.statistics_bound(self.stats_model, rows, eps=self.eps)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            if key == "mean":
+                scale = np.maximum(np.abs(t), np.sqrt(np.maximum(ref.var.exact, 0)))
+                unit = formats.FP32.ulp_array(scale)
+                err = np.abs(got - t) / unit
+                analysis = e_mu / unit
+            else:
+                err = sref.ulp_error(got.astype(np.float32))
+                analysis = rho_r * np.abs(t) / formats.FP32.ulp_array(t)
+            allowed = np.maximum(STATS_BUDGET.max_ulp, STATS_BUDGET.k * analysis)
+            allowed = np.where(np.isfinite(allowed), allowed, np.inf)
+            same = (got == t) | (np.isnan(t) & np.isnan(got))
+            err = np.where(same, 0.0, np.where(np.isnan(err), np.inf, err))
+        over = err > allowed
+        if over.any():
+            i = int(np.argmax(np.where(over, err / np.where(allowed > 0, allowed, 1), -1)))
             self.failures.append(Failure(
-                "accuracy" if np.isfinite(worst) else "nonfinite", family,
-                f"{role} off by {worst:.3g} ulp (budget {STATS_BUDGET.max_ulp:g}) in row {i}: "
-                f"kernel={got[i]!r} exact={t[i]!r}"))
+                "accuracy" if np.isfinite(err[i]) else "nonfinite", family,
+                f"{role} off by {err[i]:.3g} ulp (allowed {allowed[i]:.3g}) in row {i}: "
+                f"kernel={float(got[i])!r} exact={float(t[i])!r}"))
 
     def allowed(self, base_max):
         b = self.budget

@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from normcheck import __version__
+from normcheck import errors
 from normcheck.errors import NormcheckError
 
 __all__ = ["main", "build_parser"]
@@ -29,6 +30,34 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--storage", choices=("fp32", "fp16", "bf16"))
     k.set_defaults(func=_kernels)
 
+    c = sub.add_parser("check", help="judge a kernel against the oracle (exit 0 pass, 1 fail, 2 "
+                                     "cannot judge)")
+    c.add_argument("source", nargs="?", help="the .cu file (or `source` in the spec)")
+    c.add_argument("--entry", help="kernel name, or a template instantiation like rms<__half>")
+    c.add_argument("--norm", choices=("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm",
+                                      "add_rmsnorm"))
+    c.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), help="storage format of x")
+    c.add_argument("--block", type=int, default=256, help="threads per block (default ABI)")
+    c.add_argument("--spec", help="a TOML kernel spec for kernels outside the default ABI")
+    c.add_argument("--backend", default="cpu", choices=("auto", "cpu", "cuda"))
+    c.add_argument("--max-ulp", type=float, help="absolute ULP budget (default per format)")
+    c.add_argument("--examples", type=int, default=64, help="rows per family (default 64)")
+    c.add_argument("--search", type=int, default=40,
+                   help="examples of the targeted Hypothesis search (default 40; 0 skips it)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--timeout", type=float, default=None,
+                   help="seconds a launch may run (cpu backend; default 60)")
+    c.add_argument("--json", action="store_true", help="strict JSON on stdout")
+    c.add_argument("--save-counterexample", metavar="PATH",
+                   help="where to write the worst case (default .normcheck/counterexample-*.npz "
+                        "on failure)")
+    c.set_defaults(func=_check)
+
+    rp = sub.add_parser("replay", help="rerun a saved case and compare it with the oracle")
+    rp.add_argument("case", help="a case file written by check, report or a property")
+    rp.add_argument("--backend", default="cpu", choices=("auto", "cpu", "cuda"))
+    rp.set_defaults(func=_replay)
+
     b = sub.add_parser("bench", help="print performance figures (oracle, backend)")
     b.add_argument("what", choices=("oracle", "backend"), help="what to measure")
     b.add_argument("--cols", type=int, nargs="+", default=[1024, 4096])
@@ -44,6 +73,30 @@ def _bench(args) -> int:
         bench.oracle_benchmark(cols=tuple(args.cols), seed=args.seed)
     else:
         bench.backend_benchmark(cols=tuple(args.cols), seed=args.seed)
+    return 0
+
+
+def _check(args) -> int:
+    from normcheck import check
+
+    for name in ("examples", "search"):
+        if getattr(args, name) < 0:
+            raise errors.invalid(f"--{name}", getattr(args, name), "a count >= 0")
+    if args.examples == 0:
+        raise errors.invalid("--examples", 0, "at least 1 row per family")
+    result = check.check_kernel(args.source, args.entry, args.norm, args.dtype, block=args.block,
+                                spec=args.spec, backend=args.backend, max_ulp=args.max_ulp,
+                                examples=args.examples, search=args.search, seed=args.seed,
+                                timeout=args.timeout,
+                                save_counterexample=args.save_counterexample)
+    print(result.to_json() if args.json else result.render())
+    return 0 if result.passed else 1
+
+
+def _replay(args) -> int:
+    from normcheck import replay
+
+    print(replay.replay(args.case, backend=args.backend))
     return 0
 
 

@@ -26,7 +26,8 @@ How (Ziv's strategy, as correctly rounded maths libraries do):
 
 Non-finite inputs (documented semantics: the IEEE evaluation of the formula).  A NaN anywhere
 in a row (x, or h for fused kernels) makes every output and statistic of the row NaN ("NaN in,
-NaN out").  A ±inf makes a LayerNorm row NaN (μ is infinite, x - μ is NaN or ∓inf); in RMSNorm
+NaN out").  A ±inf makes a LayerNorm row NaN (μ is infinite, x - μ is NaN or ∓inf; the mean
+itself is the IEEE ±inf, or NaN with infinities of both signs); in RMSNorm
 Σx² = inf and rstd = 0, so finite elements give ±0 (x/∞) and infinite ones NaN (∞/∞).  For a
 finite row, a non-finite γ_j or β_j gives the IEEE value of γ_j·x̂_j + β_j (NaN for NaN, inf·0 or
 inf-inf; ±inf otherwise).
@@ -422,12 +423,17 @@ def _statistics(pair: _Pair, eps: float, center: bool) -> dict:
         part = pair.take(sl)
         fp = _fast(part, None, None, eps, center, False)
         bad = fp["nonfinite"]
-        nan_rows = np.isnan(part.hi.sum(axis=1)) | center
+        with np.errstate(invalid="ignore", over="ignore"):
+            ieee_sum = part.hi.sum(axis=1)  # ±inf, or NaN (a NaN, or infinities of both signs)
+        nan_rows = np.isnan(ieee_sum) | center
         for k in keys:
             r_val, ok = _decide(fp[k], fp["e" + k], formats.FP32)
             ex = fp[k].copy()
-            special = {"var": np.inf, "rstd": 0.0}.get(k, np.nan)  # RMSNorm rows with ±inf
-            ex[bad] = np.where(nan_rows[bad], np.nan, special)
+            if k == "mean":  # the IEEE mean: ±inf with infinities of one sign, else NaN
+                special = ieee_sum
+            else:  # LayerNorm: x - μ is NaN; RMSNorm: Σx² = inf, rstd = 0
+                special = np.where(nan_rows, np.nan, np.inf if k == "var" else 0.0)
+            ex[bad] = special[bad]
             r_val[bad], ok[bad] = ex[bad], True
             vals[k][0][sl], vals[k][1][sl], vals[k][2][sl] = ex, r_val, ~ok
             for i in np.nonzero(~ok)[0]:

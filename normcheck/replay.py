@@ -14,7 +14,7 @@ import numpy as np
 from normcheck import formats
 from normcheck.errors import invalid
 
-__all__ = ["save_case", "load_case", "command"]
+__all__ = ["save_case", "load_case", "command", "replay"]
 
 
 def _store(a):
@@ -62,3 +62,45 @@ def load_case(path) -> dict:
 
 def command(path) -> str:
     return f"normcheck replay {path}"
+
+
+def replay(path, backend="cpu") -> str:
+    """Rerun a saved case on its kernel and describe the comparison with the oracle."""
+    from normcheck import kernels, metrics, oracle, spec as specs
+    from normcheck.backends import get_backend
+
+    case = load_case(path)
+    k = case["kernel"]
+    x, g, b, r, eps = case["x"], case["gamma"], case["beta"], case["residual"], case["eps"]
+    if "variant" in k:
+        v = kernels.get(k["variant"])
+        out = kernels.run(v, x, g, b if v.has_beta else None, eps=eps, residual=r,
+                          backend=backend)
+        y = out[1] if v.fused else out
+        ref, _ = kernels.reference(v, x, g, b if v.has_beta else None, eps=eps, residual=r)
+        label = v.name
+    elif "entry" in k:
+        from normcheck.check import KernelTarget
+
+        spec = specs.load(k["spec"]) if k.get("spec") else specs.default_spec(k["norm"],
+                                                                              k.get("block", 256))
+        kern = get_backend(backend).compile(k["source"], k["entry"])
+        target = KernelTarget(kern, spec, k["dtype"], spec.out_dtype or k["dtype"], None)
+        y = target(x, g, b if b is not None else np.zeros_like(g), r, eps)["output"]
+        ref = oracle.for_norm(k["norm"], x, g, b if spec.has("beta") else None, residual=r,
+                              eps=eps, convention=spec.convention or "exact",
+                              out=spec.out_dtype or k["dtype"])
+        label = k["entry"]
+    else:
+        raise invalid("case", str(path), "a case of a built-in variant or a CUDA kernel",
+                      f"a Python callable ({k.get('callable')}) cannot be replayed from a file; "
+                      "call it on the saved rows (normcheck.replay.load_case)")
+    c = metrics.compare(ref, y)
+    s = metrics.summarize(c)
+    bad = c.ulp >= max(s.max_ulp, 1e-300) if np.isfinite(s.max_ulp) else ~np.isfinite(c.ulp)
+    head = (f"case {path}: {x.shape[0]} row(s) of {x.shape[1]}, eps={float(eps)!r}"
+            + (f" — {case['note']}" if case["note"] else ""))
+    body = metrics.failure_message(f"replay of {label}", f"{label} ({backend} backend)", ref, y,
+                                   bad, x=x, limit="at the worst error")
+    return f"{head}\n{body}\n  summary    max {s.max_ulp:.4g} ulp, p99 {s.p99_ulp:.4g}, " \
+        f"mean {s.mean_ulp:.4g}, non-finite {s.nonfinite}"

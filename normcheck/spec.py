@@ -13,7 +13,7 @@ outputs.  A spec, in TOML, says what each argument is and how to launch::
 
     [launch]                              # expressions of rows and cols
     grid = "rows"
-    block = "min(1024, cols)"
+    block = "min(1024, cols)"             # or "32, 4" for a 2-D block
     shared_mem = "0"
 
     [[args]]                              # one table per kernel parameter, in order
@@ -45,7 +45,8 @@ import numpy as np
 from normcheck import formats
 from normcheck.errors import SpecError
 
-__all__ = ["ArgSpec", "KernelSpec", "load", "parse", "default_spec", "evaluate", "ROLES", "NORMS"]
+__all__ = ["ArgSpec", "KernelSpec", "load", "parse", "default_spec", "evaluate", "evaluate_dims",
+           "ROLES", "NORMS"]
 
 NORMS = ("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm", "add_rmsnorm")
 BUFFER_ROLES = ("output", "input", "residual", "h", "gamma", "beta", "mean", "rstd")
@@ -192,7 +193,8 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
     for k in launch:
         if k not in ("grid", "block", "shared_mem"):
             raise _err(where, f"launch.{k}", launch[k], "grid, block or shared_mem")
-        evaluate(str(launch[k]), 4, 8, where=f"{where}: launch.{k}")
+        (evaluate_dims if k != "shared_mem" else evaluate)(str(launch[k]), 4, 8,
+                                                            where=f"{where}: launch.{k}")
         setattr(spec, k, str(launch[k]))
     roles = spec.roles()
     if "output" not in roles or "input" not in roles:
@@ -206,6 +208,18 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Div: operator.floordiv}
 _FUNCS = {"min": min, "max": max, "ceil_div": lambda a, b: -(-a // b)}
+
+
+def evaluate_dims(expr: str, rows: int, cols: int, where: str = "expression") -> tuple:
+    """A launch dimension: one expression, or up to three separated by commas ("32, 4")."""
+    try:
+        tree = ast.parse(str(expr), mode="eval").body
+    except SyntaxError:
+        raise SpecError(f"{where}={expr!r}: not an expression of rows and cols") from None
+    parts = tree.elts if isinstance(tree, ast.Tuple) else [tree]
+    if not 1 <= len(parts) <= 3:
+        raise SpecError(f"{where}={expr!r}: one to three comma-separated expressions")
+    return tuple(evaluate(ast.unparse(p), rows, cols, where) for p in parts)
 
 
 def evaluate(expr: str, rows: int, cols: int, where: str = "expression") -> int:

@@ -230,9 +230,14 @@ def build(source, entries: list[str], defines=None, extra_flags=()) -> Module:
         r = subprocess.run(cmd, capture_output=True, text=True,
                            env={**os.environ, "LC_ALL": "C", "LANG": "C"})
         if r.returncode != 0:
-            raise CompileError(f"g++ could not compile {origin} for the cpu backend "
-                               f"(entries: {', '.join(entries)})",
-                               _explain(r.stderr, str(tu_path)))
+            missing = [e for e in entries if re.search(
+                rf"<normcheck launch wrappers>:\d+:\d+: error: '{re.escape(e.split('<')[0])}' "
+                r"(was not declared|is not a member)", r.stderr)]
+            head = (f"entry {missing[0]!r} is not a kernel of {origin}: check --entry (for a "
+                    "template, the instantiation, e.g. rms_norm<__half>)" if missing else
+                    f"g++ could not compile {origin} for the cpu backend "
+                    f"(entries: {', '.join(entries)})")
+            raise CompileError(head, _explain(r.stderr, str(tu_path)))
         os.replace(tmp, so)
     mod = Module(str(so), list(entries))
     # the signatures are read in the worker: the caller's process never loads user code
