@@ -53,13 +53,33 @@ def build_parser() -> argparse.ArgumentParser:
                         "on failure)")
     c.set_defaults(func=_check)
 
+    r = sub.add_parser("report", help="sweep the built-in kernels and write the accuracy report")
+    g = r.add_mutually_exclusive_group()
+    g.add_argument("--quick", dest="mode", action="store_const", const="quick",
+                   help="one width per family, 32 rows (default; well under a minute on 2 cores)")
+    g.add_argument("--full", dest="mode", action="store_const", const="full",
+                   help="every width of every family, 128 rows (a few minutes)")
+    r.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
+    r.add_argument("--out", default=None, help="output folder (default reports/<mode>); a rerun "
+                   "into the same folder resumes")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--kernels", metavar="PATTERN", help="only kernels matching this glob")
+    r.add_argument("--workers", type=int, default=None,
+                   help="threads a launch runs on (cpu backend; default: all cores)")
+    r.set_defaults(func=_report, mode="quick")
+
     rp = sub.add_parser("replay", help="rerun a saved case and compare it with the oracle")
     rp.add_argument("case", help="a case file written by check, report or a property")
     rp.add_argument("--backend", default="cpu", choices=("auto", "cpu", "cuda"))
+    rp.add_argument("--variant", help="run this built-in variant on the saved rows instead")
     rp.set_defaults(func=_replay)
 
-    b = sub.add_parser("bench", help="print performance figures (oracle, backend)")
-    b.add_argument("what", choices=("oracle", "backend"), help="what to measure")
+    ag = sub.add_parser("agree", help="compare the built-in kernels on the cpu and cuda backends")
+    ag.add_argument("--fmad", action="store_true", help="build for the GPU with --fmad=true")
+    ag.set_defaults(func=_agree)
+
+    b = sub.add_parser("bench", help="print performance figures (oracle, backend, gpu)")
+    b.add_argument("what", choices=("oracle", "backend", "gpu"), help="what to measure")
     b.add_argument("--cols", type=int, nargs="+", default=[1024, 4096])
     b.add_argument("--seed", type=int, default=0)
     b.set_defaults(func=_bench)
@@ -71,9 +91,21 @@ def _bench(args) -> int:
 
     if args.what == "oracle":
         bench.oracle_benchmark(cols=tuple(args.cols), seed=args.seed)
-    else:
+    elif args.what == "backend":
         bench.backend_benchmark(cols=tuple(args.cols), seed=args.seed)
+    else:
+        bench.gpu_bandwidth(seed=args.seed)
     return 0
+
+
+def _agree(args) -> int:
+    from normcheck import agreement
+
+    recs = agreement.compare_backends(fmad=args.fmad)
+    bad = [r for r in recs if not r["agree"]]
+    print(f"{len(recs) - len(bad)}/{len(recs)} kernels agree "
+          f"({'--fmad=true: differences listed' if args.fmad else 'bit for bit, --fmad=false'})")
+    return 1 if bad else 0
 
 
 def _check(args) -> int:
@@ -96,7 +128,25 @@ def _check(args) -> int:
 def _replay(args) -> int:
     from normcheck import replay
 
-    print(replay.replay(args.case, backend=args.backend))
+    print(replay.replay(args.case, backend=args.backend, variant=args.variant))
+    return 0
+
+
+def _report(args) -> int:
+    import time
+
+    from normcheck.report import run_report
+
+    if args.workers is not None and args.workers < 1:
+        raise errors.invalid("--workers", args.workers, "at least 1")
+    out = args.out or f"reports/{args.mode}"
+    t = time.perf_counter()
+    done = run_report(args.mode, backend=args.backend, out=out, seed=args.seed,
+                      kernels=args.kernels, workers=args.workers)
+    recs = done["results"]["records"]
+    print(f"{len(recs)} records ({done['results'].get('measured_now', 0)} measured now) in "
+          f"{time.perf_counter() - t:.0f} s; wrote " +
+          ", ".join(str(p) for p in done["paths"].values()))
     return 0
 
 

@@ -145,14 +145,16 @@ _modules = {}
 _lock = threading.Lock()
 
 
-def compiled(variant: Variant, backend="cpu"):
-    """The compiled kernel of ``variant`` (its whole source file is built once per backend)."""
-    be = get_backend(backend) if isinstance(backend, str) else backend
-    key = (be.name, variant.source)
+def compiled(variant: Variant, backend="cpu", options=None):
+    """The compiled kernel of ``variant`` (its whole source file is built once per backend and
+    options, e.g. {"fmad": True} on cuda)."""
+    be = get_backend(backend)
+    opts = dict(options or {})
+    key = (be.name, variant.source, tuple(sorted(opts.items())))
     with _lock:
         if key not in _modules:
             entries = [v.name for v in _VARIANTS if v.source == variant.source]
-            _modules[key] = be.compile_many(variant.path, entries)
+            _modules[key] = be.compile_many(variant.path, entries, options=opts)
     return _modules[key][variant.name]
 
 
@@ -169,12 +171,12 @@ def _param(a, name, cols, fmt, default):
 
 
 def run(variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5), residual=None,
-        backend="cpu", block=BLOCK, **launch):
+        backend="cpu", block=BLOCK, options=None, **launch):
     """Run a built-in variant on the rows ``x`` ([rows, cols] in the variant's storage dtype).
 
     Returns y, or (h, y) for fused kernels (which need ``residual``).  γ defaults to ones and β to
-    zeros; RMSNorm variants take no β.  ``launch`` goes to the kernel call (timeout, schedule,
-    workers)."""
+    zeros; RMSNorm variants take no β.  ``options`` go to the backend's compiler (e.g.
+    {"fmad": True} on cuda); ``launch`` to the kernel call (timeout, schedule, workers)."""
     v = get(variant)
     fmt = v.fmt
     if not isinstance(x, np.ndarray) or x.ndim != 2:
@@ -201,7 +203,7 @@ def run(variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5), residual=Non
     g = _param(gamma, "gamma", cols, fmt, 0.0 if v.norm == "gemma_rmsnorm" else 1.0)
     b = _param(beta, "beta", cols, fmt, 0.0) if v.has_beta else None
     eps = np.float32(eps)
-    kern = compiled(v, backend)
+    kern = compiled(v, backend, options)
     x = np.ascontiguousarray(x)
     y = np.empty_like(x)
     h = np.empty_like(x) if v.fused else None

@@ -64,13 +64,14 @@ def command(path) -> str:
     return f"normcheck replay {path}"
 
 
-def replay(path, backend="cpu") -> str:
-    """Rerun a saved case on its kernel and describe the comparison with the oracle."""
+def replay(path, backend="cpu", variant=None) -> str:
+    """Rerun a saved case on its kernel (or on the built-in ``variant``) and describe the
+    comparison with the oracle."""
     from normcheck import kernels, metrics, oracle, spec as specs
     from normcheck.backends import get_backend
 
     case = load_case(path)
-    k = case["kernel"]
+    k = {"variant": variant} if variant else case["kernel"]
     x, g, b, r, eps = case["x"], case["gamma"], case["beta"], case["residual"], case["eps"]
     if "variant" in k:
         v = kernels.get(k["variant"])

@@ -17,7 +17,9 @@ _cache = {}
 
 
 def get_backend(name: str = "cpu"):
-    """The backend called ``name`` ("cpu", "cuda" or "auto")."""
+    """The backend called ``name`` ("cpu", "cuda" or "auto"); a backend object passes through."""
+    if hasattr(name, "compile") and hasattr(name, "name"):
+        return name
     if name not in BACKENDS:
         raise invalid("backend", name, f"one of {', '.join(BACKENDS)}",
                       "use cpu everywhere, cuda on a machine with an NVIDIA GPU and PyCUDA")

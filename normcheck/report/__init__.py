@@ -1,0 +1,61 @@
+"""`normcheck report`: sweep the built-in kernels (sweep), audit the seed articles (audit),
+render report.md / index.html / PNG plots (render, plots)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["run_report"]
+
+
+def _progress_printer(stream=sys.stderr):
+    tty = stream.isatty()
+    last = [0.0]
+
+    def show(i, n, rec, elapsed):
+        now = time.perf_counter()
+        if not tty and i != n and now - last[0] < 5:
+            return
+        last[0] = now
+        eta = elapsed / max(i, 1) * (n - i)
+        p = "".join(f" {k}={v:g}" for k, v in rec.get("param", {}).items())
+        msg = (f"[{i}/{n}] {rec['kernel']} {rec['family']}{p} {rec['cols']} cols: "
+               f"max {rec['max_ulp']:.3g} ulp — {elapsed:.0f} s, ~{eta:.0f} s left")
+        stream.write(("\r" + msg[:150].ljust(150)) if tty else msg + "\n")
+        if tty and i == n:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+def run_report(mode="quick", backend="cpu", out="reports/quick", seed=0, kernels=None,
+               workers=None, progress=True, stop_after=None) -> dict:
+    """Sweep (resuming what ``out`` already holds), audit, render.  Returns the paths written
+    and the results."""
+    from normcheck.backends import get_backend
+    from normcheck.report import audit, render, sweep
+
+    be = get_backend(backend)
+    out = Path(out)
+    p = sweep.plan(mode, kernels_pattern=kernels, seed=seed)
+    results = sweep.run_sweep(p, out, backend=be, workers=workers,
+                              progress=_progress_printer() if progress else None,
+                              stop_after=stop_after)
+    if stop_after is not None and results["measured_now"] >= stop_after and \
+            len(results["records"]) < len(p.tasks):
+        return {"results": results, "complete": False}
+    gpu_text = None
+    timings = None
+    if be.name == "cuda":
+        from normcheck import bench
+
+        gpu = bench.gpu_bandwidth(echo=lambda *a: None)
+        timings = {r["kernel"]: r["seconds"] for r in gpu["kernels"]}
+        gpu_text = bench.format_gpu(gpu)
+    results["audit"] = audit.run_audit(results["records"], backend=be, timings=timings)
+    (out / "audit.json").write_text(sweep._dump(results["audit"], indent=1))
+    paths = render.render(results, out, gpu=gpu_text)
+    return {"results": results, "paths": paths, "complete": True}

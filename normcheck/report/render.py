@@ -1,0 +1,243 @@
+"""Render results.json: report.md, a self-contained index.html (plots embedded) and the PNGs.
+
+Tables in the manner of the CUDA Math API and Zimmermann's max-ULP tables: for each input
+family, the variants down the side and the storage format / precision order across, each cell
+the largest ULP error measured, linked to the file holding its worst row (with the command that
+replays it)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from pathlib import Path
+
+from normcheck import families
+from normcheck.report import plots
+from normcheck.report.sweep import HIST_BINS
+
+__all__ = ["render", "COLUMNS"]
+
+COLUMNS = [("fp32", None), ("fp16", "upcast_square"), ("fp16", "square_upcast"),
+           ("fp16", "storage_accumulate"), ("bf16", "upcast_square"), ("bf16", "square_upcast"),
+           ("bf16", "storage_accumulate")]
+_COL_NAMES = ["fp32", "fp16 up", "fp16 sq", "fp16 acc", "bf16 up", "bf16 sq", "bf16 acc"]
+
+
+def _row_label(r):
+    s = f"{r['norm']} {r['algorithm']}"
+    if r.get("convention"):
+        s += f" ({r['convention']})"
+    if r.get("fast_math"):
+        s += " rsqrtf"
+    return s
+
+
+def _num(v):
+    if v is None:
+        return "-"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    return f"{v:.3g}"
+
+
+def _cell(recs):
+    """The worst record of a cell and its text."""
+    if not recs:
+        return None, "-"
+    worst = max(recs, key=lambda r: (r["max_ulp"] if not math.isnan(r["max_ulp"]) else -1))
+    nf = sum(sum(r.get("nonfinite", {}).values()) for r in recs)
+    err = [r for r in recs if r.get("error")]
+    text = _num(worst["max_ulp"])
+    if err:
+        text = err[0]["error"]["kind"]
+    elif nf:
+        text += f" ({nf} nf)"
+    return worst, text
+
+
+def _family_tables(records):
+    grid = [r for r in records if not r.get("param")]
+    out = []
+    for fam in families.FAMILIES:
+        recs = [r for r in grid if r["family"] == fam]
+        if not recs:
+            continue
+        labels = []
+        for r in recs:
+            lab = _row_label(r)
+            if lab not in labels:
+                labels.append(lab)
+        rows = []
+        for lab in labels:
+            cells = []
+            for st, order in COLUMNS:
+                cs = [r for r in recs if _row_label(r) == lab and r["storage"] == st and
+                      (r.get("order") == order)]
+                cells.append(_cell(cs))
+            rows.append((lab, cells))
+        widths = sorted({r["cols"] for r in recs})
+        out.append((fam, families.get(fam).note, widths, rows))
+    return out
+
+
+def _md_table(rows):
+    lines = ["| variant | " + " | ".join(_COL_NAMES) + " |",
+             "|---|" + "---:|" * len(_COL_NAMES)]
+    for lab, cells in rows:
+        parts = []
+        for rec, text in cells:
+            if rec is None or not rec.get("worst"):
+                parts.append(text)
+            else:
+                parts.append(f"[{text}]({rec['worst']['file']})")
+        lines.append(f"| {lab} | " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
+def _html_table(rows, out_dir):
+    h = ["<table><tr><th>variant</th>" + "".join(f"<th>{c}</th>" for c in _COL_NAMES) + "</tr>"]
+    for lab, cells in rows:
+        tds = []
+        for rec, text in cells:
+            cls = ""
+            if rec is not None:
+                m = rec["max_ulp"]
+                cls = "ok" if m <= 1 else ("warn" if m <= 16 else "bad")
+                if rec.get("error") or sum(rec.get("nonfinite", {}).values()):
+                    cls = "bad"
+            if rec is None or not rec.get("worst"):
+                tds.append(f'<td class="{cls}">{html.escape(text)}</td>')
+            else:
+                w = rec["worst"]
+                cmd = w["replay"].replace("{dir}", str(out_dir))
+                title = (f"worst: row {w['row']}, col {w['col']} of width {rec['cols']}: "
+                         f"x={w['x']!r} kernel={w['kernel']!r} exact={w['exact']!r}\n{cmd}")
+                tds.append(f'<td class="{cls}"><a href="{html.escape(w["file"])}" '
+                           f'title="{html.escape(title)}">{html.escape(text)}</a></td>')
+        h.append(f"<tr><th class='lab'>{html.escape(lab)}</th>{''.join(tds)}</tr>")
+    h.append("</table>")
+    return "\n".join(h)
+
+
+def _audit_md(audit):
+    lines = []
+    for a in audit:
+        lines.append(f"### {a['verdict'].upper()}: {a['claim']}\n")
+        lines.append(f"*{a['source']}.* {a['evidence']}\n")
+    return "\n".join(lines)
+
+
+def _provenance_md(p):
+    keys = ["normcheck", "git_commit", "backend", "compiler", "flags", "fmad", "cpu", "gpu",
+            "python", "numpy", "mpmath", "hypothesis", "seed", "mode", "date"]
+    return "\n".join(f"- **{k}**: {p.get(k)}" for k in keys if p.get(k) is not None)
+
+
+PLOT_TEXT = {
+    "conditioning": ("Error against conditioning", "Largest error of LayerNorm (in ulps of "
+                     "max(|γx̂|, |β|)) on rows μ + σ·N(0,1) with κ = |μ|/σ swept over decades, "
+                     "per format (16-bit formats with upcast_square).  Dashed: the shapes of the "
+                     "Chan-Golub-LeVeque bounds on the variance — one-pass ∝ κ², updating ∝ κ, "
+                     "two-pass flat until its κ²u² term.  The output also inherits the float "
+                     "mean's error (∝ κ·u relative to σ), which every float kernel shares: that "
+                     "is the slope of the two-pass points in fp32.  In fp16/bf16 the float "
+                     "accumulator is 2^13-2^16 times finer than the output, so only the one-pass "
+                     "kernel shows its κ²."),
+    "overflow_map": ("fp16 overflow map", "Share of outputs that are non-finite or ≥ 64 ULP "
+                     "off against the row's largest |x|, per precision order.  square_upcast "
+                     "falls off the cliff at 256 (256² = 65536 > 65504) where it squares x "
+                     "itself; storage_accumulate overflows once the running sum does."),
+    "histograms": ("ULP histograms on gaussian rows", "Share of elements per error bin, every "
+                   "width of the gaussian family together."),
+    "rsqrt": ("What rsqrtf costs", "Two-pass LayerNorm with rsqrtf against __frsqrt_rn, max ULP "
+              "per format/order/family, measured on the GPU."),
+}
+
+
+def render(results, out_dir, gpu=None) -> dict:
+    """Write report.md, index.html and the PNG plots into out_dir; returns their paths."""
+    out_dir = Path(out_dir)
+    recs = results["records"]
+    prov = results["provenance"]
+    made = plots.render_all(results, out_dir, HIST_BINS)
+    tables = _family_tables(recs)
+    audit = results.get("audit", [])
+    n_err = sum(1 for r in recs if r.get("error"))
+    md = [f"# normcheck accuracy report ({prov.get('mode')}, {prov.get('backend')} backend)\n",
+          f"{len(recs)} measurements of {len({r['kernel'] for r in recs})} built-in kernels; "
+          "every number is the largest error in units in the last place (ULP) of the output "
+          "format against the exact result of the stored rows (normcheck's oracle), "
+          f"{n_err} launches failed.  A cell links to its worst row; "
+          "`normcheck replay FILE --variant NAME` reruns it.\n",
+          "## Provenance\n", _provenance_md(prov), ""]
+    if prov.get("backend") == "cpu":
+        md.append("The cpu backend runs the same CUDA source compiled by g++ with normcheck's "
+                  "SIMT shim: bit-identical to nvcc --fmad=false except for approximate "
+                  "intrinsics (rsqrtf is 1/sqrtf here).  GPU timings and the rsqrtf measurement "
+                  "need `--backend cuda`.\n")
+    md.append("## Plots\n")
+    for key, (title, text) in PLOT_TEXT.items():
+        if key in made:
+            md.append(f"### {title}\n\n{text}\n\n![{title}]({made[key].name})\n")
+        elif key == "rsqrt":
+            md.append(f"### {title}\n\nNeeds a GPU: the cpu backend evaluates rsqrtf as 1/sqrtf, "
+                      "two correctly rounded operations, so it cannot show what the hardware "
+                      "approximation costs.  Rerun with `--backend cuda`.\n")
+    md.append("## Max ULP by family\n")
+    md.append("Columns: storage format and precision order (up = upcast_square, sq = "
+              "square_upcast, acc = storage_accumulate).  `nf` counts non-finite outputs for "
+              "finite exact values (or numbers for NaN).\n")
+    for fam, note, widths, rows in tables:
+        md.append(f"### {fam}: {note}\n\nwidths {', '.join(map(str, widths))}\n")
+        md.append(_md_table(rows) + "\n")
+    md.append("## The seed articles, measured\n")
+    md.append(_audit_md(audit) if audit else "(not run)\n")
+    if gpu:
+        md.append("## GPU\n")
+        md.append(gpu)
+    (out_dir / "report.md").write_text("\n".join(md))
+
+    # index.html: the same, self-contained
+    def img(path):
+        data = base64.b64encode(Path(path).read_bytes()).decode()
+        return f'<img alt="{path.stem}" src="data:image/png;base64,{data}">'
+
+    body = [f"<h1>normcheck accuracy report ({html.escape(str(prov.get('mode')))}, "
+            f"{html.escape(str(prov.get('backend')))} backend)</h1>",
+            f"<p>{len(recs)} measurements; the largest ULP error of each cell, linked to its "
+            "worst row (hover for the command that replays it).</p>",
+            "<h2>Provenance</h2><ul>" + "".join(
+                f"<li><b>{html.escape(k)}</b>: {html.escape(str(v))}</li>"
+                for k, v in prov.items() if k != "cpu_vs_gpu" and v is not None) + "</ul>",
+            "<h2>Plots</h2>"]
+    for key, (title, text) in PLOT_TEXT.items():
+        if key in made:
+            body.append(f"<h3>{html.escape(title)}</h3><p>{html.escape(text)}</p>{img(made[key])}")
+        elif key == "rsqrt":
+            body.append(f"<h3>{html.escape(title)}</h3><p>Needs a GPU: the cpu backend evaluates "
+                        "rsqrtf as 1/sqrtf.</p>")
+    body.append("<h2>Max ULP by family</h2>")
+    for fam, note, widths, rows in tables:
+        body.append(f"<h3>{html.escape(fam)}: {html.escape(note)}</h3><p>widths "
+                    f"{', '.join(map(str, widths))}</p>" + _html_table(rows, out_dir))
+    body.append("<h2>The seed articles, measured</h2>")
+    for a in audit:
+        body.append(f"<h3 class='{a['verdict'].replace(' ', '-')}'>"
+                    f"{html.escape(a['verdict'].upper())}: {html.escape(a['claim'])}</h3>"
+                    f"<p><i>{html.escape(a['source'])}.</i> {html.escape(a['evidence'])}</p>")
+    if gpu:
+        body.append("<h2>GPU</h2><pre>" + html.escape(gpu) + "</pre>")
+    css = ("body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}"
+           "table{border-collapse:collapse;margin-bottom:1em;font-size:13px}"
+           "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
+           "th.lab{text-align:left}td.ok{background:#e6f4e6}td.warn{background:#fff6d5}"
+           "td.bad{background:#fbe0e0}img{max-width:100%}h3.false{color:#b00}"
+           "h3.true{color:#060}")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>normcheck report</title>"
+            f"<style>{css}</style></head><body>{''.join(body)}</body></html>")
+    (out_dir / "index.html").write_text(page)
+    return {"report.md": out_dir / "report.md", "index.html": out_dir / "index.html",
+            **{k: v for k, v in made.items()}}

@@ -1,0 +1,317 @@
+"""The report's sweep: every built-in variant × family × width, seeded, measured against the
+oracle, one record at a time into ``results.json``.
+
+Each record is written when it completes (the file is replaced atomically), so an interrupted
+or crashed sweep keeps everything it measured, and a rerun into the same folder skips the
+records already there.  Besides the family grid, two parameter sweeps feed the plots: offset
+rows at a fixed conditioning κ = |μ|/σ (naive vs two-pass vs Welford), and fp16 rows of a given
+largest magnitude (the overflow cliff of each precision order).
+
+Inputs depend on (seed, family, format, width) only, so every variant of a storage format sees
+the same rows; the worst row of a record is saved once per input batch under ``worst/``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from normcheck import __version__, families, formats, kernels, metrics, replay
+from normcheck.backends import get_backend
+from normcheck.errors import KernelError, invalid
+
+__all__ = ["Plan", "plan", "run_sweep", "load_results", "HIST_BINS", "KAPPA_VARIANTS",
+           "MAGNITUDE_VARIANTS"]
+
+#: Histogram bin edges of the ULP error (the last bin holds everything above 64, and inf).
+HIST_BINS = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0, 64.0, math.inf]
+KAPPA_VARIANTS = [f"layernorm_{a}_{s}" for a in ("naive", "two_pass", "welford")
+                  for s in ("fp32", "fp16_upcast_square", "bf16_upcast_square")]
+MAGNITUDE_VARIANTS = [f"{n}_fp16_{o}" for n in ("rmsnorm_rms", "layernorm_naive",
+                                                "layernorm_two_pass")
+                      for o in ("upcast_square", "square_upcast", "storage_accumulate")]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One record to measure."""
+
+    kernel: str
+    family: str
+    cols: int
+    rows: int
+    param: tuple = ()  # (("kappa", 1e3),) or (("magnitude", 256.0),)
+
+    @property
+    def key(self) -> str:
+        p = ",".join(f"{k}={v:g}" for k, v in self.param)
+        return f"{self.kernel}|{self.family}|{self.cols}|{self.rows}|{p}"
+
+
+@dataclass
+class Plan:
+    mode: str
+    tasks: list
+    seed: int
+
+
+def plan(mode="quick", kernels_pattern=None, seed=0) -> Plan:
+    """The records of a sweep: ``quick`` (one width a family, 32 rows) or ``full`` (every width
+    of each family, 128 rows)."""
+    if mode not in ("quick", "full"):
+        raise invalid("mode", mode, '"quick" or "full"')
+    import fnmatch
+
+    vs = [v for v in kernels.variants()
+          if kernels_pattern is None or fnmatch.fnmatchcase(v.name, kernels_pattern)]
+    if not vs:
+        raise invalid("--kernels", kernels_pattern, "a pattern matching built-in kernels",
+                      "list them with `normcheck kernels`; e.g. 'layernorm_*fp16*'")
+    quick = mode == "quick"
+    rows = 32 if quick else 128
+    tasks = []
+    for v in vs:
+        for fam in families.FAMILIES.values():
+            widths = fam.cols if not quick else (fam.cols[:1] if fam.name != "tails"
+                                                 else (1, 3, 33, 257))
+            for c in widths:
+                tasks.append(Task(v.name, fam.name, c, rows))
+    names = {v.name for v in vs}
+    kd = 256 if quick else 1024
+    for name in KAPPA_VARIANTS:
+        if name not in names:
+            continue
+        fmt = kernels.get(name).fmt
+        top = math.log10(families.kappa_max(fmt))
+        for k in np.arange(0.0, top + 1e-9, 1.0 if quick else 0.5):
+            tasks.append(Task(name, "offset", kd, rows, (("kappa", float(10**k)),)))
+    for name in MAGNITUDE_VARIANTS:
+        if name not in names:
+            continue
+        for e in range(4, 17):
+            mag = min(2.0**e, 65504.0)
+            tasks.append(Task(name, "magnitude", 256 if quick else 1024, rows,
+                              (("magnitude", mag),)))
+    return Plan(mode, tasks, seed)
+
+
+# ------------------------------------------------------------------------------------------------
+def _inputs(task: Task, fmt, seed):
+    """The rows of a task: they depend on the seed, family, format and width only."""
+    p = dict(task.param)
+    rng = np.random.default_rng([seed, task.cols, fmt.bits, int(p.get("kappa", 0) * 16),
+                                 int(p.get("magnitude", 0))])
+    if "kappa" in p:
+        x = fmt.cast(p["kappa"] + rng.standard_normal((task.rows, task.cols)))
+    elif "magnitude" in p:
+        z = rng.standard_normal((task.rows, task.cols))
+        z = z / np.max(np.abs(z), axis=1, keepdims=True)
+        x = fmt.cast(z * p["magnitude"])
+    else:
+        x = families.generate(task.family, fmt, task.rows, task.cols, seed=seed)
+    g, b = families.weights(fmt, task.cols, seed=seed)
+    r = fmt.cast(0.1 * rng.standard_normal((task.rows, task.cols)))
+    return x, g, b, r
+
+
+def measure(task: Task, seed: int, backend, out_dir: Path, workers=None) -> dict:
+    v = kernels.get(task.kernel)
+    fmt = v.fmt
+    x, g, b, r = _inputs(task, fmt, seed)
+    rec = {"kernel": v.name, "norm": v.norm, "algorithm": v.algorithm, "storage": v.storage,
+           "order": v.order, "convention": v.convention, "fast_math": v.fast_math,
+           "family": task.family, "cols": task.cols, "rows": task.rows,
+           "param": dict(task.param), "key": task.key}
+    t0 = time.perf_counter()
+    launch = {"workers": workers} if workers else {}
+    try:
+        out = kernels.run(v, x, g, b if v.has_beta else None, residual=r if v.fused else None,
+                          backend=backend, **launch)
+    except KernelError as e:
+        rec.update({"error": {"kind": e.kind, "detail": str(e)}, "max_ulp": math.inf,
+                    "p99_ulp": math.inf, "mean_ulp": math.inf, "nonfinite": {}, "worst": None,
+                    "seconds": time.perf_counter() - t0})
+        return rec
+    y = out[1] if v.fused else out
+    ref, _ = kernels.reference(v, x, g, b if v.has_beta else None,
+                               residual=r if v.fused else None)
+    c = metrics.compare(ref, y)
+    s = metrics.summarize(c)
+    hist, _ = np.histogram(np.minimum(np.nan_to_num(c.ulp, nan=np.inf), 1e300),
+                           bins=[e if math.isfinite(e) else 1e301 for e in HIST_BINS])
+    i, j = s.worst
+    fname = (f"{fmt.name}-{task.family}-{task.cols}"
+             f"{''.join(f'-{k}{val:g}' for k, val in task.param)}-row{i}.npz")
+    wdir = out_dir / "worst"
+    path = wdir / fname
+    if not path.exists() and not task.param:  # the parameter sweeps only feed the plots
+        replay.save_case(path, kernel={"variant": v.name}, x=x[i:i + 1], gamma=g,
+                         beta=b if v.has_beta else None,
+                         residual=r[i:i + 1] if v.fused else None,
+                         note=f"{task.family} row {i} of the report's sweep")
+    rec.update({
+        "max_ulp": s.max_ulp, "p99_ulp": s.p99_ulp, "mean_ulp": s.mean_ulp,
+        "max_scaled_ulp": s.max_scaled, "max_bits": s.max_bits,
+        "nonfinite": s.nonfinite, "classes": s.classes,
+        "histogram": [int(h) for h in hist],
+        "max_abs_x": float(np.nanmax(np.abs(x.astype(np.float64)))) if np.isfinite(
+            x.astype(np.float64)).any() else math.inf,
+        "worst": {"row": int(i), "col": int(j), "ulp": float(c.ulp[i, j]),
+                  "x": float(x[i, j]), "kernel": float(y[i, j]), "exact": float(ref.exact[i, j]),
+                  "file": f"worst/{fname}" if not task.param else None,
+                  "replay": f"normcheck replay {{dir}}/worst/{fname} --variant {v.name}"
+                            if not task.param else None},
+        "seconds": time.perf_counter() - t0,
+    })
+    return rec
+
+
+# ------------------------------------------------------------------------------------------------
+def provenance(backend, seed, mode) -> dict:
+    import hypothesis
+    import mpmath
+
+    be = get_backend(backend) if isinstance(backend, str) else backend
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    p = be.provenance()
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"normcheck": __version__, "git_commit": commit or "unknown", "backend": p["backend"],
+            "compiler": p.get("compiler"), "flags": p.get("flags"), "fmad": p.get("fmad"),
+            "cpu": cpu, "gpu": p.get("device") if p["backend"] == "cuda" else None,
+            "cpu_vs_gpu": p.get("cpu_vs_gpu"),
+            "python": sys.version.split()[0], "numpy": np.__version__,
+            "mpmath": mpmath.__version__, "hypothesis": hypothesis.__version__,
+            "seed": seed, "mode": mode,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _dump(obj, indent=None) -> str:
+    from normcheck.check import to_json
+
+    text = to_json(obj)
+    return text if indent else json.dumps(json.loads(text), separators=(",", ":"))
+
+
+class ResultsFile:
+    """results.json, kept valid after every record: one line of provenance, one line per record,
+    and the closing line; a new record overwrites the closing line and writes it again.  A file
+    cut short by a crash is read back up to its last complete record."""
+
+    HEAD = '{"provenance": %s, "records": [\n'
+    TAIL = "\n]}\n"
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def load(self) -> dict:
+        if not self.path.exists():
+            return {}
+        text = self.path.read_text()
+        try:
+            return _restore(json.loads(text))
+        except json.JSONDecodeError:
+            pass
+        lines = text.split("\n")
+        head = json.loads(lines[0][len('{"provenance": '):-len(', "records": [')])
+        records = []
+        for line in lines[1:]:
+            line = line.lstrip(",")
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+        data = {"provenance": head, "records": records}
+        self.write_all(data)
+        return _restore(data)
+
+    def write_all(self, data: dict):
+        tmp = self.path.with_suffix(".json.tmp")
+        body = ",\n".join(_dump(r) for r in data["records"])
+        tmp.write_text(self.HEAD % _dump(data["provenance"]) + body + self.TAIL)
+        os.replace(tmp, self.path)
+        self._n = len(data["records"])
+
+    def append(self, rec: dict):
+        line = ("\n," if self._n else "") + _dump(rec)
+        with open(self.path, "r+b") as f:
+            f.seek(-len(self.TAIL), os.SEEK_END)
+            f.write((line + self.TAIL).encode())
+            f.flush()
+            os.fsync(f.fileno())
+        self._n += 1
+
+
+def load_results(out_dir) -> dict:
+    return ResultsFile(Path(out_dir) / "results.json").load()
+
+
+def _restore(o):
+    if isinstance(o, dict):
+        return {k: _restore(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [_restore(v) for v in o]
+    if o == "inf":
+        return math.inf
+    if o == "-inf":
+        return -math.inf
+    if o == "nan":
+        return math.nan
+    return o
+
+
+def run_sweep(p: Plan, out_dir, backend="cpu", workers=None, progress=None,
+              stop_after=None) -> dict:
+    """Measure every task of the plan not already in ``out_dir/results.json``; returns the
+    results.  ``stop_after`` stops after that many new records (tests use it to play a kill)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    be = get_backend(backend)
+    rf = ResultsFile(out_dir / "results.json")
+    results = rf.load()
+    if results:
+        prov = results["provenance"]
+        if prov.get("seed") != p.seed or prov.get("backend") != be.name:
+            raise invalid("--out", str(out_dir),
+                          f"a folder of a sweep with seed {p.seed} on {be.name} (it holds seed "
+                          f"{prov.get('seed')} on {prov.get('backend')})",
+                          "choose another --out, or delete its results.json")
+        rf._n = len(results["records"])
+    else:
+        results = {"provenance": provenance(be, p.seed, p.mode), "records": []}
+        rf.write_all(results)
+    done = {r["key"] for r in results["records"]}
+    todo = [t for t in p.tasks if t.key not in done]
+    measured = 0
+    t_start = time.perf_counter()
+    for n, task in enumerate(todo):
+        rec = measure(task, p.seed, be, out_dir, workers)
+        results["records"].append(rec)
+        rf.append(rec)
+        measured += 1
+        if progress:
+            progress(len(done) + n + 1, len(p.tasks), rec, time.perf_counter() - t_start)
+        if stop_after is not None and measured >= stop_after:
+            break
+    results["measured_now"] = measured
+    return results

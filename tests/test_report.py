@@ -1,0 +1,90 @@
+"""The report: a sweep that resumes, strict results.json, rendered files, the audit."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from normcheck.report import run_report, sweep
+
+PATTERN = "layernorm_*_fp16_upcast_square"
+
+
+def test_killed_sweep_resumes_without_measuring_again(tmp_path, monkeypatch):
+    out = tmp_path / "r"
+    p = sweep.plan("quick", kernels_pattern=PATTERN)
+    first = run_report("quick", backend="cpu", out=out, kernels=PATTERN, progress=False,
+                       stop_after=7)
+    assert not first["complete"]
+    kept = json.loads((out / "results.json").read_text())  # valid JSON after the kill
+    assert len(kept["records"]) == 7
+    measured = []
+    real = sweep.measure
+
+    def counting(task, *a, **k):
+        measured.append(task.key)
+        return real(task, *a, **k)
+
+    monkeypatch.setattr(sweep, "measure", counting)
+    done = run_report("quick", backend="cpu", out=out, kernels=PATTERN, progress=False)
+    assert done["complete"]
+    assert len(measured) == len(p.tasks) - 7  # none of the 7 again
+    assert not set(measured) & {r["key"] for r in kept["records"]}
+    assert len(done["results"]["records"]) == len(p.tasks)
+
+
+def test_a_file_cut_short_is_read_up_to_its_last_record(tmp_path):
+    out = tmp_path / "r"
+    run_report("quick", backend="cpu", out=out, kernels="rmsnorm_rms_fp32", progress=False,
+               stop_after=3)
+    path = out / "results.json"
+    text = path.read_text()
+    path.write_text(text[: len(text) - 40])  # a crash in the middle of a write
+    data = sweep.load_results(out)
+    assert 1 <= len(data["records"]) <= 3
+    json.loads(path.read_text())  # repaired
+
+
+def test_results_json_is_strict_and_complete(tmp_path):
+    out = tmp_path / "r"
+    done = run_report("quick", backend="cpu", out=out, kernels="layernorm_naive_*",
+                      progress=False)
+    text = (out / "results.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    data = json.loads(text)
+    prov = data["provenance"]
+    for k in ("normcheck", "git_commit", "backend", "compiler", "flags", "fmad", "cpu", "python",
+              "numpy", "mpmath", "hypothesis", "seed", "date"):
+        assert k in prov
+    rec = data["records"][0]
+    for k in ("kernel", "norm", "algorithm", "storage", "order", "convention", "family", "cols",
+              "rows", "max_ulp", "p99_ulp", "mean_ulp", "worst", "nonfinite"):
+        assert k in rec
+    assert (out / rec["worst"]["file"]).is_file()
+    assert any(r["max_ulp"] == "inf" for r in data["records"])  # naive fp32 on offsets
+    for name in ("report.md", "index.html", "conditioning.png", "fp16_overflow_map.png",
+                 "histograms.png"):
+        assert (out / name).is_file(), name
+    html = (out / "index.html").read_text()
+    assert html.count("data:image/png;base64,") == 3
+    assert "The seed articles, measured" in (out / "report.md").read_text()
+    verdicts = {a["claim"][:30]: a["verdict"] for a in done["results"]["audit"]}
+    assert "false" in verdicts.values() and "true" in verdicts.values()
+
+
+def test_a_rerun_with_another_seed_refuses_the_folder(tmp_path):
+    from normcheck.errors import InvalidArgument
+
+    out = tmp_path / "r"
+    run_report("quick", backend="cpu", out=out, kernels="rmsnorm_rms_fp32", progress=False,
+               stop_after=1)
+    with pytest.raises(InvalidArgument, match="seed"):
+        run_report("quick", backend="cpu", out=out, kernels="rmsnorm_rms_fp32", seed=3,
+                   progress=False)
+
+
+def test_bad_pattern():
+    from normcheck.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="--kernels='nope\\*'"):
+        sweep.plan("quick", kernels_pattern="nope*")
