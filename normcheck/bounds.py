@@ -129,6 +129,29 @@ def statistics_bound(v: Variant, x, *, eps=np.float32(1e-5), block: int = BLOCK)
     return SAFETY * t["e_mu"][:, 0], SAFETY * t["rho_r"][:, 0]
 
 
+def applies(v: Variant, x) -> np.ndarray:
+    """Rows (mask) where :func:`error_bound`'s assumptions hold: finite values and no overflow —
+    neither in float (Σ of squares) nor in the storage format where the variant forms squares
+    (square_upcast) or partial sums (storage_accumulate)."""
+    x = np.asarray(x, dtype=np.float64)
+    F = 3.0e38
+    M = v.fmt.max_finite * 0.99
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = np.all(np.isfinite(x), axis=1)
+        center = v.norm in ("layernorm", "add_layernorm")
+        dev = x - x.mean(axis=1, keepdims=True) if center and v.algorithm != "naive" else x
+        sq = dev * dev
+        ok &= sq.sum(axis=1) < F / 2
+        if v.algorithm == "naive":
+            ok &= np.abs(x).sum(axis=1) < F / 2
+        if v.order == "square_upcast":
+            ok &= sq.max(axis=1) < M
+        if v.order == "storage_accumulate":
+            ok &= np.abs(x).sum(axis=1) < M
+            ok &= sq.sum(axis=1) < M
+    return ok
+
+
 def within_bound(ref, y, E) -> np.ndarray:
     """Mask of elements with |y - t| <= ulp_S(|t| + E)/2 + E.  A non-finite answer fails where
     the bound is finite; where E is infinite the analysis promises nothing and any answer

@@ -35,8 +35,11 @@ def _exact_in(fmt, a):
 def test_oracle_is_shift_invariant(case, c, fused):
     fmt = formats.of_dtype(case.x.dtype)
     q = max(fmt.ulp(float(np.max(np.abs(case.x.astype(np.float64))))), fmt.min_subnormal)
-    shifted = case.x.astype(np.float64) + c * q * 4
-    assume(_exact_in(fmt, shifted))
+    x = case.x.astype(np.float64)
+    shift = c * q * 4
+    shifted = x + shift
+    err = (x - (shifted - (shifted - x))) + (shift - (shifted - x))  # TwoSum: the exact error
+    assume(not np.any(err) and _exact_in(fmt, shifted))
     a = oracle.layernorm(case.x, case.gamma, case.beta, eps=case.eps)
     b = oracle.layernorm(fmt.cast(shifted), case.gamma, case.beta, eps=case.eps)
     assert np.array_equal(a.rounded.view(fmt.uint), b.rounded.view(fmt.uint), equal_nan=True)
