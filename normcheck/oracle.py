@@ -308,13 +308,14 @@ def _gamma(n: int) -> float:
     return n * _U / (1 - n * _U)
 
 
-def _tree_sum(a: np.ndarray) -> np.ndarray:
+def _tree_sum(a: np.ndarray, consume: bool = False) -> np.ndarray:
     """Sum along axis 1 as a balanced binary tree of depth ⌈log₂ cols⌉ (pads with zeros, which add
-    exactly).  Works in place on a copy."""
+    exactly).  Works in place: on ``a`` itself when ``consume`` (it is then garbage), else on a
+    copy."""
     rows, cols = a.shape
     width = 1 << max(cols - 1, 0).bit_length()
     if width == cols:
-        buf = a.copy()
+        buf = a if consume and a.flags.c_contiguous else a.copy()
     else:
         buf = np.zeros((rows, width))
         buf[:, :cols] = a
@@ -361,9 +362,10 @@ def _normalise(pair: _Pair, g, b, eps: float, center: bool, gemma: bool, out: Fo
     rounded = np.empty((rows, cols), out.dtype)
     slow = np.zeros((rows, cols), bool)
     geff = None if g is None else (1.0 + g if gemma else g)
-    mode = "loose" if out.precision <= 8 else ("grid" if grid16 and pair.lo is None else "dd")
+    mode = "grid" if grid16 and pair.lo is None else ("dd" if out.precision > 16 else "tree")
     chunk = max(1, _CHUNK_ELEMENTS // cols)
-    for r0 in range(0, rows, chunk):
+
+    def one_chunk(r0):
         sl = slice(r0, min(rows, r0 + chunk))
         part = pair.take(sl)
         fp = _fast(part, g, b, eps, center, gemma, mode)
@@ -389,13 +391,17 @@ def _normalise(pair: _Pair, g, b, eps: float, center: bool, gemma: bool, out: Fo
             y2, e2 = _refine(part, ii, jj, g, b, eps, center, gemma)
             r2, ok2 = _decide(y2, e2, out)
             fp["y"][ii, jj], r_val[ii, jj], ok[ii, jj] = y2, r2, ok2
-        exact[sl], rounded[sl] = fp["y"], r_val
+        exact[sl] = fp["y"]
+        rounded[sl] = r_val.astype(np.float32)  # exact; float32 -> fp16/bf16 casts are fast
         if not ok.all():  # tier 3: exact
             rows_exact = {}
             for i, j in zip(*np.nonzero(~ok)):
                 if i not in rows_exact:
                     rows_exact[i] = _ExactRow(part.row(i), g, b, eps, center, gemma)
                 exact[r0 + i, j], rounded[r0 + i, j] = rows_exact[i].element(j, out)
+
+    for r0 in range(0, rows, chunk):
+        one_chunk(r0)
     ref = (cls or NormReference)(out, exact, rounded, slow, b)
     ref._stats_source = (pair, eps, center)
     return ref
@@ -449,9 +455,9 @@ def _fast(pair: _Pair, g, b, eps, center, gemma, mode="dd"):
     Deviations carry the bound k·|d_j| + e_row (k = 2u: the subtraction from the pivot and from
     the mean correction), so per element only |p_j| and |γ_j| enter the final bound:
     e_y = A_row·|p_j| + B_row·|γ_j| + u·|y_j|.  ``mode`` picks how the mean correction is summed:
-    "dd" in double-double (any rows), "grid" exactly (fp16 rows: every value is a multiple of
-    2^-24), "loose" as a plain tree with a γ_L bound and S with numpy's sum (enough for bf16
-    outputs, whose ulp is never below 2^-8 of the value in the normal range)."""
+    "dd" in double-double (fp32 outputs), "grid" exactly (fp16 rows: every value is a multiple
+    of 2^-24), "tree" as a plain balanced tree with a γ_L bound (fp16/bf16 outputs of other rows).
+    Below fp32 outputs the bound's column terms are taken at their row maximum."""
     hi = pair.hi
     rows, cols = hi.shape
     D = float(cols)
@@ -459,9 +465,11 @@ def _fast(pair: _Pair, g, b, eps, center, gemma, mode="dd"):
     u = _U
     k = 2.0000001 * u
     with np.errstate(invalid="ignore", over="ignore"):
-        nonfinite = ~np.isfinite(hi.sum(axis=1))
+        row_sum = hi.sum(axis=1)  # finite rows cannot overflow float64 (D·3.4e38 << 1.8e308)
+        nonfinite = ~np.isfinite(row_sum)
     if np.any(nonfinite):
         hi = np.where(nonfinite[:, None], 0.0, hi)
+        row_sum = hi.sum(axis=1)
     lo = pair.lo
     res = {"nonfinite": nonfinite}
     e_row = np.zeros(rows)
@@ -470,7 +478,7 @@ def _fast(pair: _Pair, g, b, eps, center, gemma, mode="dd"):
         # fl(fl(hi - m0) + lo) (or fl(hi + lo)): one more rounding, |error| <= u|d| + u·max|lo|
         e_row += 1.0000001 * u * np.max(np.abs(lo), axis=1)
     if center:
-        m0 = hi.sum(axis=1) / D  # a pivot; its error is corrected below
+        m0 = row_sum / D  # a pivot; its error is corrected below
         L = _depth(cols)
         if mode == "dd":
             # a_j = x_j - m0 exactly as a_hi + a_lo (TwoSum); c = Σ a_j in double-double
@@ -490,7 +498,7 @@ def _fast(pair: _Pair, g, b, eps, center, gemma, mode="dd"):
             Sabs = np.abs(a_hi).sum(axis=1) * (1 + _gamma(cols))
             c = a_hi.sum(axis=1)
             E_c = np.where(Sabs < 2.0**29, 0.0, _gamma(cols) * Sabs * _SAFETY)
-        else:
+        else:  # "tree"
             # a_j = fl(x_j - m0) (error u|a_j|), c = tree sum (error γ_L·Σ|a|)
             a_hi = hi - m0[:, None]
             if lo is not None:
@@ -512,11 +520,7 @@ def _fast(pair: _Pair, g, b, eps, center, gemma, mode="dd"):
         d = hi + lo if lo is not None else hi
         sabs_d = None
     sq = d * d
-    if mode != "loose":
-        S = _tree_sum(sq)
-    else:  # numpy's own summation: any order is within γ_(D-1), ample for bf16 outputs
-        S = sq.sum(axis=1)
-        gL = _gamma(cols)
+    S = _tree_sum(sq, consume=True)
     del sq
     ssq = S * (1 + gL) / (1 - u)  # >= Σd²
     if sabs_d is None:
@@ -555,12 +559,14 @@ def _fast(pair: _Pair, g, b, eps, center, gemma, mode="dd"):
         # p = fl(gg·t1): |p - γx̂| <= |gg|(A|t1| + B) + e_g(|t1|(1+A) + B) + u|p|
         ag = np.abs(gg)
         A = (A + (u if gemma else 0.0) * (1 + A)) * (1 + u) + u
-        Bg = (B * (1 + (u if gemma else 0.0)))[:, None] * ag
+        Bcoef = B * (1 + (u if gemma else 0.0))
         p = t1 * gg
     else:
         p = t1
-        Bg = B[:, None]
+        ag = None
+        Bcoef = B
     ap = np.abs(p)
+    bb, ab = None, None
     if b is not None:
         finite = np.isfinite(b)
         bb = b
@@ -568,14 +574,25 @@ def _fast(pair: _Pair, g, b, eps, center, gemma, mode="dd"):
             special = ~finite if special is None else special | ~finite
             bb = np.where(finite, b, 0.0)
         ab = np.abs(bb)
-        y = p + bb
-        # u|y| <= u(|p| + |b|)
-        ey = ap * ((A + u) * _SAFETY)
-        ey += (Bg + u * ab) * _SAFETY
+    # e_y = A|p| + B|γ_j| (+ u|y| <= u(|p| + |β_j|)); below fp32 outputs the column terms are
+    # taken at their row maximum (a constant per row: two passes instead of five)
+    ey = ap
+    ey *= ((A + (u if b is not None else 0.0)) * _SAFETY)
+    if mode == "dd" and ag is not None:
+        ey += np.multiply.outer(Bcoef * _SAFETY, ag)
     else:
-        y = p
-        ey = ap * (A * _SAFETY)
-        ey += Bg * _SAFETY
+        ey += (Bcoef * (_SAFETY * (float(ag.max()) if ag is not None else 1.0)))[:, None]
+    if ab is not None:
+        if mode == "dd":
+            ey += (u * _SAFETY) * ab
+        else:
+            ey += u * _SAFETY * float(ab.max())
+    if bb is not None:
+        if p is t1:
+            p = p + bb
+        else:
+            p += bb
+    y = p
     if np.any(hopeless):
         ey[hopeless] = np.inf
     res["y"], res["ey"], res["special_cols"] = y, ey, special
@@ -685,24 +702,32 @@ def _decide(y, e, fmt: Format):
     |z - rint(z)| + e/quantum < ½ and the interval does not leave the binade."""
     p = fmt.precision
     with np.errstate(invalid="ignore", over="ignore"):
-        _, E = np.frexp(y)
-        np.maximum(E, fmt.emin + 1, out=E)
-        E -= p  # y = z·2^E with the quantum at 2^E
-        np.negative(E, out=E)
-        z = np.ldexp(y, E)
-        ez = np.ldexp(e, E)
+        # the binade of y from its float64 exponent bits (y is never a float64 subnormal here)
+        eb = (y.view(np.int64) >> 52) & 0x7FF
+        overflow_possible = eb.size and int(eb.max()) > fmt.emax + 1023
+        lowest = fmt.emin + 1023  # the binade of the smallest normal of fmt: subnormals share it
+        np.maximum(eb, lowest, out=eb)
+        # scale = 2^(p-1-e) for y's binade e: makes the quantum 1 (an exact power of two)
+        scale = ((p - 1 + 2 * 1023) - eb << 52).view(np.float64)
+        z = y * scale
+        ez = e * scale
         n = np.rint(z)
-        az = np.abs(z)
-        ok = np.abs(z - n) + ez < 0.5  # monotone rounding: safe in float64
+        ok = np.abs(z - n)
+        ok += ez
+        ok = ok < 0.5  # monotone rounding: safe in float64
         ok &= ez <= ULP_RESOLUTION
-        ok &= az + ez < float(2**p)
-        # leaving the binade downward changes ulp(t) unless the binade is the subnormal one
-        ok &= (az - ez > float(2 ** (p - 1))) | (E >= fmt.precision - 1 - fmt.emin) | (e == 0)
-        zero = (y == 0) & (e == 0)
-        ok |= zero
-        r = np.ldexp(n, -E)
-        big = np.abs(r) > fmt.max_finite
-        if np.any(big):
+        # the ulp of t is settled too unless the interval may leave the binade: only possible
+        # where n is the binade's first or last integer (elsewhere |z-n| + ez < ½ keeps it in)
+        an = np.abs(n)
+        top, low = float(2**p), float(2 ** (p - 1))
+        edge = ok & ((an == top) | (an == low))
+        if edge.any():
+            edge = np.nonzero(edge)
+            az, ee, sub = np.abs(z[edge]), ez[edge], eb[edge] == lowest
+            ok[edge] = (az + ee < top) & ((az - ee > low) | sub | (ee == 0))
+        r = n / scale
+        if overflow_possible:
+            big = np.abs(r) > fmt.max_finite
             r[big] = np.copysign(np.inf, y[big])
     return r, ok
 
