@@ -1,0 +1,55 @@
+"""The pytest plugin a user's suite gets, and the small commands."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from normcheck import bench
+
+
+def test_plugin_gives_fixtures_marker_and_option(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+        from hypothesis import given, settings
+        from normcheck.strategies import rows
+
+        def test_backend(normcheck_backend, normcheck_backend_name):
+            assert normcheck_backend.name == normcheck_backend_name == "cpu"
+
+        @settings(max_examples=5, deadline=None)
+        @given(x=rows("bf16", cols=17, family="outlier"))
+        def test_rows(x):
+            assert x.shape[1] == 17 and x.dtype.name == "bfloat16"
+
+        @pytest.mark.gpu
+        def test_needs_gpu():
+            pass
+        """)
+    result = pytester.runpytest("--normcheck-backend", "cpu", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["*gpu test: *normcheck[[]cuda[]]*"])
+
+
+def test_kernels_command_lists_every_variant():
+    out = subprocess.run([sys.executable, "-m", "normcheck", "kernels", "--json"],
+                         capture_output=True, text=True, check=True)
+    data = json.loads(out.stdout)
+    assert len(data) == 68 and {"name", "norm", "algorithm", "storage", "order", "convention",
+                                "fast_math"} <= set(data[0])
+
+
+def test_bad_report_argument_exits_2(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "normcheck", "report", "--kernels", "nothing*",
+                          "--out", str(tmp_path / "r")], capture_output=True, text=True)
+    assert out.returncode == 2 and "--kernels='nothing*'" in out.stderr
+
+
+def test_oracle_benchmark_prints_figures():
+    lines = []
+    rows = bench.oracle_benchmark(cols=(64,), fmts=("fp16",), elements=4096, mp_rows=1,
+                                  echo=lines.append)
+    assert rows[0]["ratio"] > 1 and "oracle rows/s" in lines[0]
+    assert np.isfinite(rows[0]["oracle_rows_per_s"])
