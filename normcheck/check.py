@@ -117,6 +117,7 @@ class CheckResult:
     seconds: float
     counterexample: str | None = None
     search: dict | None = None
+    provenance: dict | None = None
 
     @property
     def passed(self) -> bool:
@@ -131,6 +132,7 @@ class CheckResult:
                 "budget": {"max_ulp": self.budget.max_ulp, "k": self.budget.k,
                            "reason": self.budget.reason},
                 "search": self.search, "counterexample": self.counterexample,
+                "provenance": self.provenance,
                 "replay": replay.command(self.counterexample) if self.counterexample else None,
                 "seconds": self.seconds}
 
@@ -587,7 +589,8 @@ def _judge(target, *, label, norm, dtype, out_dtype, convention, eps, backend, e
                        rows_checked=sum(fr.rows for fr in fam_results) + (
                            search_stats["examples"] if search_stats else 0),
                        failures=uniq, families=fam_results, worst=worst, budget=budget,
-                       seconds=time.perf_counter() - t0, counterexample=ce, search=search_stats)
+                       seconds=time.perf_counter() - t0, counterexample=ce, search=search_stats,
+                       provenance=get_backend(backend).provenance())
 
 
 def _slug(s):

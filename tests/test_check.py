@@ -110,6 +110,7 @@ def test_json_is_strict_and_complete():
     for key in ("max_ulp", "failures", "worst", "families"):
         assert key in d
     assert {"kind", "family", "detail"} <= set(d["failures"][0])
+    assert d["provenance"]["backend"] == "cpu" and "rsqrtf" in d["provenance"]["cpu_vs_gpu"]
     assert {"family", "cols", "row", "ulp"} <= set(d["worst"])
     fam = d["families"][0]
     assert {"family", "rows", "max_ulp", "p99_ulp", "nonfinite", "verdict"} <= set(fam)
