@@ -26,7 +26,6 @@ function on the stored rows).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -35,8 +34,9 @@ from pathlib import Path
 import numpy as np
 
 from normcheck import bounds, families, formats, kernels, metrics, oracle, replay, spec as specs
+from normcheck.metrics import to_json
 from normcheck.backends import get_backend
-from normcheck.errors import InvalidArgument, KernelError, NormcheckError, invalid
+from normcheck.errors import KernelError, NormcheckError, invalid
 
 __all__ = ["Budget", "BUDGETS", "Failure", "FamilyResult", "CheckResult", "check_kernel",
            "check_callable", "CHECK_FAMILIES", "to_json"]
@@ -143,29 +143,6 @@ class CheckResult:
         return _render(self)
 
 
-def to_json(obj) -> str:
-    """Strict JSON: an infinite value is the string "inf" (NaN "nan"), never a bare literal."""
-    def fix(o):
-        if isinstance(o, float) or isinstance(o, np.floating):
-            o = float(o)
-            if math.isinf(o):
-                return "inf" if o > 0 else "-inf"
-            if math.isnan(o):
-                return "nan"
-            return o
-        if isinstance(o, (np.integer,)):
-            return int(o)
-        if isinstance(o, dict):
-            return {str(k): fix(v) for k, v in o.items()}
-        if isinstance(o, (list, tuple)):
-            return [fix(v) for v in o]
-        if isinstance(o, Path):
-            return str(o)
-        return o
-
-    return json.dumps(fix(obj), allow_nan=False, indent=1)
-
-
 # ------------------------------------------------------------------------------------------------
 # Targets: what is being judged
 # ------------------------------------------------------------------------------------------------
@@ -255,7 +232,7 @@ def _as_format(a, fmt):
 # ------------------------------------------------------------------------------------------------
 class _Judge:
     def __init__(self, target, norm, fmt, out, convention, eps, budget, backend, seed,
-                 cols_range, label, stats_roles, has_beta):
+                 cols_range, stats_roles, has_beta):
         self.target, self.norm, self.fmt, self.out = target, norm, fmt, out
         self.has_beta = has_beta
         self.convention = convention or "exact"
@@ -264,7 +241,6 @@ class _Judge:
         self.backend = backend
         self.seed = seed
         self.cols_range = cols_range
-        self.label = label
         self.stats_roles = stats_roles
         self.failures: list[Failure] = []
         self.worst = None
@@ -492,9 +468,8 @@ def _search(judge: _Judge, fams, examples, seed, family_base):
         ulp, ref, y, base_max, c = out
         # a single row's baseline error is one summation order's luck: the family's largest
         # baseline error (measured on its 64 rows) counts too
-        allowed = judge.allowed(max(v for v in (base_max, family_base.get(fam)) if v is not None)
-                                if base_max is not None or family_base.get(fam) is not None
-                                else None)
+        bases = [v for v in (base_max, family_base.get(fam)) if v is not None]
+        allowed = judge.allowed(max(bases) if bases else None)
         m = float(np.max(c.scaled)) if ulp.size else 0.0
         m = m if not np.isnan(m) else float("inf")
         ratio = m / allowed if np.isfinite(m) else 1e9
@@ -530,7 +505,7 @@ def _judge(target, *, label, norm, dtype, out_dtype, convention, eps, backend, e
                         f"given by the caller (default {budget.max_ulp:g}: {budget.reason})")
     t0 = time.perf_counter()
     judge = _Judge(target, norm, fmt, out, convention, eps, budget, backend, seed, cols_range,
-                   label, stats_roles, has_beta and norm in ("layernorm", "add_layernorm"))
+                   stats_roles, has_beta and norm in ("layernorm", "add_layernorm"))
     fams = CHECK_FAMILIES
     fam_results = _judge_families(judge, fams, examples)
     search_stats, found = (None, {})

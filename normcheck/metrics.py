@@ -11,14 +11,17 @@ Per element (DESIGN.md, "ULP error"):
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from normcheck.oracle import Reference
 
 __all__ = ["CLASSES", "FAILURE_CLASSES", "Comparison", "Summary", "compare", "summarize",
-           "failure_message"]
+           "failure_message", "to_json"]
 
 #: Outcome classes, by code.
 CLASSES = (
@@ -166,3 +169,26 @@ def failure_message(title: str, kernel: str, ref: Reference, actual, bad, x=None
     if replay:
         lines.append(f"  replay     {replay}")
     return "\n".join(lines)
+
+
+def to_json(obj) -> str:
+    """Strict JSON: an infinite value is the string "inf" (NaN "nan"), never a bare literal."""
+    def fix(o):
+        if isinstance(o, float) or isinstance(o, np.floating):
+            o = float(o)
+            if math.isinf(o):
+                return "inf" if o > 0 else "-inf"
+            if math.isnan(o):
+                return "nan"
+            return o
+        if isinstance(o, (np.integer,)):
+            return int(o)
+        if isinstance(o, dict):
+            return {str(k): fix(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [fix(v) for v in o]
+        if isinstance(o, Path):
+            return str(o)
+        return o
+
+    return json.dumps(fix(obj), allow_nan=False, indent=1)

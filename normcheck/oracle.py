@@ -234,7 +234,7 @@ def _fused(xin, residual, gamma, beta, eps, convention, out, center, gemma):
 def _rows(x, name):
     if not isinstance(x, np.ndarray):
         raise invalid(name, x, "a 2-D numpy array [rows, cols] of float32, float16 or bfloat16",
-                      f"wrap the rows with np.asarray(..., dtype=np.float32)")
+                      "wrap the rows with np.asarray(..., dtype=np.float32)")
     if x.ndim != 2:
         raise invalid(f"{name}.ndim", x.ndim, "2 (an array [rows, cols])",
                       f"use {name}.reshape(-1, {name}.shape[-1]) or {name}[None, :] for one row")
@@ -292,7 +292,7 @@ class _Pair:
         return _Pair(self.hi[sl], None if self.lo is None else self.lo[sl])
 
     def row(self, i):
-        """Row i as exact Fractions-free data: (hi, lo or None)."""
+        """Row i as (hi, lo or None)."""
         return self.hi[i], None if self.lo is None else self.lo[i]
 
 
@@ -328,7 +328,7 @@ def _tree_sum(a: np.ndarray, consume: bool = False) -> np.ndarray:
 def _tree_sum_dd(hi: np.ndarray, lo: np.ndarray):
     """Double-double sum along axis 1 of the exact values hi + lo: the hi parts are added as a
     balanced tree with TwoSum, their exact errors and the lo parts accumulated alongside.
-    Returns (s_hi, s_lo); hi is consumed (used as the work buffer where no padding is needed)."""
+    Returns (s_hi, s_lo); the inputs are left untouched."""
     rows, cols = hi.shape
     width = 1 << max(cols - 1, 0).bit_length()
     s = np.zeros((rows, width))
@@ -429,6 +429,7 @@ def _statistics(pair: _Pair, eps: float, center: bool) -> dict:
         part = pair.take(sl)
         fp = _fast(part, None, None, eps, center, False)
         bad = fp["nonfinite"]
+        exact_rows = {}
         with np.errstate(invalid="ignore", over="ignore"):
             ieee_sum = part.hi.sum(axis=1)  # ±inf, or NaN (a NaN, or infinities of both signs)
         nan_rows = np.isnan(ieee_sum) | center
@@ -443,8 +444,9 @@ def _statistics(pair: _Pair, eps: float, center: bool) -> dict:
             r_val[bad], ok[bad] = ex[bad], True
             vals[k][0][sl], vals[k][1][sl], vals[k][2][sl] = ex, r_val, ~ok
             for i in np.nonzero(~ok)[0]:
-                row = _ExactRow(part.row(i), None, None, eps, center, False)
-                vals[k][0][r0 + i], vals[k][1][r0 + i] = row.stat(k, formats.FP32)
+                if i not in exact_rows:  # one exact row serves all three statistics
+                    exact_rows[i] = _ExactRow(part.row(i), None, None, eps, center, False)
+                vals[k][0][r0 + i], vals[k][1][r0 + i] = exact_rows[i].stat(k, formats.FP32)
     return {k: Reference(formats.FP32, e, r.astype(np.float32), s)
             for k, (e, r, s) in vals.items()}
 
@@ -806,10 +808,6 @@ class _ExactRow:
         if self.rational_r is not None:
             return float(self.rational_r), fmt.round(self.rational_r)
         return _ziv(lambda ctx: 1 / ctx.sqrt(ctx.mpf(self.w)), fmt)
-
-
-def _mpf_of(q: Fraction, ctx):
-    return ctx.mpf(q.numerator) / q.denominator
 
 
 def _ziv(expr, fmt: Format, start_prec=96, max_prec=1 << 16):

@@ -9,7 +9,7 @@ the search climbs toward the worst rows rather than sampling at random.
 """
 
 import pytest
-from hypothesis import assume, given, target
+from hypothesis import given, target
 from hypothesis import strategies as st
 
 from normcheck import kernels

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from normcheck import bounds, errors, kernels, metrics, oracle
-from normcheck.formats import BF16, FP16, FP32
+from normcheck.formats import FP16
 
 RNG = np.random.default_rng(2024)
 

@@ -1,7 +1,6 @@
 """The report: a sweep that resumes, strict results.json, rendered files, the audit."""
 
 import json
-from pathlib import Path
 
 import pytest
 

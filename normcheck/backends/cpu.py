@@ -435,7 +435,7 @@ class CpuKernel:
                            "seed": int(seed), "report": report}
                     rep = _worker.request(req, timeout)
                     if isinstance(rep, tuple):
-                        self._raise_dead(rep, report, args, names, timeout, g)
+                        self._raise_dead(rep, report, args, names, timeout)
                     if not rep["ok"]:
                         self._raise_failed(rep, args, names)
                     for a, off, slack in layout:
@@ -472,7 +472,7 @@ class CpuKernel:
         return OutOfBounds(f"{self.entry}: out-of-bounds {detail}{where}", arg=i,
                            name=names[i] if names and i < len(names) else None, access=access)
 
-    def _raise_dead(self, rep, report, args, names, timeout, grid):
+    def _raise_dead(self, rep, report, args, names, timeout):
         if rep[0] == "timeout":
             raise KernelTimeout(f"{self.entry}: the launch ran past its {timeout:g} s limit (an "
                                 "endless loop, or a wait for something that never happens); "

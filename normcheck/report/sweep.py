@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import __version__, families, formats, kernels, metrics, replay
+from normcheck import __version__, families, kernels, metrics, replay
+from normcheck.metrics import to_json
 from normcheck.backends import get_backend
 from normcheck.errors import KernelError, invalid
 
@@ -207,8 +208,6 @@ def provenance(backend, seed, mode) -> dict:
 
 
 def _dump(obj, indent=None) -> str:
-    from normcheck.check import to_json
-
     text = to_json(obj)
     return text if indent else json.dumps(json.loads(text), separators=(",", ":"))
 
