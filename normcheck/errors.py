@@ -17,6 +17,10 @@ __all__ = [
     "KernelDeadlock",
     "KernelTimeout",
     "OutOfBounds",
+    "MisalignedAccess",
+    "StackOverflow",
+    "SandboxViolation",
+    "KernelRaised",
     "BackendUnavailable",
     "SpecError",
     "invalid",
@@ -49,7 +53,8 @@ class CompileError(NormcheckError):
 
 class KernelError(NormcheckError):
     """A kernel launch that did not complete normally.  ``kind`` names the failure class used in
-    verdicts and JSON (crash, deadlock, timeout, out_of_bounds)."""
+    verdicts and JSON (crash, deadlock, timeout, out_of_bounds, misaligned, stack_overflow,
+    sandbox, error)."""
 
     kind = "crash"
 
@@ -80,6 +85,31 @@ class OutOfBounds(KernelError):
     """The kernel touched memory past the end of an argument array (caught by a guard page)."""
 
     kind = "out_of_bounds"
+
+
+class MisalignedAccess(KernelError):
+    """A vector access to an address not aligned to its size (a GPU faults on it)."""
+
+    kind = "misaligned"
+
+
+class StackOverflow(KernelError):
+    """A thread ran past the end of its stack (deep recursion, a large local array)."""
+
+    kind = "stack_overflow"
+
+
+class SandboxViolation(KernelError):
+    """The kernel tried something the sandbox forbids (a new process, the network, a file
+    write ...): the message names the system call."""
+
+    kind = "sandbox"
+
+
+class KernelRaised(KernelError):
+    """A Python function under check raised an exception: that is a failure, never a pass."""
+
+    kind = "error"
 
 
 def invalid(name: str, value, expected: str, fix: str | None = None) -> InvalidArgument:

@@ -1,18 +1,28 @@
 """The cpu backend's worker process: loads compiled kernels and launches them on guarded buffers.
 
-A kernel may crash, hang or touch memory it does not own; it does so here, not in the caller.
+A kernel may crash, hang, touch memory it does not own or try to leave its sandbox; it does so
+here, not in the caller.  The worker:
+
+* dies with its parent (``PR_SET_PDEATHSIG`` plus a watchdog thread that polls the parent's
+  pid), lives in its own process group (the parent kills the group on every exit path), and
+  opens no file of its own: the arena it shares with the parent is an already-unlinked file
+  whose descriptor it inherits (``NORMCHECK_ARENA_FD``);
+* sandboxes itself before any user code is loaded (:mod:`normcheck.backends.sandbox`);
+* maps each array of a launch from the arena between inaccessible pages, launches, then checks
+  the canaries around each array.
+
 Protocol on stdin/stdout: length-prefixed pickles.  Request::
 
-    {"so": path, "index": i, "grid": (x,y,z), "block": (x,y,z), "shared_mem": n,
-     "shm": path, "args": [("array", offset, region, nbytes, itemsize) |
-                           ("scalar", dtype_str, value_bytes)],
-     "workers": n, "schedule": 0|1|2, "seed": s, "report": path}
+    {"op": "launch", "so": path, "index": i, "grid": (x,y,z), "block": (x,y,z),
+     "shared_mem": n, "args": [("array", offset, region, start, nbytes, itemsize) |
+                               ("scalar", dtype_str, value_bytes) | ("null",)],
+     "workers": n, "schedule": 0|1|2, "seed": s, "cpu_seconds": t}
 
-The arrays live in the shared file ``shm``: array i in the page-aligned region [offset,
-offset+region), its data at the region's end, the bytes before it a 0xA5 canary.  The worker maps
-each region between two inaccessible pages, so the kernel works on the caller's memory with no
-copy.  Reply: {"ok": True, "seconds": t} or {"ok": False, "kind": ..., "message": ...}.  When the kernel kills the process, the shim's signal handler writes one line to the report
-file first (what, where, which argument) and the parent reads it.
+Array i lives in the arena region [offset, offset+region) with its data at ``start`` bytes into
+the region; every other byte of the region is a 0xA5 canary.  Page 0 of the arena is the report
+page: when the kernel kills the process, the signal handler writes one line there first (what,
+where, which argument) and the parent reads it.  Replies: {"ok": True, "seconds": t} or
+{"ok": False, "kind": ..., "message": ...}.
 
 Imports nothing heavy, so it starts in tens of milliseconds.
 """
@@ -20,11 +30,14 @@ Imports nothing heavy, so it starts in tens of milliseconds.
 import ctypes
 import os
 import pickle
+import resource
 import struct
 import sys
+import threading
 import time
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+REPORT_BYTES = 1024
 
 
 class LaunchParams(ctypes.Structure):
@@ -43,27 +56,60 @@ class LaunchParams(ctypes.Structure):
         ("buf_end", ctypes.POINTER(ctypes.c_ulonglong)),
         ("buf_arg", ctypes.POINTER(ctypes.c_int)),
         ("buf_itemsize", ctypes.POINTER(ctypes.c_int)),
-        ("report_fd", ctypes.c_int),
+        ("report", ctypes.c_char_p),
+        ("report_len", ctypes.c_int),
     ]
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_PROT_NONE, _PROT_RW = 0, 3
+_MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANON, _MAP_NORESERVE = 1, 2, 0x10, 0x20, 0x4000
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
 _libs = {}
+_ARENA = -1
+_report = None  # (address, mapping length) of the report page
+
+
+def _map_guarded(offset: int, length: int) -> int:
+    """Map arena[offset, offset+length) with an inaccessible page on each side; returns the
+    address of the data (the whole reservation starts one page before it)."""
+    total = length + 2 * _PAGE
+    base = _libc.mmap(None, total, _PROT_NONE, _MAP_PRIVATE | _MAP_ANON | _MAP_NORESERVE, -1, 0)
+    if base in (None, _MAP_FAILED):
+        return 0
+    d = _libc.mmap(base + _PAGE, length, _PROT_RW, _MAP_SHARED | _MAP_FIXED, _ARENA, offset)
+    if d in (None, _MAP_FAILED):
+        _libc.munmap(base, total)
+        return 0
+    return base + _PAGE
+
+
+def _report_page():
+    global _report
+    if _report is None:
+        addr = _libc.mmap(None, _PAGE, _PROT_RW, _MAP_SHARED, _ARENA, 0)
+        if addr in (None, _MAP_FAILED):
+            raise OSError(ctypes.get_errno(), "cannot map the report page")
+        _report = addr
+    return _report
 
 
 def _lib(path):
     lib = _libs.get(path)
     if lib is None:
-        lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
-        lib.ncsimt_map_guarded.restype = ctypes.c_void_p
-        lib.ncsimt_map_guarded.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong]
-        lib.ncsimt_free_guarded.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
+        # lazy binding: host code in the user's file may name CUDA runtime functions it never
+        # calls here
+        lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_LAZY)
         _libs[path] = lib
     return lib
 
 
 def launch(req):
-    """Map the caller's arrays from the shared file (each between guard pages, its last byte
-    against the upper one), launch, check the canaries before each array."""
     lib = _lib(req["so"])
     fn = getattr(lib, f"ncsimt_launch_{req['index']}")
     fn.restype = ctypes.c_int
@@ -72,20 +118,22 @@ def launch(req):
     n = len(args)
     holders = []
     argv = (ctypes.c_void_p * max(n, 1))()
-    buffers = []  # (data ptr, nbytes, map base, map len, arg index, itemsize, slack)
-    fd = os.open(req["shm"], os.O_RDWR)
+    buffers = []  # (data ptr, nbytes, map base, map len, arg index, itemsize, region start, region)
     try:
         for i, a in enumerate(args):
             if a[0] == "array":
-                _, offset, region, nbytes, itemsize = a
-                base = lib.ncsimt_map_guarded(fd, offset, region)
-                if not base:
+                _, offset, region, start, nbytes, itemsize = a
+                rbase = _map_guarded(offset, region)
+                if not rbase:
                     return {"ok": False, "kind": "launch",
                             "message": f"could not map {nbytes} bytes for argument {i}"}
-                ptr = base + _PAGE + region - nbytes
-                buffers.append((ptr, nbytes, base, region + 2 * _PAGE, i, itemsize,
-                                region - nbytes))
+                ptr = rbase + start
+                buffers.append((ptr, nbytes, rbase - _PAGE, region + 2 * _PAGE, i, itemsize,
+                                rbase, region))
                 holder = ctypes.c_void_p(ptr)
+                argv[i] = ctypes.cast(ctypes.pointer(holder), ctypes.c_void_p)
+            elif a[0] == "null":
+                holder = ctypes.c_void_p(0)
                 argv[i] = ctypes.cast(ctypes.pointer(holder), ctypes.c_void_p)
             else:
                 holder = ctypes.create_string_buffer(a[2], max(len(a[2]), 16))
@@ -109,31 +157,55 @@ def launch(req):
         argi = (ctypes.c_int * max(nb, 1))(*[b[4] for b in buffers])
         items = (ctypes.c_int * max(nb, 1))(*[b[5] for b in buffers])
         p.buf_begin, p.buf_end, p.buf_arg, p.buf_itemsize = begins, ends, argi, items
-        rfd = os.open(req["report"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        p.report_fd = rfd
+        p.report = ctypes.cast(_report_page(), ctypes.c_char_p)
+        p.report_len = REPORT_BYTES
+        _cpu_budget(req.get("cpu_seconds"))
         t0 = time.perf_counter()
-        try:
-            rc = fn(ctypes.byref(p))
-        finally:
-            os.close(rfd)
+        rc = fn(ctypes.byref(p))
         seconds = time.perf_counter() - t0
         if rc != 0:
             kind = "deadlock" if rc == 1 and err.value.startswith(b"deadlock") else "launch"
             return {"ok": False, "kind": kind, "message": err.value.decode(errors="replace")}
-        # writes into the slack before an array (a negative index) hit the 0xA5 canary
-        for ptr, nbytes, base, length, i, itemsize, slack in buffers:
-            if slack > 0:
-                before = ctypes.string_at(ptr - slack, slack)
-                if before.count(0xA5) != slack:
-                    k = min(j for j in range(slack) if before[j] != 0xA5)
+        # writes into the canary bytes around an array (just before it, or within the last
+        # 16-byte granule after it) are out of bounds too
+        for ptr, nbytes, _b, _l, i, itemsize, rstart, region in buffers:
+            before = ptr - rstart
+            if before > 0:
+                raw = ctypes.string_at(rstart, before)
+                if raw.count(0xA5) != before:
+                    k = min(j for j in range(before) if raw[j] != 0xA5)
                     return {"ok": False, "kind": "out_of_bounds",
-                            "message": f"arg={i} access=write before_start_bytes={slack - k} "
+                            "message": f"arg={i} access=write before_start_bytes={before - k} "
+                                       f"size_bytes={nbytes} itemsize={itemsize}"}
+            after = rstart + region - (ptr + nbytes)
+            if after > 0:
+                raw = ctypes.string_at(ptr + nbytes, after)
+                if raw.count(0xA5) != after:
+                    k = min(j for j in range(after) if raw[j] != 0xA5)
+                    return {"ok": False, "kind": "out_of_bounds",
+                            "message": f"arg={i} access=write past_end_bytes={k} "
                                        f"size_bytes={nbytes} itemsize={itemsize}"}
         return {"ok": True, "seconds": seconds}
     finally:
-        os.close(fd)
         for b in buffers:
-            lib.ncsimt_free_guarded(b[2], b[3])
+            _libc.munmap(b[2], b[3])
+
+
+def _cpu_budget(seconds):
+    """Let this launch use ``seconds`` more CPU time than the process has used so far (the
+    parent's wall-clock timeout is the real limit; this is the backstop)."""
+    if not seconds:
+        return
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    spent = used.ru_utime + used.ru_stime
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    want = int(spent + seconds) + 1
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
+    except (ValueError, OSError):
+        pass
 
 
 def signatures(req):
@@ -159,20 +231,53 @@ def _read(stream, n):
     return buf
 
 
+def _die_with_parent(parent: int):
+    """SIGKILL when the parent dies (the kernel delivers it)."""
+    PR_SET_PDEATHSIG = 1
+    _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _watchdog(parent: int):
+    """A thread that ends the process within a quarter of a second of the parent's death, for
+    the case where the death signal was lost (the parent died before prctl, say)."""
+
+    def watch():
+        while True:
+            time.sleep(0.25)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="normcheck-watchdog").start()
+
+
 def main():
+    global _ARENA
+    parent = int(os.environ.get("NORMCHECK_PARENT_PID", os.getppid()))
+    _ARENA = int(os.environ["NORMCHECK_ARENA_FD"])
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     # keep the protocol stream clean: the kernel's printf goes to stderr
     proto = os.fdopen(os.dup(out.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), 1)
+    _die_with_parent(parent)
+    from normcheck.backends import sandbox
+
+    state = sandbox.enter(os.environ.get("NORMCHECK_SANDBOX", "on"),
+                          read_dirs=[d for d in os.environ.get("NORMCHECK_SANDBOX_READ", "").split(
+                              os.pathsep) if d], report_page=_report_page(),
+                          report_len=REPORT_BYTES)
+    _watchdog(parent)  # after the sandbox: the thread inherits it
     while True:
         head = _read(inp, 8)
         if head is None:
             return
         (n,) = struct.unpack("<Q", head)
         req = pickle.loads(_read(inp, n))
-        if req.get("op") == "ping":
-            rep = {"ok": True, "pid": os.getpid()}
-        elif req.get("op") == "signatures":
+        op = req.get("op")
+        if op == "ping":
+            rep = {"ok": True, "pid": os.getpid(), "sandbox": state}
+        elif op == "signatures":
             rep = signatures(req)
         else:
             rep = launch(req)

@@ -1,25 +1,265 @@
-"""What every backend shares: kernel signatures, argument checking, launch geometry.
+"""What every backend shares: the interface, sources, defines, the build cache, kernel signatures,
+argument checking and launch geometry.
 
-A compiled kernel is called as ``kernel(grid, block, args, shared_mem=0)``; ``args`` are numpy
-arrays (in/out: after the call they hold what the kernel wrote) and numpy scalars (np.int32,
-np.int64, np.uint32, np.float32 ...; Python ints and floats are converted to the parameter's
-type)."""
+A backend (:class:`Backend`) turns CUDA C into callable kernels::
+
+    kern = backend.compile(source, "rms_norm<__half>", defines={"ENABLE_FP32": None})
+    kern(grid, block, args, shared_mem=0)
+
+``source`` is a path or a string of CUDA C; ``args`` are numpy arrays (in/out: after the call
+they hold what the kernel wrote), numpy scalars (np.int32, np.float32 ...; Python ints and floats
+are converted to the parameter's type) or ``None`` for a null pointer.
+
+Builds are cached under one directory for every backend (:func:`cache_root`):
+``$NORMCHECK_CACHE``, else ``$XDG_CACHE_HOME/normcheck``, else ``~/.cache/normcheck``; each entry
+is keyed by the preprocessed source (so the content of every included file counts), the
+compiler and its version, the flags and the shim, and is written under a temporary name and
+renamed into place, so concurrent builds never see half an entry.
+"""
 
 from __future__ import annotations
 
+import abc
+import hashlib
+import os
 import re
-from dataclasses import dataclass
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
-from normcheck.errors import invalid
+from normcheck.errors import CompileError, invalid
 
-__all__ = ["Param", "parse_signature", "check_args", "dim3", "scalar_dtype", "ENTRY_RE"]
+__all__ = ["Backend", "Param", "Source", "load_source", "define_flags", "check_defines",
+           "cache_root", "cache_dir", "cache_info", "cache_clear", "install_file", "compiler_version", "parse_signature",
+           "check_args", "check_launch", "dim3", "scalar_dtype", "ENTRY_RE", "LIMITS"]
 
 #: An entry: a C identifier, optionally namespaced and with template arguments.
 ENTRY_RE = re.compile(r"^\s*(?:::)?[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*\s*(?:<.*>)?\s*$", re.S)
+_IDENT = re.compile(r"^[A-Za-z_]\w*$")
 
+#: CUDA's launch limits (compute capability 9.0), checked before any launch on any backend.
+LIMITS = {
+    "grid": (2**31 - 1, 65535, 65535),
+    "block": (1024, 1024, 64),
+    "threads_per_block": 1024,
+    "shared_mem": 227 * 1024,  # dynamic shared memory a block may ask for (opt-in maximum)
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# The interface
+# ------------------------------------------------------------------------------------------------
+class Backend(abc.ABC):
+    """Compile CUDA C and launch it on numpy arrays.  Subclasses implement
+    :meth:`compile_many`, :meth:`provenance` and :meth:`unavailable_reason`."""
+
+    name: str = "?"
+
+    @classmethod
+    @abc.abstractmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this backend cannot run here, or None when it can."""
+
+    @abc.abstractmethod
+    def compile_many(self, source, entries, *, defines=None, options=None,
+                     include_dirs=()) -> dict:
+        """Build several entries of one source into one module; {entry: kernel}."""
+
+    @abc.abstractmethod
+    def provenance(self, options=None) -> dict:
+        """What produced a result: backend, compiler and version, flags, fmad, device, and how
+        the backend differs from a GPU.  ``options`` are the compile options used."""
+
+    def compile(self, source, entry, *, defines=None, options=None, include_dirs=()):
+        """Build one entry of ``source`` (a path or CUDA C text)."""
+        return self.compile_many(source, [entry], defines=defines, options=options,
+                                 include_dirs=include_dirs)[entry]
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}>"
+
+
+# ------------------------------------------------------------------------------------------------
+# Sources and defines
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Source:
+    """A kernel source: its text, where it came from (a path, or ``<source>``), and the folders
+    its ``#include "..."`` lines are searched in."""
+
+    text: str
+    origin: str
+    path: Path | None = None
+    include_dirs: tuple = field(default=())
+
+
+def load_source(source, include_dirs=()) -> Source:
+    """A path (str or Path) or a string of CUDA C; a path's folder is searched for includes."""
+    incs = tuple(str(Path(d).resolve()) for d in include_dirs)
+    for d in incs:
+        if not Path(d).is_dir():
+            raise invalid("include_dirs", d, "a folder", "check the path")
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
+                                    and source.rstrip().endswith((".cu", ".cuh", ".cpp", ".cc",
+                                                                  ".h", ".hpp"))):
+        path = Path(source)
+        if path.is_dir():
+            raise invalid("source", str(source), "a .cu file, not a folder",
+                          "name the file that holds the kernel")
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            raise invalid("source", str(source), "a readable .cu file",
+                          f"check the path ({e.strerror})") from None
+        if b"\0" in raw:
+            raise invalid("source", str(source), "a text file of CUDA C (it holds NUL bytes)",
+                          "pass the .cu source, not a compiled object")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise invalid("source", str(source), f"UTF-8 text (byte {e.start} is not)",
+                          "save the file as UTF-8") from None
+        path = path.resolve()
+        return Source(text, str(path), path, (str(path.parent),) + incs)
+    if isinstance(source, str):
+        if "\0" in source:
+            raise invalid("source", "<text>", "CUDA C text without NUL characters")
+        return Source(source, "<source>", None, incs)
+    raise invalid("source", source, "a path or a string of CUDA C")
+
+
+def check_defines(defines) -> dict:
+    """Validate ``{NAME: value or None}``: C identifiers, values that fit on a command line."""
+    out = {}
+    for k, v in dict(defines or {}).items():
+        if not isinstance(k, str) or not _IDENT.match(k):
+            raise invalid("defines", k, "a C identifier as the macro name",
+                          "e.g. -D ENABLE_FP32 or -D BLOCK=256")
+        if v is not None:
+            if isinstance(v, bool):
+                v = int(v)
+            if not isinstance(v, (str, int, float)) or "\n" in str(v) or "\0" in str(v):
+                raise invalid(f"defines.{k}", v, "a number or a one-line string",
+                              "e.g. -D floatX=float")
+            v = str(v)
+        out[k] = v
+    return out
+
+
+def define_flags(defines) -> list[str]:
+    """Compiler flags for ``{NAME: value or None}``, in a stable order."""
+    return [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in sorted(check_defines(
+        defines).items())]
+
+
+# ------------------------------------------------------------------------------------------------
+# The build cache
+# ------------------------------------------------------------------------------------------------
+def cache_root() -> Path:
+    """$NORMCHECK_CACHE, else $XDG_CACHE_HOME/normcheck, else ~/.cache/normcheck."""
+    env = os.environ.get("NORMCHECK_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "normcheck"
+
+
+def cache_dir(backend: str) -> Path:
+    return cache_root() / backend
+
+
+def install_file(data: bytes | str, final: Path) -> Path:
+    """Write ``data`` to ``final`` atomically (a temporary file in the same folder, renamed)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return final
+
+
+def cache_info() -> dict:
+    """{backend: (builds, bytes)} of the build cache."""
+    out = {}
+    for name in ("cpu", "cuda"):
+        d = cache_dir(name)
+        builds, size = 0, 0
+        if d.is_dir():
+            for e in d.iterdir():
+                if e.is_dir():
+                    builds += 1
+                    size += sum(f.stat().st_size for f in e.rglob("*") if f.is_file())
+        out[name] = (builds, size)
+    return out
+
+
+def cache_clear() -> int:
+    """Remove every build (and any half-written temporary); returns how many builds."""
+    n = 0
+    for name in ("cpu", "cuda"):
+        d = cache_dir(name)
+        if d.is_dir():
+            for e in d.iterdir():
+                if e.is_dir():
+                    n += 1
+                shutil.rmtree(e, ignore_errors=True) if e.is_dir() else e.unlink(missing_ok=True)
+    return n
+
+
+def key_of(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+_versions: dict = {}
+
+
+def compiler_version(cmd: str) -> str | None:
+    """The first line of ``cmd --version`` (cached), None when the compiler is missing."""
+    if cmd not in _versions:
+        exe = shutil.which(cmd)
+        v = None
+        if exe:
+            try:
+                out = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                     timeout=60).stdout.strip().splitlines()
+                v = " ".join(line.strip() for line in out if line.strip() and not line.startswith(
+                    ("Copyright", "This is free software", "warranty", "FOR A PARTICULAR"))) or None
+            except (OSError, subprocess.SubprocessError):
+                v = None
+        _versions[cmd] = v
+    return _versions[cmd]
+
+
+def run_compiler(cmd: list[str], what: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run a compiler; a missing one or a compile past ``timeout`` is a CompileError."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "LC_ALL": "C", "LANG": "C"})
+    except FileNotFoundError:
+        raise CompileError(f"{what}: {cmd[0]} was not found") from None
+    except subprocess.TimeoutExpired:
+        raise CompileError(f"{what}: the compiler ran past {timeout:g} s") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# Signatures and arguments
+# ------------------------------------------------------------------------------------------------
 # C scalar types -> numpy dtype
 _SCALARS = {
     "int": np.int32, "signed int": np.int32, "int32_t": np.int32,
@@ -80,11 +320,11 @@ def scalar_dtype(p: Param):
 
 def dim3(value, name: str) -> tuple[int, int, int]:
     """Normalise a grid or block given as an int or a tuple of up to 3 positive ints."""
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         value = (int(value),)
     try:
         t = tuple(int(v) for v in value)
-    except TypeError:
+    except (TypeError, ValueError):
         raise invalid(name, value, "an int or a tuple of up to three positive ints",
                       f"e.g. {name}=(rows,) or {name}=256") from None
     if not 1 <= len(t) <= 3 or any(v < 1 for v in t):
@@ -93,9 +333,34 @@ def dim3(value, name: str) -> tuple[int, int, int]:
     return t + (1,) * (3 - len(t))
 
 
+def check_launch(grid, block, shared_mem) -> tuple:
+    """(grid, block, shared_mem) normalised and checked against CUDA's limits (:data:`LIMITS`);
+    a launch a GPU would refuse is an argument error, never blamed on the kernel."""
+    g = dim3(grid, "grid")
+    b = dim3(block, "block")
+    for name, dims, lim in (("grid", g, LIMITS["grid"]), ("block", b, LIMITS["block"])):
+        for axis, v, m in zip("xyz", dims, lim):
+            if v > m:
+                raise invalid(f"{name}.{axis}", v, f"at most {m} (CUDA's limit)",
+                              f"use a smaller {name}")
+    if b[0] * b[1] * b[2] > LIMITS["threads_per_block"]:
+        raise invalid("block", b, "at most 1024 threads per block (the CUDA limit)",
+                      "use a smaller block")
+    try:
+        shm = int(shared_mem)
+    except (TypeError, ValueError):
+        raise invalid("shared_mem", shared_mem, "a byte count") from None
+    if shm < 0 or shm > LIMITS["shared_mem"]:
+        raise invalid("shared_mem", shm, f"0 to {LIMITS['shared_mem']} bytes (227 KiB: the "
+                      "dynamic shared memory a GPU block may have)",
+                      "ask for less shared memory")
+    return g, b, shm
+
+
 def check_args(entry: str, params: list[Param], args, names=None) -> list:
     """Check args against the kernel's parameters; returns them with Python numbers converted to
-    numpy scalars of the parameter types.  Raises InvalidArgument naming the parameter."""
+    numpy scalars of the parameter types.  ``None`` passes a null pointer.  Raises
+    InvalidArgument naming the parameter."""
     args = list(args)
     if len(args) != len(params):
         sig = ", ".join(p.ctype for p in params)
@@ -106,8 +371,11 @@ def check_args(entry: str, params: list[Param], args, names=None) -> list:
     for i, (a, p) in enumerate(zip(args, params)):
         label = f"args[{i}]" + (f" ({names[i]})" if names and i < len(names) else "")
         if p.is_pointer:
+            if a is None:
+                out.append(None)
+                continue
             if not isinstance(a, np.ndarray):
-                raise invalid(label, a, f"a numpy array for parameter `{p.ctype}`",
+                raise invalid(label, a, f"a numpy array (or None) for parameter `{p.ctype}`",
                               "pass the buffer as a numpy array")
             want = _ELEMENTS.get(p.base)
             if want is not None and a.dtype != np.dtype(want):
@@ -137,7 +405,15 @@ def check_args(entry: str, params: list[Param], args, names=None) -> list:
                                   f"wrap it as np.{np.dtype(dt).name}(...)")
                 out.append(a)
             elif isinstance(a, (bool, int, float)) and not isinstance(a, np.ndarray):
-                out.append(np.array(a).astype(dt)[()])
+                with np.errstate(over="raise", invalid="raise"):
+                    try:
+                        v = np.array(a).astype(dt)[()]
+                    except (FloatingPointError, OverflowError):
+                        raise invalid(label, a, f"a value that fits `{p.ctype}`") from None
+                if isinstance(a, int) and not isinstance(a, bool) and int(v) != a:
+                    raise invalid(label, a, f"a value that fits `{p.ctype}`",
+                                  "the value wraps around in the parameter's type")
+                out.append(v)
             else:
                 raise invalid(label, a, f"a scalar for parameter `{p.ctype}`",
                               f"pass np.{np.dtype(dt).name}(...)")

@@ -19,7 +19,6 @@ back to cpu.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import re
 import shutil
@@ -41,21 +40,7 @@ INSTALL_HINT = "install normcheck[cuda] (pip install 'normcheck[cuda]') on a mac
 
 def unavailable_reason() -> str | None:
     """Why the cuda backend cannot run here, or None when it can."""
-    try:
-        import pycuda.driver as drv
-    except ImportError:
-        return f"PyCUDA is not installed: {INSTALL_HINT}"
-    except Exception as e:  # a broken PyCUDA build, a missing libcuda ...
-        return f"PyCUDA does not load ({e}): {INSTALL_HINT}"
-    try:
-        drv.init()
-        if drv.Device.count() < 1:
-            return "no CUDA device is visible"
-    except Exception as e:  # pycuda.driver.Error and friends
-        return f"no usable CUDA driver or device ({e})"
-    if shutil.which(os.environ.get("NVCC", "nvcc")) is None:
-        return "nvcc is not on the PATH (the cuda backend compiles with it)"
-    return None
+    return CudaBackend.unavailable_reason()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -147,6 +132,11 @@ class CudaKernel:
         out = []
         for i, (a, (t, size)) in enumerate(zip(args, self.params)):
             label = f"args[{i}]" + (f" ({names[i]})" if names and i < len(names) else "")
+            if a is None:  # a null pointer
+                if t not in ("u64", "b64") or size != 8:
+                    raise invalid(label, a, f"a scalar for the .{t} parameter")
+                out.append(np.uint64(0))
+                continue
             if isinstance(a, np.ndarray):
                 if t not in ("u64", "b64") or size != 8:
                     raise invalid(label, a, f"a scalar for the .{t} parameter (structs passed by "
@@ -165,10 +155,9 @@ class CudaKernel:
         return out
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
-                 schedule=None, workers=None, seed=0):
+                 schedule=None, workers=None, seed=0, guard=None):
         drv = self.backend.drv
-        g = base.dim3(grid, "grid")
-        b = base.dim3(block, "block")
+        g, b, shared_mem = base.check_launch(grid, block, shared_mem)
         args = self._check(list(args), names)
         self.backend.activate()
         dev = []
@@ -215,13 +204,13 @@ class CudaKernel:
         return start.time_till(end) / 1e3 / repeats
 
 
-class CudaBackend:
+class CudaBackend(base.Backend):
     """Compile with nvcc and run with PyCUDA on GPU 0."""
 
     name = "cuda"
 
     def __init__(self, device: int = 0):
-        reason = unavailable_reason()
+        reason = self.unavailable_reason()
         if reason:
             raise BackendUnavailable(f"the cuda backend cannot run here: {reason}")
         import pycuda.driver as drv
@@ -231,6 +220,25 @@ class CudaBackend:
         self.context = self.device.make_context()  # current on this thread from now on
         atexit.register(self._close)
         self.arch = "sm_%d%d" % self.device.compute_capability()
+        self.fmad = False  # of the last build, for provenance()
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        try:
+            import pycuda.driver as drv
+        except ImportError:
+            return f"PyCUDA is not installed: {INSTALL_HINT}"
+        except Exception as e:  # a broken PyCUDA build, a missing libcuda ...
+            return f"PyCUDA does not load ({e}): {INSTALL_HINT}"
+        try:
+            drv.init()
+            if drv.Device.count() < 1:
+                return "no CUDA device is visible"
+        except Exception as e:  # pycuda.driver.Error and friends
+            return f"no usable CUDA driver or device ({e})"
+        if shutil.which(os.environ.get("NVCC", "nvcc")) is None:
+            return "nvcc is not on the PATH (the cuda backend compiles with it)"
+        return None
 
     def _close(self):
         try:
@@ -249,64 +257,64 @@ class CudaBackend:
         self._close()
         self.context = self.device.make_context()
 
-    def compile(self, source, entry, *, defines=None, options=None) -> CudaKernel:
-        return self.compile_many(source, [entry], defines=defines, options=options)[entry]
-
-    def compile_many(self, source, entries, *, defines=None, options=None) -> dict:
+    def compile_many(self, source, entries, *, defines=None, options=None,
+                     include_dirs=()) -> dict:
         """Build entries of ``source`` into one module.  ``options``: fmad (bool, default
-        False), flags (extra nvcc flags)."""
+        False), flags (extra nvcc flags); timeout, workers, schedule and guard are accepted and
+        mean nothing on a GPU."""
         options = dict(options or {})
         fmad = bool(options.get("fmad", False))
-        if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and
-                                        source.endswith((".cu", ".cuh"))):
-            path = Path(source)
-            if not path.is_file():
-                raise invalid("source", str(source), "a readable .cu file or CUDA C text")
-            src, incs = path.read_text(), [str(path.resolve().parent)]
-        else:
-            src, incs = str(source), []
+        src = base.load_source(source, include_dirs)
         for e in entries:
             if not base.ENTRY_RE.match(e):
                 raise invalid("entry", e, "a kernel name or a template instantiation")
         tail = "\n".join(f"void* __normcheck_entry_{i} = (void*)&{e};"
                          for i, e in enumerate(entries))
-        text = src + "\n" + tail + "\n"
-        flags = [f"-arch={self.arch}", f"--fmad={'true' if fmad else 'false'}", "--ptx",
-                 *[f"-D{k}" if v is None else f"-D{k}={v}" for k, v in (defines or {}).items()],
-                 *[f"-I{i}" for i in incs], *options.get("flags", ())]
-        ptx = _nvcc_ptx(text, flags)
+        text = src.text + "\n" + tail + "\n"
+        flags = [f"-arch={self.arch}", f"--fmad={'true' if fmad else 'false'}",
+                 *base.define_flags(defines), *[f"-I{i}" for i in src.include_dirs],
+                 *options.get("flags", ())]
+        ptx = _nvcc_ptx(text, flags, src.origin)
         ents = ptx_entries(ptx)
         self.activate()
         module = self.drv.module_from_buffer(ptx.encode())
+        self.fmad = fmad
         out = {}
         for e in entries:
             m = find_entry(e, list(ents))
             out[e] = CudaKernel(self, module, m, e, ents[m], {**options, "fmad": fmad})
         return out
 
-    def provenance(self) -> dict:
-        nv = subprocess.run([os.environ.get("NVCC", "nvcc"), "--version"], capture_output=True,
-                            text=True).stdout.strip().splitlines()
-        return {"backend": "cuda", "compiler": nv[-1] if nv else "nvcc",
-                "flags": f"-arch={self.arch} --ptx", "fmad": False,
-                "device": self.device.name(), "driver": self.drv.get_driver_version()}
+    def provenance(self, options=None) -> dict:
+        fmad = bool((options or {}).get("fmad", self.fmad))
+        nvcc = base.compiler_version(os.environ.get("NVCC", "nvcc")) or "nvcc"
+        return {"backend": "cuda", "compiler": nvcc,
+                "flags": f"-arch={self.arch} --ptx --fmad={'true' if fmad else 'false'}",
+                "fmad": fmad, "device": self.device.name(),
+                "driver": self.drv.get_driver_version()}
 
 
-def _nvcc_ptx(text: str, flags: list[str]) -> str:
+def _nvcc_ptx(text: str, flags: list[str], origin: str) -> str:
+    """PTX of ``text``, cached by its preprocessed form (every included file), nvcc's version
+    and the flags; entries are written atomically."""
     nvcc = os.environ.get("NVCC", "nvcc")
-    key = hashlib.sha256((text + " ".join(flags)).encode()).hexdigest()[:24]
-    cache = Path(os.environ.get("NORMCHECK_CACHE", Path.home() / ".cache" / "normcheck")) / \
-        "cuda" / key
-    ptx = cache / "kernel.ptx"
-    if ptx.is_file():
-        return ptx.read_text()
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as d:
+    version = base.compiler_version(nvcc) or "nvcc"
+    with tempfile.TemporaryDirectory(prefix="normcheck-nvcc-") as d:
         src = Path(d) / "kernel.cu"
         src.write_text(text)
-        r = subprocess.run([nvcc, *flags, str(src), "-o", str(Path(d) / "kernel.ptx")],
-                           capture_output=True, text=True)
+        pre = base.run_compiler([nvcc, *flags, "-E", str(src), "-o", "-"],
+                                f"preprocessing {origin}")
+        if pre.returncode != 0:
+            raise CompileError(f"nvcc could not preprocess {origin}", pre.stderr)
+        key = base.key_of(pre.stdout.replace(str(src), "<kernel>"), " ".join(flags), version)
+        ptx = base.cache_dir("cuda") / key / "kernel.ptx"
+        if ptx.is_file():
+            return ptx.read_text()
+        r = base.run_compiler([nvcc, *flags, "--ptx", str(src), "-o", str(Path(d) / "kernel.ptx")],
+                              f"compiling {origin}")
         if r.returncode != 0:
-            raise CompileError("nvcc could not compile the kernel", r.stderr)
-        shutil.copy(Path(d) / "kernel.ptx", ptx)
-    return ptx.read_text()
+            raise CompileError(f"nvcc could not compile {origin}",
+                               r.stderr.replace(str(src), origin))
+        text_ptx = (Path(d) / "kernel.ptx").read_text()
+    base.install_file(text_ptx, ptx)
+    return text_ptx

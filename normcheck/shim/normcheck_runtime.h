@@ -213,6 +213,25 @@ static void complete(BlockCtx* B, int w, unsigned need) {
         std::memcpy(f->result, base[src & 31].deposit, 16);
         break;
       }
+      case OP_SHFL_PTX: {
+        // shfl.sync as the PTX ISA defines it: c packs the clamp lane (bits 0-4) and the segment
+        // mask (bits 8-12); the predicate says whether the source lane was in range
+        unsigned b = (unsigned)f->param, c = (unsigned)f->width;
+        int cval = (int)(c & 31u), segmask = (int)((c >> 8) & 31u);
+        int max_lane = (l & segmask) | (cval & ~segmask), min_lane = l & segmask;
+        int j = l;
+        bool p = false;
+        switch (f->param2) {
+          case 0: j = l - (int)b; p = j >= max_lane; break;
+          case 1: j = l + (int)b; p = j <= max_lane; break;
+          case 2: j = l ^ (int)b; p = j <= max_lane; break;
+          default: j = min_lane | ((int)b & ~segmask & 31); p = j <= max_lane; break;
+        }
+        if (!p || j < 0 || j > 31) j = l;
+        std::memcpy(f->result, base[j].deposit, 16);
+        f->result_u = p ? 1u : 0u;
+        break;
+      }
       case OP_BALLOT: f->result_u = ballot; break;
       case OP_ANY: f->result_u = ballot != 0; break;
       case OP_ALL: f->result_u = ballot == need; break;
@@ -294,7 +313,12 @@ extern "C" void ncsimt_fiber_main() {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Crash reporting
+// Crash reporting.  A kernel that kills the process gets one line of `key=value` words written
+// into the report page (shared with the parent) by the signal handler, then the process exits:
+//   kind=out_of_bounds|misaligned|stack_overflow|null_pointer|sandbox|abort|trap|arithmetic|crash
+//   signal= addr= access=read|write bytes= arg= elem_offset_bytes= past_end_bytes=
+//   before_start_bytes= size_bytes= itemsize= syscall= block=x,y,z thread=x,y,z
+// Everything here is async-signal-safe (no allocation, no stdio).
 // ------------------------------------------------------------------------------------------------
 struct Buffer {
   uintptr_t begin, end;  // the data
@@ -303,120 +327,217 @@ struct Buffer {
 };
 static Buffer g_buffers[64];
 static int g_nbuffers = 0;
-static int g_report_fd = -1;
-static thread_local int tls_block_linear = -1;
+static char* g_report = nullptr;
+static int g_report_len = 0;
 
-static void put(char*& p, const char* s) { while (*s) *p++ = *s++; }
-static void put_u(char*& p, unsigned long long v) {
-  char tmp[24];
-  int n = 0;
-  do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
-  while (n) *p++ = tmp[--n];
-}
-static void put_i(char*& p, long long v) {
-  if (v < 0) { *p++ = '-'; v = -v; }
-  put_u(p, (unsigned long long)v);
-}
-static void put_x(char*& p, unsigned long long v) {
-  const char* d = "0123456789abcdef";
-  put(p, "0x");
-  char tmp[20];
-  int n = 0;
-  do { tmp[n++] = d[v & 15]; v >>= 4; } while (v);
-  while (n) *p++ = tmp[--n];
-}
-
-static void on_fatal(int sig, siginfo_t* info, void* ctx) {
-  char msg[512];
-  char* p = msg;
-  uintptr_t addr = (uintptr_t)info->si_addr;
-  const char* kind = "crash";
-  put(p, "kind=");
-  char* kind_at = p;
-  put(p, "crash        ");
-  put(p, " signal=");
-  put_i(p, sig);
-  if (sig == SIGSEGV || sig == SIGBUS) {
-    put(p, " addr=");
-    put_x(p, addr);
-    if (ctx) {
-      ucontext_t* uc = (ucontext_t*)ctx;
-      put(p, (uc->uc_mcontext.gregs[REG_ERR] & 2) ? " access=write" : " access=read");
-    }
-    size_t page = 4096;
-    for (int i = 0; i < g_nbuffers; ++i) {
-      const Buffer& b = g_buffers[i];
-      if (addr >= b.end && addr < b.end + page) {
-        kind = "out_of_bounds";
-        put(p, " arg=");
-        put_i(p, b.arg);
-        put(p, " past_end_bytes=");
-        put_u(p, addr - b.end);
-        put(p, " size_bytes=");
-        put_u(p, b.end - b.begin);
-        put(p, " itemsize=");
-        put_i(p, b.itemsize);
-        break;
-      }
-      if (addr < b.begin && addr + 2 * page >= b.begin) {
-        kind = "out_of_bounds";
-        put(p, " arg=");
-        put_i(p, b.arg);
-        put(p, " before_start_bytes=");
-        put_u(p, b.begin - addr);
-        put(p, " size_bytes=");
-        put_u(p, b.end - b.begin);
-        put(p, " itemsize=");
-        put_i(p, b.itemsize);
-        break;
-      }
-    }
-    for (auto& s : g_all_stacks)
-      if (addr >= (uintptr_t)s.first && addr < (uintptr_t)s.first + 4096) {
-        kind = "stack_overflow";
-        break;
-      }
-    if (addr < 4096) kind = kind[0] == 'c' ? "null_pointer" : kind;
-  } else if (sig == SIGABRT) {
-    kind = "abort";
-  } else if (sig == SIGILL) {
-    kind = "trap";
-  } else if (sig == SIGFPE) {
-    kind = "arithmetic";
+struct Out {
+  char buf[640];
+  char* p = buf;
+  void put(const char* s) { while (*s && p < buf + sizeof(buf) - 32) *p++ = *s++; }
+  void u(unsigned long long v) {
+    char tmp[24];
+    int n = 0;
+    do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    while (n) *p++ = tmp[--n];
   }
-  for (const char* k = kind; *k; ++k) *kind_at++ = *k;
+  void i(long long v) {
+    if (v < 0) { *p++ = '-'; v = -v; }
+    u((unsigned long long)v);
+  }
+  void x(unsigned long long v) {
+    const char* d = "0123456789abcdef";
+    put("0x");
+    char tmp[20];
+    int n = 0;
+    do { tmp[n++] = d[v & 15]; v >>= 4; } while (v);
+    while (n) *p++ = tmp[--n];
+  }
+  void kv(const char* k, long long v) { put(" "); put(k); put("="); i(v); }
+};
+
+// The memory operand of the SSE instruction at rip (0F-prefixed, non-VEX): its address, or 0.
+static uintptr_t sse_operand(const ucontext_t* uc, int* is_store) {
+  static const int map[16] = {REG_RAX, REG_RCX, REG_RDX, REG_RBX, REG_RSP, REG_RBP, REG_RSI,
+                              REG_RDI, REG_R8,  REG_R9,  REG_R10, REG_R11, REG_R12, REG_R13,
+                              REG_R14, REG_R15};
+  const greg_t* g = uc->uc_mcontext.gregs;
+  const unsigned char* p = (const unsigned char*)g[REG_RIP];
+  int prefix66 = 0, rex = 0;
+  for (int k = 0; k < 4 && (*p == 0x66 || *p == 0xF2 || *p == 0xF3 || *p == 0x2E || *p == 0x3E ||
+                            *p == 0x26 || *p == 0x64 || *p == 0x65 || *p == 0x36); ++k, ++p)
+    if (*p == 0x66) prefix66 = 1;
+  if (*p >= 0x40 && *p <= 0x4F) rex = *p++;
+  if (*p++ != 0x0F) return 0;
+  int op = *p++;
+  if (op == 0x38 || op == 0x3A) p++;
+  int modrm = *p++;
+  int mod = modrm >> 6, rm = modrm & 7;
+  if (mod == 3) return 0;
+  uintptr_t addr = 0;
+  if (rm == 4) {
+    int sib = *p++;
+    int scale = 1 << (sib >> 6), index = ((sib >> 3) & 7) | ((rex & 2) << 2), base = (sib & 7) | ((rex & 1) << 3);
+    if (index != 4) addr += (uintptr_t)g[map[index]] * scale;
+    if ((base & 7) == 5 && mod == 0) {
+      int32_t d;
+      std::memcpy(&d, p, 4);
+      p += 4;
+      addr += (intptr_t)d;
+    } else {
+      addr += (uintptr_t)g[map[base]];
+    }
+  } else if (rm == 5 && mod == 0) {
+    return 0;  // rip-relative: static data, not a kernel argument
+  } else {
+    addr = (uintptr_t)g[map[rm | ((rex & 1) << 3)]];
+  }
+  if (mod == 1) { addr += (intptr_t)(int8_t)*p; }
+  if (mod == 2) { int32_t d; std::memcpy(&d, p, 4); addr += (intptr_t)d; }
+  *is_store = (op == 0x29 || op == 0x2B || op == 0xE7 || (prefix66 && op == 0x7F) || op == 0x11 || op == 0x13 || op == 0x17);
+  return addr;
+}
+
+static int buffer_of(uintptr_t addr) {
+  for (int i = 0; i < g_nbuffers; ++i)
+    if (addr >= g_buffers[i].begin && addr < g_buffers[i].end) return i;
+  return -1;
+}
+
+static void where(Out& o) {
   if (tls_cur) {
-    put(p, " block=");
-    put_i(p, tls_blockIdx.x);
-    put(p, ",");
-    put_i(p, tls_blockIdx.y);
-    put(p, ",");
-    put_i(p, tls_blockIdx.z);
-    put(p, " thread=");
-    put_i(p, tls_cur->tid.x);
-    put(p, ",");
-    put_i(p, tls_cur->tid.y);
-    put(p, ",");
-    put_i(p, tls_cur->tid.z);
+    o.put(" block=");
+    o.i(tls_blockIdx.x); o.put(","); o.i(tls_blockIdx.y); o.put(","); o.i(tls_blockIdx.z);
+    o.put(" thread=");
+    o.i(tls_cur->tid.x); o.put(","); o.i(tls_cur->tid.y); o.put(","); o.i(tls_cur->tid.z);
   }
-  put(p, "\n");
-  if (g_report_fd >= 0) {
-    ssize_t r = write(g_report_fd, msg, (size_t)(p - msg));
-    (void)r;
+}
+
+[[noreturn]] static void finish(Out& o) {
+  *o.p++ = '\n';
+  if (g_report && g_report_len > 0) {
+    size_t n = (size_t)(o.p - o.buf);
+    if (n >= (size_t)g_report_len) n = (size_t)g_report_len - 1;
+    std::memcpy(g_report, o.buf, n);
+    g_report[n] = 0;
   }
   _exit(86);
 }
 
+static void describe_buffer(Out& o, int i, uintptr_t addr) {
+  const Buffer& b = g_buffers[i];
+  o.kv("arg", b.arg);
+  o.kv("elem_offset_bytes", (long long)(addr - b.begin));
+  o.kv("size_bytes", (long long)(b.end - b.begin));
+  o.kv("itemsize", b.itemsize);
+}
+
+void fault_misaligned(unsigned long long addr, int bytes, int store) {
+  Out o;
+  o.put("kind=misaligned");
+  o.put(" addr=");
+  o.x(addr);
+  o.kv("bytes", bytes);
+  o.put(store ? " access=write" : " access=read");
+  int i = buffer_of((uintptr_t)addr);
+  if (i >= 0) describe_buffer(o, i, (uintptr_t)addr);
+  where(o);
+  finish(o);
+}
+
+static void on_fatal(int sig, siginfo_t* info, void* ctx) {
+  Out o;
+  uintptr_t addr = (uintptr_t)info->si_addr;
+  const ucontext_t* uc = (const ucontext_t*)ctx;
+  size_t page = 4096;
+  if (sig == SIGSEGV || sig == SIGBUS) {
+    int write = uc ? ((uc->uc_mcontext.gregs[REG_ERR] & 2) != 0) : 0;
+    if (info->si_code == SI_KERNEL && uc) {
+      // a general-protection fault: on x86-64 an SSE access that is not 16-byte aligned
+      int store = 0;
+      uintptr_t a = sse_operand(uc, &store);
+      if (a && a % 16) {
+        o.put("kind=misaligned");
+        o.put(" addr=");
+        o.x(a);
+        o.kv("bytes", 16);
+        o.put(store ? " access=write" : " access=read");
+        int i = buffer_of(a);
+        if (i >= 0) describe_buffer(o, i, a);
+      } else {
+        o.put("kind=crash signal=");
+        o.i(sig);
+        o.put(" detail=general_protection");
+        if (a) { o.put(" addr="); o.x(a); }
+      }
+      where(o);
+      finish(o);
+    }
+    for (auto& s : g_all_stacks)
+      if (addr >= (uintptr_t)s.first && addr < (uintptr_t)s.first + page) {
+        o.put("kind=stack_overflow");
+        o.kv("signal", sig);
+        o.kv("stack_bytes", (long long)stack_size());
+        where(o);
+        finish(o);
+      }
+    for (int i = 0; i < g_nbuffers; ++i) {
+      const Buffer& b = g_buffers[i];
+      if (addr >= b.end && addr < b.end + page) {
+        o.put("kind=out_of_bounds");
+        o.put(write ? " access=write" : " access=read");
+        o.kv("arg", b.arg);
+        o.kv("past_end_bytes", (long long)(addr - b.end));
+        o.kv("size_bytes", (long long)(b.end - b.begin));
+        o.kv("itemsize", b.itemsize);
+        where(o);
+        finish(o);
+      }
+      if (addr < b.begin && addr + 2 * page >= b.begin) {
+        o.put("kind=out_of_bounds");
+        o.put(write ? " access=write" : " access=read");
+        o.kv("arg", b.arg);
+        o.kv("before_start_bytes", (long long)(b.begin - addr));
+        o.kv("size_bytes", (long long)(b.end - b.begin));
+        o.kv("itemsize", b.itemsize);
+        where(o);
+        finish(o);
+      }
+    }
+    o.put(addr < page ? "kind=null_pointer" : "kind=crash");
+    o.kv("signal", sig);
+    o.put(" addr=");
+    o.x(addr);
+    o.put(write ? " access=write" : " access=read");
+  } else if (sig == SIGSYS) {
+    o.put("kind=sandbox");
+    o.kv("syscall", info->si_syscall);
+  } else if (sig == SIGXFSZ) {
+    o.put("kind=sandbox detail=file_size");
+  } else if (sig == SIGXCPU) {
+    o.put("kind=sandbox detail=cpu_time");
+  } else if (sig == SIGABRT) {
+    o.put("kind=abort");
+  } else if (sig == SIGILL || sig == SIGTRAP) {
+    o.put("kind=trap");
+  } else if (sig == SIGFPE) {
+    o.put("kind=arithmetic");
+  } else {
+    o.put("kind=crash");
+    o.kv("signal", sig);
+  }
+  where(o);
+  finish(o);
+}
+
+// Installed at every launch: several kernel modules live in one worker, each with its own copy
+// of this runtime, and the handler must be the launching module's (its buffers, its fibers).
 static void install_handlers() {
-  static bool done = false;
-  if (done) return;
-  done = true;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_fatal;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
-  int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE, SIGABRT, SIGSYS, SIGXFSZ, SIGXCPU};
   for (int s : sigs) sigaction(s, &sa, nullptr);
 }
 
@@ -451,7 +572,8 @@ struct LaunchParams {
   unsigned long long* buf_end;
   int* buf_arg;
   int* buf_itemsize;
-  int report_fd;
+  char* report;
+  int report_len;
 };
 
 static void ranges(std::string& out, const std::vector<int>& ids) {
@@ -660,7 +782,8 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
 static int launch(Thunk thunk, LaunchParams* p) {
   install_handlers();
   alt_stack();
-  g_report_fd = p->report_fd;
+  g_report = p->report;
+  g_report_len = p->report_len;
   g_nbuffers = std::min(p->nbuffers, 64);
   for (int i = 0; i < g_nbuffers; ++i) {
     g_buffers[i].begin = (uintptr_t)p->buf_begin[i];
@@ -729,6 +852,19 @@ template <class... A> struct Caller<void (*)(A...)> {
     }
   }
 };
+
+unsigned shfl_ptx(int mode, unsigned a, unsigned b, unsigned c, unsigned mask, bool* pred) {
+  Fiber* f = tls_cur;
+  deposit(f, a);
+  f->op = OP_SHFL_PTX;
+  f->param = (int)b;
+  f->width = (int)c;
+  f->param2 = mode;
+  f->mask = mask;
+  warp_collective(f);
+  if (pred) *pred = f->result_u != 0;
+  return collect<unsigned>(f);
+}
 
 }  // namespace ncsimt
 

@@ -68,7 +68,10 @@
 #define __global__
 #define __device__
 #define __host__
-#define __shared__ static thread_local
+// `__shared__` is a marker that normcheck.backends.translate turns into `static thread_local`
+// (blocks run on several OS threads) or, for `extern __shared__ T a[];`, into the block's
+// dynamic shared memory -- after the preprocessor, so in every included file.
+#define __shared__ __nc_shared__
 #define __constant__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
@@ -88,7 +91,7 @@ namespace ncsimt {
 enum { RUNNABLE = 0, AT_BARRIER = 1, AT_WARP = 2, DONE = 3 };
 enum { OP_SYNC = 0, OP_SHFL, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, OP_BALLOT, OP_ANY, OP_ALL,
        OP_REDUCE_ADD, OP_REDUCE_MIN, OP_REDUCE_MAX, OP_REDUCE_AND, OP_REDUCE_OR, OP_REDUCE_XOR,
-       OP_MATCH_ANY };
+       OP_MATCH_ANY, OP_SHFL_PTX };
 
 struct Fiber {
   void* sp;             // saved stack pointer
@@ -97,7 +100,7 @@ struct Fiber {
   int lane, warp;
   int state;
   // warp collective in progress
-  int op, param, width;
+  int op, param, width, param2;
   unsigned mask;
   int pred;
   alignas(16) unsigned char deposit[16];
@@ -134,9 +137,24 @@ unsigned warp_alive_mask();
 #define gridDim (::ncsimt::tls_gridDim)
 static constexpr int warpSize = 32;
 
+namespace ncsimt {
 // Dynamic shared memory: normcheck rewrites `extern __shared__ T name[];` into a pointer to the
 // block's buffer (its size is the launch's shared_mem argument).
-inline void* __normcheck_dynamic_smem() { return ::ncsimt::tls_dyn_smem; }
+inline void* dynamic_smem() { return tls_dyn_smem; }
+
+// A host-side launch `k<<<grid, block>>>(args)` in the user's host code compiles to this; normcheck
+// launches kernels itself (as the spec says), so it is never meant to run.
+struct HostLaunch {
+  template <class... A>
+  void operator()(A&&...) const {
+    std::fprintf(stderr, "normcheck: the kernel's host code launched a kernel (<<<...>>>); normcheck "
+                         "launches kernels itself, as the spec describes\n");
+    std::abort();
+  }
+};
+template <class... A>
+inline HostLaunch host_launch(A&&...) { return HostLaunch(); }
+}  // namespace ncsimt
 
 // ------------------------------------------------------------------------------------------------
 // Synchronisation
@@ -430,5 +448,7 @@ using std::isnan;
 using std::isinf;
 using std::isfinite;
 using std::signbit;
+
+#include "normcheck_ptx.h"
 
 #endif  // NORMCHECK_SIMT_H

@@ -1,0 +1,118 @@
+"""The cpu backend's sandbox: what a kernel under test may not do to the machine.
+
+A kernel on the cpu backend is host C++, so it could open files, start processes or talk to the
+network.  The worker process that runs it enters a sandbox before any user code is loaded
+(``shim/normcheck_sandbox.cpp``, built once with the backend's compiler and cache):
+
+========== ================================================================================
+rlimits     address space (``NORMCHECK_WORKER_MEMORY_MB``, default the larger of 16 GiB and
+            twice the machine's memory), file size 64 MiB (the worker's stderr), no core files;
+            CPU time per launch (the launch timeout times its threads, a backstop: the
+            wall-clock timeout is the limit)
+landlock    files readable only beneath the build cache, Python's library and normcheck itself;
+            nothing writable anywhere; no TCP bind/connect; no signals to other processes
+            (where the kernel has landlock: ABI 1+, net from ABI 4, scopes from ABI 6)
+seccomp     fork, vfork, clone without CLONE_THREAD, execve, sockets, opening a file for
+            writing, creating, renaming or removing files, ptrace, signals to other processes,
+            io_uring, mount ... are trapped: the launch fails with kind ``sandbox`` naming the
+            call
+========== ================================================================================
+
+``NORMCHECK_SANDBOX=off`` runs kernels without it (``provenance()["sandbox"]`` says which).
+Where a mechanism is missing (no landlock in the kernel, seccomp disabled in a container) the
+others still apply, and the provenance says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+__all__ = ["enter", "SYSCALLS", "syscall_name", "read_dirs", "MODES"]
+
+MODES = ("on", "off")
+
+#: x86-64 system call numbers of the calls the filter traps, for naming a violation.
+SYSCALLS = {
+    2: "open (for writing)", 257: "openat (for writing)", 85: "creat", 56: "clone (a new process)",
+    57: "fork", 58: "vfork", 59: "execve", 322: "execveat", 41: "socket", 53: "socketpair",
+    42: "connect", 49: "bind", 50: "listen", 43: "accept", 288: "accept4", 82: "rename",
+    264: "renameat", 316: "renameat2", 87: "unlink", 263: "unlinkat", 83: "mkdir",
+    258: "mkdirat", 84: "rmdir", 86: "link", 265: "linkat", 88: "symlink", 266: "symlinkat",
+    90: "chmod", 268: "fchmodat", 92: "chown", 260: "fchownat", 94: "lchown", 76: "truncate",
+    133: "mknod", 259: "mknodat", 132: "utime", 235: "utimes", 280: "utimensat",
+    261: "futimesat", 101: "ptrace", 310: "process_vm_readv", 311: "process_vm_writev",
+    200: "tkill", 62: "kill (another process)", 234: "tgkill (another process)",
+    129: "rt_sigqueueinfo", 297: "rt_tgsigqueueinfo", 165: "mount", 166: "umount2",
+    155: "pivot_root", 161: "chroot", 308: "setns", 272: "unshare", 169: "reboot",
+    246: "kexec_load", 175: "init_module", 313: "finit_module", 176: "delete_module",
+    321: "bpf", 298: "perf_event_open", 304: "open_by_handle_at", 303: "name_to_handle_at",
+    425: "io_uring_setup", 426: "io_uring_enter", 427: "io_uring_register", 248: "add_key",
+    249: "request_key", 250: "keyctl", 323: "userfaultfd", 434: "pidfd_open",
+    424: "pidfd_send_signal", 438: "pidfd_getfd", 300: "fanotify_init", 253: "inotify_init",
+    294: "inotify_init1", 170: "sethostname", 171: "setdomainname", 167: "swapon",
+    168: "swapoff", 163: "acct", 179: "quotactl", 103: "syslog", 153: "vhangup", 172: "iopl",
+    173: "ioperm",
+}
+
+
+def syscall_name(nr) -> str:
+    try:
+        nr = int(nr)
+    except (TypeError, ValueError):
+        return f"system call {nr}"
+    return f"{SYSCALLS.get(nr, 'system call')} (#{nr})"
+
+
+def read_dirs(cache: str) -> list[str]:
+    """The folders the worker may read beneath: the build cache, Python, normcheck."""
+    import normcheck
+
+    dirs = [cache, os.path.dirname(os.path.dirname(os.path.abspath(normcheck.__file__)))]
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        dirs.append(p)
+    return [d for d in dict.fromkeys(dirs) if d]
+
+
+def _address_space() -> int:
+    env = os.environ.get("NORMCHECK_WORKER_MEMORY_MB")
+    if env:
+        return max(512, int(env)) << 20
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        ram = 8 << 30
+    return max(16 << 30, 2 * ram)
+
+
+FILE_SIZE = 64 << 20
+
+
+def enter(mode: str, read_dirs, report_page: int, report_len: int) -> dict:
+    """In the worker, before user code: apply the sandbox (see the module docstring).  Returns
+    {"mode", "enforced": [...], "detail"}."""
+    if mode == "off":
+        return {"mode": "off", "enforced": [], "detail": "NORMCHECK_SANDBOX=off"}
+    lib_path = os.environ.get("NORMCHECK_SANDBOX_LIB")
+    if not lib_path:
+        return {"mode": mode, "enforced": [], "detail": "the sandbox helper was not built"}
+    for name in ("libstdc++.so.6", "libgcc_s.so.1", "libm.so.6"):
+        try:  # loaded now, so a kernel module's dependencies need no file once sandboxed
+            ctypes.CDLL(name, mode=os.RTLD_GLOBAL)
+        except OSError:
+            pass
+    import resource  # noqa: F401  (imported before the sandbox closes the file system)
+
+    lib = ctypes.CDLL(lib_path)
+    lib.ncsb_enter.restype = ctypes.c_int
+    lib.ncsb_enter.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_int,
+                               ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_void_p,
+                               ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    dirs = [d.encode() for d in read_dirs]
+    arr = (ctypes.c_char_p * max(1, len(dirs)))(*dirs)
+    status = ctypes.create_string_buffer(256)
+    mask = lib.ncsb_enter(arr, len(dirs), _address_space(), FILE_SIZE, report_page, report_len,
+                          status, len(status))
+    enforced = [n for bit, n in ((1, "rlimits"), (2, "landlock"), (4, "seccomp")) if mask & bit]
+    return {"mode": mode, "enforced": enforced, "detail": status.value.decode()}

@@ -1,0 +1,249 @@
+"""What the cpu backend rewrites in a translation unit after the preprocessor and before g++.
+
+The cpu backend compiles a kernel in three steps: ``g++ -E`` (so every ``#if`` is decided, every
+macro expanded and every included file inlined), this module's rewrites on the preprocessed text,
+then g++ on the result.  Working on preprocessed text means that what is rewritten is rewritten
+in every included header, and that code in branches dead on the cpu backend (``#if
+__CUDA_ARCH__ >= 900``) is already gone.  The rewrites:
+
+* ``__shared__`` (which the shim defines as the marker ``__nc_shared__``) becomes
+  ``static thread_local`` (blocks run on several OS threads); ``extern __shared__ T name[];``
+  becomes a pointer to the block's dynamic shared memory (at file scope: every later use of the
+  name);
+* a host-side launch ``kernel<<<grid, block>>>(args)`` in host code becomes a call that is
+  never made by normcheck (it aborts with a message if it is), so files with host code compile;
+* inline PTX (``asm``/``asm volatile``) in the user's files is translated by
+  :mod:`normcheck.backends.ptx`; an instruction it does not know is a compile error naming it
+  and its line.
+
+Line markers (``# 12 "file.cu"``) are kept, so g++'s diagnostics still point at the user's files.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+from normcheck.errors import CompileError
+
+__all__ = ["rewrite", "LineMap"]
+
+_MARKER = re.compile(r'^# (\d+) "((?:\\.|[^"\\])*)"([ \d]*)$', re.M)
+# string and character literals (raw strings included), or a brace
+_SKIP = re.compile(r'R"([^()\\ ]{0,16})\((?:.|\n)*?\)\1"|"(?:\\.|[^"\\\n])*"|'
+                   r"'(?:\\.|[^'\\\n])*'|[{}]")
+_SHARED = re.compile(r"(?:\bstatic\s+)?\b__nc_shared__\b(?:\s+static\b)?")
+_EXTERN_SHARED = re.compile(
+    r"\bextern\s+(?:static\s+thread_local|__nc_shared__)\s+"
+    r"((?:__attribute__\s*\(\(.*?\)\)\s*|alignas\s*\([^)]*\)\s*)*)"
+    r"([A-Za-z_][\w:<>,\s\*&]*?)\s*\b([A-Za-z_]\w*)\s*\[\s*\]\s*"
+    r"((?:__attribute__\s*\(\(.*?\)\)\s*)*);")
+_ASM = re.compile(r"\b(asm|__asm__|__asm)\b(\s*(?:\b(?:volatile|__volatile__|__volatile|inline|"
+                  r"goto)\b\s*)*)\(")
+_LAUNCH = re.compile(r"<<<")
+
+
+def _unescape(s: str) -> str:
+    return re.sub(r"\\(.)", r"\1", s)
+
+
+@dataclass
+class LineMap:
+    """Where each offset of a preprocessed text came from (file, line, system header or not)."""
+
+    starts: list
+    files: list
+    lines: list
+    system: list
+    text: str
+
+    @classmethod
+    def of(cls, text: str) -> "LineMap":
+        starts, files, lines, system = [0], ["<unknown>"], [1], [False]
+        for m in _MARKER.finditer(text):
+            starts.append(m.end() + 1)
+            files.append(_unescape(m.group(2)))
+            lines.append(int(m.group(1)))
+            flags = m.group(3).split()
+            system.append("3" in flags)
+        return cls(starts, files, lines, system, text)
+
+    def where(self, pos: int) -> tuple[str, int, bool]:
+        """(file, line, in a system header) of offset ``pos``."""
+        k = bisect.bisect_right(self.starts, pos) - 1
+        line = self.lines[k] + self.text.count("\n", self.starts[k], pos)
+        return self.files[k], line, self.system[k]
+
+
+class _Depth:
+    """Brace depth at increasing offsets of a text, outside string and character literals."""
+
+    def __init__(self, text):
+        self.text = text
+        self.pos = 0
+        self.depth = 0
+
+    def at(self, pos: int) -> int:
+        if pos < self.pos:
+            self.pos, self.depth = 0, 0
+        for m in _SKIP.finditer(self.text, self.pos, pos):
+            c = m.group(0)
+            if c == "{":
+                self.depth += 1
+            elif c == "}":
+                self.depth -= 1
+        self.pos = pos
+        return self.depth
+
+
+def _literal_spans(text: str, start: int, end: int):
+    """(start, end) of the string/char literals in text[start:end]."""
+    return [(m.start(), m.end()) for m in _SKIP.finditer(text, start, end)
+            if m.group(0) not in "{}"]
+
+
+def match_paren(text: str, open_pos: int) -> int:
+    """Offset of the parenthesis closing the one at ``open_pos`` (literals skipped)."""
+    depth = 0
+    i = open_pos
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == '"' or c == "'":
+            m = _SKIP.match(text, i)
+            i = m.end() if m else i + 1
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise CompileError("unbalanced parentheses in the preprocessed source")
+
+
+def _shared(text: str) -> str:
+    """extern __shared__ arrays to the dynamic shared memory; other __shared__ to static
+    thread_local."""
+    if "__nc_shared__" not in text:
+        return text
+    out, last = [], 0
+    depth = _Depth(text)
+    file_scope = {}  # name -> replacement expression, for later uses
+    for m in _EXTERN_SHARED.finditer(text):
+        attrs, typ, name = m.group(1), m.group(2).strip(), m.group(3)
+        expr = f"(reinterpret_cast<{typ}*>(::ncsimt::dynamic_smem()))"
+        out.append(text[last:m.start()])
+        if depth.at(m.start()) > 0:
+            out.append(f"{typ}* {name} = reinterpret_cast<{typ}*>(::ncsimt::dynamic_smem());")
+        else:
+            file_scope[name] = (m.end(), expr)
+            out.append(" " * 0)
+        last = m.end()
+    out.append(text[last:])
+    text = "".join(out)
+    text = _SHARED.sub("static thread_local", text)
+    if file_scope:
+        # every use after the declaration (identifier tokens outside literals)
+        pat = re.compile(r"\b(" + "|".join(map(re.escape, file_scope)) + r")\b")
+        spans = _literal_spans(text, 0, len(text))
+        starts = [s for s, _ in spans]
+
+        def repl(mm):
+            k = bisect.bisect_right(starts, mm.start()) - 1
+            if k >= 0 and spans[k][0] <= mm.start() < spans[k][1]:
+                return mm.group(0)
+            return file_scope[mm.group(1)][1]
+
+        text = pat.sub(repl, text)
+    return text
+
+
+def _launch_target_start(text: str, i: int) -> int:
+    """Start of the kernel expression ending just before offset ``i`` (``ns::k<T, 4>``)."""
+    j = i
+    while j > 0 and text[j - 1] in " \t\n":
+        j -= 1
+    if j > 0 and text[j - 1] == ">":  # template arguments
+        depth = 0
+        while j > 0:
+            j -= 1
+            c = text[j]
+            if c == ">":
+                depth += 1
+            elif c == "<":
+                depth -= 1
+                if depth == 0:
+                    break
+        while j > 0 and text[j - 1] in " \t\n":
+            j -= 1
+    while j > 0 and (text[j - 1].isalnum() or text[j - 1] in "_:"):
+        j -= 1
+    return j
+
+
+def _host_launches(text: str) -> str:
+    """``k<<<cfg>>>(args)`` -> ``::ncsimt::host_launch(cfg)(args)``: compiles, never runs."""
+    if "<<<" not in text:
+        return text
+    out, last = [], 0
+    pos = 0
+    while True:
+        i = text.find("<<<", pos)
+        if i < 0:
+            break
+        j = text.find(">>>", i + 3)
+        if j < 0:
+            break
+        start = max(_launch_target_start(text, i), last)
+        out.append(text[last:start])
+        out.append("::ncsimt::host_launch(")
+        out.append(text[i + 3:j])
+        out.append(")")
+        out.append("\n" * text.count("\n", start, i))
+        last = pos = j + 3
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _asm(text: str, lines: LineMap, user_file) -> str:
+    """Translate the inline PTX of the user's files (see normcheck.backends.ptx)."""
+    from normcheck.backends import ptx
+
+    out, last = [], 0
+    for m in _ASM.finditer(text):
+        if m.start() < last:
+            continue
+        file, line, system = lines.where(m.start())
+        if system or not user_file(file):
+            continue
+        open_pos = m.end() - 1
+        close = match_paren(text, open_pos)
+        end = close + 1
+        # the statement's semicolon
+        k = end
+        while k < len(text) and text[k] in " \t\n":
+            k += 1
+        if k < len(text) and text[k] == ";":
+            end = k + 1
+        code = ptx.translate_statement(text[open_pos + 1:close], f"{file}:{line}",
+                                       basic="goto" not in m.group(2))
+        out.append(text[last:m.start()])
+        # keep the line count: the translation goes on the asm's first line
+        out.append(code + "\n" * text.count("\n", m.start(), end))
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
+def rewrite(text: str, user_file) -> str:
+    """All the rewrites, in order; ``user_file(path)`` says whether a file is the user's (its
+    inline PTX is translated)."""
+    lines = LineMap.of(text)
+    if re.search(r"\b(?:asm|__asm__|__asm)\b", text):
+        text = _asm(text, lines, user_file)
+    text = _shared(text)
+    text = _host_launches(text)
+    return text

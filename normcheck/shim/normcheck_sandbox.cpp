@@ -1,0 +1,258 @@
+// normcheck's sandbox for the cpu backend's worker process, entered before any user code loads.
+//
+// Three of the operating system's mechanisms, each applied when the kernel offers it:
+//  * rlimits: address space, file size (the worker's stderr), no core files;
+//  * landlock: files may be read only beneath the folders the worker needs (its build cache,
+//    Python's library, normcheck itself); nothing may be written, created or removed anywhere;
+//    no TCP bind/connect; no signals to processes outside the sandbox;
+//  * seccomp (a BPF filter, installed on every thread with TSYNC): new processes (fork, vfork,
+//    clone without CLONE_THREAD, execve), sockets, file opens for writing, file-system changes,
+//    ptrace, and signals to other processes are trapped: SIGSYS, whose handler writes
+//    `kind=sandbox syscall=N` to the report page and ends the process.
+// ncsb_enter returns a bit mask of what is enforced and a one-line description.
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+#include <vector>
+
+#define NCSB_EXPORT extern "C" __attribute__((visibility("default")))
+
+enum { ENFORCED_RLIMITS = 1, ENFORCED_LANDLOCK = 2, ENFORCED_SECCOMP = 4 };
+
+static char* g_report = nullptr;
+static int g_report_len = 0;
+
+static void put_num(char*& p, long long v) {
+  char tmp[24];
+  int n = 0;
+  if (v < 0) { *p++ = '-'; v = -v; }
+  do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+  while (n) *p++ = tmp[--n];
+}
+
+// While no kernel launch has installed its own handler (e.g. while a module's static
+// constructors run at load time), a trapped call or a crash is still reported.
+static void on_signal(int sig, siginfo_t* info, void*) {
+  char buf[160];
+  char* p = buf;
+  const char* k = sig == SIGSYS ? "kind=sandbox syscall=" : (sig == SIGXFSZ ? "kind=sandbox detail=file_size" : "kind=crash detail=while_loading signal=");
+  while (*k) *p++ = *k++;
+  if (sig == SIGSYS) put_num(p, info->si_syscall);
+  else if (sig != SIGXFSZ) put_num(p, sig);
+  *p++ = '\n';
+  if (g_report && g_report_len > 0) {
+    size_t n = (size_t)(p - buf);
+    if (n >= (size_t)g_report_len) n = (size_t)g_report_len - 1;
+    memcpy(g_report, buf, n);
+    g_report[n] = 0;
+  }
+  _exit(86);
+}
+
+// ------------------------------------------------------------------------------------------------
+// seccomp
+// ------------------------------------------------------------------------------------------------
+struct Prog {
+  std::vector<sock_filter> f;
+  void stmt(uint16_t code, uint32_t k) { f.push_back(BPF_STMT(code, k)); }
+  void jump(uint16_t code, uint32_t k, uint8_t jt, uint8_t jf) { f.push_back(BPF_JUMP(code, k, jt, jf)); }
+  void load_nr() { stmt(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)); }
+  void load_arg_lo(int i) { stmt(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args) + 8 * i); }
+  // if nr == n: return ret
+  void ret_if(int n, uint32_t ret) {
+    jump(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 1);
+    stmt(BPF_RET | BPF_K, ret);
+  }
+  // if nr == n: return (arg_i & mask) ? trap : allow   (nr reloaded after)
+  void trap_if_bits(int n, int i, uint32_t mask) {
+    jump(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 4);
+    load_arg_lo(i);
+    jump(BPF_JMP | BPF_JSET | BPF_K, mask, 0, 1);
+    stmt(BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+    stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  }
+  // if nr == n: return (arg_i & mask) ? allow : trap
+  void allow_if_bits(int n, int i, uint32_t mask) {
+    jump(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 4);
+    load_arg_lo(i);
+    jump(BPF_JMP | BPF_JSET | BPF_K, mask, 0, 1);
+    stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    stmt(BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+  }
+  // if nr == n: return arg_i == v ? allow : trap
+  void allow_if_eq(int n, int i, uint32_t v) {
+    jump(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 4);
+    load_arg_lo(i);
+    jump(BPF_JMP | BPF_JEQ | BPF_K, v, 0, 1);
+    stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    stmt(BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+  }
+};
+
+static int install_seccomp() {
+  const uint32_t pid = (uint32_t)getpid();
+  const uint32_t write_flags = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND | 0x400000 /* __O_TMPFILE */;
+  Prog p;
+  p.stmt(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+  p.jump(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
+  p.stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  p.load_nr();
+  p.jump(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1);  // the x32 ABI
+  p.stmt(BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+  // new processes; threads (clone with CLONE_THREAD) are the launch's and allowed
+  p.allow_if_bits(SYS_clone, 0, 0x00010000u /* CLONE_THREAD */);
+  p.load_nr();
+  p.ret_if(SYS_clone3, SECCOMP_RET_ERRNO | ENOSYS);  // glibc falls back to clone
+  const int trapped[] = {
+      SYS_fork, SYS_vfork, SYS_execve, SYS_execveat,
+      SYS_socket, SYS_socketpair, SYS_connect, SYS_bind, SYS_listen, SYS_accept, SYS_accept4,
+      SYS_creat, SYS_rename, SYS_renameat, SYS_renameat2, SYS_unlink, SYS_unlinkat, SYS_mkdir,
+      SYS_mkdirat, SYS_rmdir, SYS_link, SYS_linkat, SYS_symlink, SYS_symlinkat, SYS_chmod,
+      SYS_fchmodat, SYS_chown, SYS_fchownat, SYS_lchown, SYS_truncate, SYS_mknod, SYS_mknodat,
+      SYS_utime, SYS_utimes, SYS_utimensat, SYS_futimesat,
+      SYS_ptrace, SYS_process_vm_readv, SYS_process_vm_writev, SYS_tkill,
+      SYS_mount, SYS_umount2, SYS_pivot_root, SYS_chroot, SYS_setns, SYS_unshare,
+      SYS_reboot, SYS_kexec_load, SYS_init_module, SYS_finit_module, SYS_delete_module,
+      SYS_bpf, SYS_perf_event_open, SYS_open_by_handle_at, SYS_name_to_handle_at,
+      SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register,
+      SYS_add_key, SYS_request_key, SYS_keyctl, SYS_userfaultfd, SYS_pidfd_open,
+      SYS_pidfd_send_signal, SYS_pidfd_getfd, SYS_fanotify_init, SYS_inotify_init,
+      SYS_inotify_init1, SYS_sethostname, SYS_setdomainname, SYS_swapon, SYS_swapoff,
+      SYS_acct, SYS_quotactl, SYS_syslog, SYS_vhangup, SYS_iopl, SYS_ioperm};
+  for (int n : trapped) p.ret_if(n, SECCOMP_RET_TRAP);
+  p.ret_if(SYS_openat2, SECCOMP_RET_ERRNO | ENOSYS);
+  // files opened for writing, creating or truncating
+  p.trap_if_bits(SYS_open, 1, write_flags);
+  p.load_nr();
+  p.trap_if_bits(SYS_openat, 2, write_flags);
+  p.load_nr();
+  // signals: to this process only (abort() and raise() use them)
+  p.allow_if_eq(SYS_kill, 0, pid);
+  p.load_nr();
+  p.allow_if_eq(SYS_tgkill, 0, pid);
+  p.load_nr();
+  p.allow_if_eq(SYS_rt_sigqueueinfo, 0, pid);
+  p.load_nr();
+  p.allow_if_eq(SYS_rt_tgsigqueueinfo, 0, pid);
+  p.stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  sock_fprog prog;
+  prog.len = (unsigned short)p.f.size();
+  prog.filter = p.f.data();
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+  // SECCOMP_FILTER_FLAG_TSYNC: every thread of the process, not only this one
+  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 1u, &prog) != 0) return -1;
+  return 0;
+}
+
+// ------------------------------------------------------------------------------------------------
+// landlock (declared here: the structures are small and stable, and older headers lack them)
+// ------------------------------------------------------------------------------------------------
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#define SYS_landlock_add_rule 445
+#define SYS_landlock_restrict_self 446
+#endif
+struct nc_ruleset_attr {
+  uint64_t handled_access_fs;
+  uint64_t handled_access_net;
+  uint64_t scoped;
+};
+struct __attribute__((packed)) nc_path_beneath_attr {
+  uint64_t allowed_access;
+  int32_t parent_fd;
+};
+enum : uint64_t {
+  LL_EXECUTE = 1ull << 0, LL_WRITE_FILE = 1ull << 1, LL_READ_FILE = 1ull << 2,
+  LL_READ_DIR = 1ull << 3, LL_REMOVE_DIR = 1ull << 4, LL_REMOVE_FILE = 1ull << 5,
+  LL_MAKE_CHAR = 1ull << 6, LL_MAKE_DIR = 1ull << 7, LL_MAKE_REG = 1ull << 8,
+  LL_MAKE_SOCK = 1ull << 9, LL_MAKE_FIFO = 1ull << 10, LL_MAKE_BLOCK = 1ull << 11,
+  LL_MAKE_SYM = 1ull << 12, LL_REFER = 1ull << 13, LL_TRUNCATE = 1ull << 14,
+  LL_IOCTL_DEV = 1ull << 15,
+  LL_NET_BIND = 1ull << 0, LL_NET_CONNECT = 1ull << 1,
+  LL_SCOPE_ABSTRACT_UNIX = 1ull << 0, LL_SCOPE_SIGNAL = 1ull << 1,
+};
+
+static int install_landlock(const char** dirs, int ndirs) {
+  long abi = syscall(SYS_landlock_create_ruleset, nullptr, 0, 1u /* VERSION */);
+  if (abi < 1) return -1;
+  nc_ruleset_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.handled_access_fs = (1ull << 13) - 1;
+  if (abi >= 2) attr.handled_access_fs |= LL_REFER;
+  if (abi >= 3) attr.handled_access_fs |= LL_TRUNCATE;
+  if (abi >= 5) attr.handled_access_fs |= LL_IOCTL_DEV;
+  size_t size = sizeof(uint64_t);
+  if (abi >= 4) {
+    attr.handled_access_net = LL_NET_BIND | LL_NET_CONNECT;
+    size = 2 * sizeof(uint64_t);
+  }
+  if (abi >= 6) {
+    attr.scoped = LL_SCOPE_ABSTRACT_UNIX | LL_SCOPE_SIGNAL;
+    size = 3 * sizeof(uint64_t);
+  }
+  int rfd = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0u);
+  if (rfd < 0) return -1;
+  for (int i = 0; i < ndirs; ++i) {
+    int fd = open(dirs[i], O_PATH | O_CLOEXEC);
+    if (fd < 0) continue;
+    nc_path_beneath_attr pb;
+    pb.allowed_access = LL_READ_FILE | LL_READ_DIR | LL_EXECUTE;
+    pb.parent_fd = fd;
+    syscall(SYS_landlock_add_rule, rfd, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &pb, 0u);
+    close(fd);
+  }
+  int ok = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+           syscall(SYS_landlock_restrict_self, rfd, 0u) == 0;
+  close(rfd);
+  return ok ? (int)abi : -1;
+}
+
+// ------------------------------------------------------------------------------------------------
+NCSB_EXPORT int ncsb_enter(const char** dirs, int ndirs, unsigned long long address_space,
+                           unsigned long long file_size, char* report, int report_len,
+                           char* status, int status_len) {
+  g_report = report;
+  g_report_len = report_len;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  int sigs[] = {SIGSYS, SIGXFSZ, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  for (int s : sigs) sigaction(s, &sa, nullptr);
+  int mask = 0;
+  struct rlimit r;
+  int ok = 1;
+  r.rlim_cur = r.rlim_max = 0;
+  ok &= setrlimit(RLIMIT_CORE, &r) == 0;
+  if (file_size) {
+    r.rlim_cur = r.rlim_max = file_size;
+    ok &= setrlimit(RLIMIT_FSIZE, &r) == 0;
+  }
+  if (address_space) {
+    r.rlim_cur = r.rlim_max = address_space;
+    ok &= setrlimit(RLIMIT_AS, &r) == 0;
+  }
+  if (ok) mask |= ENFORCED_RLIMITS;
+  int abi = install_landlock(dirs, ndirs);
+  if (abi > 0) mask |= ENFORCED_LANDLOCK;
+  if (install_seccomp() == 0) mask |= ENFORCED_SECCOMP;
+  snprintf(status, (size_t)status_len, "rlimits %s; landlock %s (ABI %d); seccomp %s",
+           (mask & ENFORCED_RLIMITS) ? "on" : "off",
+           (mask & ENFORCED_LANDLOCK) ? "on" : "unavailable", abi > 0 ? abi : 0,
+           (mask & ENFORCED_SECCOMP) ? "on" : "unavailable");
+  return mask;
+}
