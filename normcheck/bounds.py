@@ -45,7 +45,8 @@ import numpy as np
 
 from normcheck.kernels import BLOCK, Variant
 
-__all__ = ["error_bound", "statistics_bound", "within_bound", "applies", "SAFETY"]
+__all__ = ["error_bound", "statistics_bound", "within_bound", "applies", "SAFETY",
+           "sound_bound", "sound_statistics", "sound_limit", "quantum", "SOUND_SAFETY"]
 
 U = 2.0**-24
 #: Multiplies E_j: covers the second-order terms of the first-order analysis.
@@ -162,3 +163,168 @@ def within_bound(ref, y, E) -> np.ndarray:
         lim = ref.fmt.ulp_array(np.abs(t) + E) / 2 + E
         ok = np.abs(a - t) <= lim
     return ok | (np.isnan(t) & np.isnan(a)) | np.isinf(E)
+
+
+# ================================================================================================
+# What any sound kernel may produce: the fail threshold of `normcheck check`
+# ================================================================================================
+#
+# A *sound* kernel reads the stored values, converts them to float, accumulates in float (or
+# better) in any order, takes the square root (approximately, as rsqrtf does: <= 2 ulp) and
+# rounds y once to the output format.  Its error is bounded by the analysis above with the
+# worst summation order -- sequential over the row, n-1 roundings deep (any binary tree of n
+# terms has depth <= n-1, and gamma_{n-1} bounds every one of them) -- and, for LayerNorm, by
+# the larger of the two-pass and the Welford analyses:
+#
+# two-pass   s = Σx (error γ_{n-1}Σ|x|, or 0 when every partial sum is exact: all values are
+#            multiples of the row's quantum q, a power of two, so |Σ|x|| < 2^24·q makes every
+#            partial sum a float), μ̃ = s/n (2 roundings), d_j = x_j - μ̃ (error ε_j = e_μ +
+#            u|d_j|), S = Σ d_j² (1 rounding a square, γ_{n-1} for the sum);
+# Welford    m_k = m_{k-1} + (x_k - m_{k-1})/k: the error of the running mean is damped by
+#            (1 - 1/k) at each step, so |m̃_k - m_k| <= u·M·((k+1)/2 + 4) with M = max|x|;
+#            M2 = Σ a_k b_k (a_k = x_k - m_{k-1}, b_k = x_k - m_k, every term >= 0), whose error
+#            is 2·e_max·Σ(|a_k| + |b_k|) <= 4·e_max·sqrt(2nS) (Σ_{k>=2} a_k² <= 2S) plus γ_{n+3}·S;
+# RMSNorm    Σx² (squares of fp16/bf16 values are floats exactly; of fp32 values rounded once),
+#            exact on the quantum grid like Σx;
+#
+# then var = S/n (2 roundings), w = var + ε (1), r = rsqrt(w) with relative error
+# ρ_r = (1 - δ_w)^(-1/2) - 1 + 4u (no bound once δ_w reaches 1), and y_j = γ_j·d_j·r + β_j with
+# three more roundings:
+#
+#     E_j = |γ_j|·r·ε_j·(1 + ρ_r) + |γ_j·x̂_j|·ρ_r + u·(3|γ_j·x̂_j| + |β_j|)
+#
+# times SOUND_SAFETY for the second-order terms the first-order analysis drops.  The check fails
+# an element only where |y - t| > max(ulp_S(|t| + E)/2 + E, floor·ulp_S(scale)) (sound_limit).
+SOUND_SAFETY = 1.5
+_U = 2.0**-24
+_TINY = 2.0**-149
+
+
+def _gamma_n(n):
+    n = np.asarray(n, dtype=np.float64)
+    return n * _U / (1.0 - n * _U)
+
+
+def quantum(rows) -> np.ndarray:
+    """Per row, the largest power of two that divides every value (inf for a row of zeros):
+    every partial sum of the row is a multiple of it."""
+    a = np.abs(np.asarray(rows, dtype=np.float64))
+    with np.errstate(invalid="ignore"):
+        m, e = np.frexp(np.where(np.isfinite(a), a, 0.0))
+    M = (m * 2.0**53).astype(np.int64)
+    low = M & -M
+    _, le = np.frexp(low.astype(np.float64))
+    bit = np.where(M != 0, e.astype(np.int64) - 53 + (le.astype(np.int64) - 1), 10**6)
+    lo = bit.min(axis=1)
+    return np.where(lo >= 10**6, np.inf, np.ldexp(1.0, np.minimum(lo, 1023).astype(np.int64)))
+
+
+def _rho(delta):
+    delta = np.minimum(delta, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(delta >= 1.0, np.inf, 1.0 / np.sqrt(1.0 - delta) - 1.0) + 4 * _U
+
+
+def sound_statistics(norm, rows, eps=np.float32(1e-5), exact_input_sum=True):
+    """Per row: {"two_pass": (e_mu, rho_r, r), "welford": ..., or "rms": ...} for the rows a
+    sound kernel normalises (float64 values of what it reads)."""
+    from normcheck import norms
+
+    n_ = norms.get(norm)
+    x = np.asarray(rows, dtype=np.float64)
+    R, n = x.shape
+    eps = float(np.float32(eps))
+    q = quantum(x)
+    out = {}
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if n_.centred:
+            s = x.sum(axis=1)
+            mu = s / n
+            d = x - mu[:, None]
+            S = (d * d).sum(axis=1)
+            var = S / n
+            w = var + eps
+            r = 1.0 / np.sqrt(w)
+            sabs = np.abs(x).sum(axis=1)
+            exact = (sabs < 2.0**24 * q) & exact_input_sum
+            e_s = np.where(exact, 0.0, _gamma_n(n - 1) * sabs)
+            # two-pass: the mean, then squared deviations from it
+            e_mu = (e_s / n + 2.01 * _U * np.abs(mu)) + 2 * _TINY
+            eps_j = e_mu[:, None] + _U * (np.abs(d) + e_mu[:, None])
+            dS = (eps_j * (2 * np.abs(d) + eps_j)).sum(axis=1)
+            S_up = ((np.abs(d) + eps_j) ** 2).sum(axis=1)
+            dS += (_gamma_n(n - 1) + _U) * S_up + n * _TINY
+            dw = dS / n + 2.01 * _U * (S_up / n) + _U * (S_up / n + eps)
+            out["two_pass"] = (e_mu, _rho(dw / w), r)
+            # Welford: damped running-mean errors; M2 error through Σ|a_k| + |b_k|
+            M = np.abs(x).max(axis=1)
+            e_w = _U * M * ((n + 1) / 2.0 + 4.0) + 2 * _TINY
+            dS_w = 4 * e_w * np.sqrt(2.0 * n * S) + _gamma_n(n + 3) * S + n * e_w * e_w + \
+                n * _TINY
+            dw_w = dS_w / n + 2.01 * _U * var + _U * w
+            out["welford"] = (e_w, _rho(dw_w / w), r)
+        else:
+            sq = x * x
+            Sq = sq.sum(axis=1)
+            w = Sq / n + eps
+            r = 1.0 / np.sqrt(w)
+            exact = Sq < 2.0**24 * q * q
+            e_S = np.where(exact, 0.0, _gamma_n(n - 1) * Sq)
+            e_S = e_S + _U * Sq + n * _TINY  # squares of fp32 values round once (bounds both)
+            dw = e_S / n + 2.01 * _U * Sq / n + _U * w
+            out["rms"] = (np.zeros(R), _rho(dw / w), r)
+    return out
+
+
+def sound_bound(norm, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
+                storage=None) -> np.ndarray:
+    """E_j of every element: the largest error (absolute, before the final rounding) a sound
+    kernel may commit (see above); inf where no float kernel can promise anything."""
+    from normcheck import formats, norms
+
+    n_ = norms.get(norm)
+    x = np.asarray(rows, dtype=np.float64)
+    R, D = x.shape
+    g = np.ones(D) if gamma is None or not n_.has_gamma else np.asarray(gamma, np.float64)
+    geff = 1.0 + g if n_.gemma else g
+    b = np.zeros(D) if beta is None or not (n_.centred and n_.has_beta) else \
+        np.asarray(beta, np.float64)
+    terms = sound_statistics(n_, x, eps)
+    E = None
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        mu = x.mean(axis=1, keepdims=True) if n_.centred else 0.0
+        d = x - mu
+        for e_mu, rho, r in terms.values():
+            e_mu, rho, r = e_mu[:, None], rho[:, None], r[:, None]
+            eps_j = e_mu + _U * (np.abs(d) + e_mu)
+            gx = np.abs(geff * d * r)
+            Ej = np.abs(geff) * r * eps_j * (1 + rho) + gx * rho + \
+                _U * (3 * gx + np.abs(b)) + (_U * gx if n_.gemma else 0.0) + 4 * _TINY
+            Ej = np.where(np.isinf(rho), np.inf, Ej)
+            E = Ej if E is None else np.maximum(E, Ej)
+        E = SOUND_SAFETY * E
+        if n_.reference == "hf":
+            # y = γ·round_S(x̂): a sound kernel's x̂ may round to the neighbour of the exact
+            # x̂'s rounding when the exact x̂ is within its error of a midpoint
+            fmt = formats.get(storage) if storage is not None else formats.FP32
+            xh = d * terms["rms"][2][:, None]
+            e_xh = E / np.where(np.abs(geff) > 0, np.abs(geff), 1.0)
+            rx = fmt.round_array(xh)
+            half = fmt.ulp_array(xh) / 2
+            near = np.abs(np.abs(xh - rx) - half) <= e_xh
+            E = np.where(near, np.abs(geff) * (2 * half + e_xh), np.abs(geff) * 0.0) + \
+                _U * np.abs(geff * rx)
+    return E
+
+
+def sound_limit(ref, E, floor: float = 1.0) -> np.ndarray:
+    """The largest |y - t| a sound kernel may show on each element: its error bound E plus the
+    final rounding to the output format, and never below ``floor`` ulps of max(|t|, |γx̂|, |β|)
+    (the scale the check's "scaled ulp" uses)."""
+    fmt = ref.fmt
+    t = ref.exact
+    with np.errstate(invalid="ignore", over="ignore"):
+        lim = fmt.ulp_array(np.abs(t) + E) / 2 + E
+        scale = np.maximum(np.abs(t), ref.scale)
+        lim = np.maximum(lim, floor * fmt.ulp_array(scale))
+    return np.where(np.isnan(lim), np.inf, lim)

@@ -14,6 +14,8 @@ from normcheck.errors import NormcheckError
 
 __all__ = ["main", "build_parser"]
 
+NORM_CHOICES = ("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm", "add_rmsnorm")
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -25,28 +27,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("kernels", help="list the built-in kernels")
     k.add_argument("--json", action="store_true", help="machine-readable output")
-    k.add_argument("--norm", choices=("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm",
-                                      "add_rmsnorm"))
+    k.add_argument("--norm", choices=NORM_CHOICES)
     k.add_argument("--storage", choices=("fp32", "fp16", "bf16"))
     k.set_defaults(func=_kernels)
 
-    c = sub.add_parser("check", help="judge a kernel against the oracle (exit 0 pass, 1 fail, 2 "
-                                     "cannot judge)")
+    c = sub.add_parser("check", help="judge a kernel against the oracle (exit 0 pass or warn, 1 "
+                                     "fail, 2 cannot judge)")
     c.add_argument("source", nargs="?", help="the .cu file (or `source` in the spec)")
     c.add_argument("--entry", help="kernel name, or a template instantiation like rms<__half>")
-    c.add_argument("--norm", choices=("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm",
-                                      "add_rmsnorm"))
+    c.add_argument("--norm", choices=NORM_CHOICES)
     c.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), help="storage format of x")
+    c.add_argument("--out-dtype", choices=("fp32", "fp16", "bf16"),
+                   help="format of y when it differs from x's")
     c.add_argument("--block", type=int, default=256, help="threads per block (default ABI)")
     c.add_argument("--spec", help="a TOML kernel spec for kernels outside the default ABI")
+    c.add_argument("--reference", choices=("exact", "hf"),
+                   help="the definition judged against: exact (default) or hf (Hugging Face's "
+                        "Llama RMSNorm: x̂ rounded to storage, then ×γ)")
+    c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="a compile-time define (repeatable)")
     c.add_argument("--backend", default="cpu", choices=("auto", "cpu", "cuda"))
-    c.add_argument("--max-ulp", type=float, help="absolute ULP budget (default per format)")
     c.add_argument("--examples", type=int, default=64, help="rows per family (default 64)")
     c.add_argument("--search", type=int, default=40,
                    help="examples of the targeted Hypothesis search (default 40; 0 skips it)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--timeout", type=float, default=None,
                    help="seconds a launch may run (cpu backend; default 60)")
+    c.add_argument("--strict", action="store_true", help="exit 1 on warn too")
     c.add_argument("--json", action="store_true", help="strict JSON on stdout")
     c.add_argument("--save-counterexample", metavar="PATH",
                    help="where to write the worst case (default .normcheck/counterexample-*.npz "
@@ -72,7 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("case", help="a case file written by check, report or a property")
     rp.add_argument("--backend", default="cpu", choices=("auto", "cpu", "cuda"))
     rp.add_argument("--variant", help="run this built-in variant on the saved rows instead")
+    rp.add_argument("--run-embedded-source", action="store_true",
+                    help="compile and run the C++ source a case file carries (a case saved from "
+                         "a kernel given as text): only for files you trust")
     rp.set_defaults(func=_replay)
+
+    ca = sub.add_parser("cache", help="the build cache: where it is, how big; clear it")
+    ca.add_argument("action", choices=("info", "clear"))
+    ca.set_defaults(func=_cache)
 
     ag = sub.add_parser("agree", help="compare the built-in kernels on the cpu and cuda backends")
     ag.add_argument("--fmad", action="store_true", help="build for the GPU with --fmad=true")
@@ -108,27 +122,48 @@ def _agree(args) -> int:
     return 1 if bad else 0
 
 
+def _defines(items) -> dict:
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        out[name] = value if eq else None
+    return out
+
+
 def _check(args) -> int:
     from normcheck import check
 
-    for name in ("examples", "search"):
-        if getattr(args, name) < 0:
-            raise errors.invalid(f"--{name}", getattr(args, name), "a count >= 0")
-    if args.examples == 0:
-        raise errors.invalid("--examples", 0, "at least 1 row per family")
     result = check.check_kernel(args.source, args.entry, args.norm, args.dtype, block=args.block,
-                                spec=args.spec, backend=args.backend, max_ulp=args.max_ulp,
-                                examples=args.examples, search=args.search, seed=args.seed,
-                                timeout=args.timeout,
+                                spec=args.spec, backend=args.backend,
+                                defines=_defines(args.defines), reference=args.reference,
+                                out_dtype=args.out_dtype, examples=args.examples,
+                                search=args.search, seed=args.seed, timeout=args.timeout,
                                 save_counterexample=args.save_counterexample)
     print(result.to_json() if args.json else result.render())
-    return 0 if result.passed else 1
+    return result.exit_code(strict=args.strict)
 
 
 def _replay(args) -> int:
     from normcheck import replay
 
-    print(replay.replay(args.case, backend=args.backend, variant=args.variant))
+    print(replay.replay(args.case, backend=args.backend, variant=args.variant,
+                        run_embedded=args.run_embedded_source))
+    return 0
+
+
+def _cache(args) -> int:
+    from normcheck.backends import base
+
+    root = base.cache_root()
+    if args.action == "clear":
+        n = base.cache_clear()
+        print(f"removed {n} build(s) from {root}")
+        return 0
+    info = base.cache_info()
+    print(f"build cache: {root} (NORMCHECK_CACHE, else XDG_CACHE_HOME/normcheck, else "
+          "~/.cache/normcheck)")
+    for name, (count, size) in info.items():
+        print(f"  {name:5} {count:5d} builds  {size / 2**20:8.1f} MiB")
     return 0
 
 
@@ -170,12 +205,24 @@ def _kernels(args) -> int:
     return 0
 
 
+def _on_term(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None) -> int:
+    import os
+    import signal
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    # SIGTERM ends the run like Ctrl-C: cleanups run, the worker's process group is killed
+    try:
+        signal.signal(signal.SIGTERM, _on_term)
+    except ValueError:  # not the main thread
+        pass
     try:
         return args.func(args)
     except NormcheckError as e:
@@ -184,3 +231,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("normcheck: interrupted", file=sys.stderr)
         return 130
+    except SystemExit:
+        raise
+    except Exception as e:  # normcheck's own failure: never reported as the kernel's
+        if os.environ.get("NORMCHECK_DEBUG"):
+            raise
+        print(f"normcheck: internal error: {type(e).__name__}: {e} (set NORMCHECK_DEBUG=1 for "
+              "the traceback, and please report it)", file=sys.stderr)
+        return 2

@@ -10,8 +10,9 @@ Families (DESIGN.md, "Rows built to hurt"):
 
 ========== =====================================================================================
 gaussian    N(0, s²) with s over four decades
-offset      μ + σ·N(0,1) with κ = μ/σ over decades up to what the format can hold, and the
-            [1000, 1001]-style rows of a few values one ulp-multiple apart
+offset      μ + σ·N(0,1) with κ = μ/σ over decades up to what the format can hold, the
+            [1000, 1001]-style rows of a few values one ulp-multiple apart, and quantised rows:
+            a common offset with rare deviations of a few ulps, κ up to 2^(p+4)
 constant    every element equal
 fp16_large  |x| in [256, 65504]: squares overflow fp16, sums overflow fp16
 tiny        subnormal scales, ε-dominated rows
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -34,7 +36,7 @@ from normcheck import formats
 from normcheck.errors import invalid
 
 __all__ = ["Source", "NumpySource", "Family", "FAMILIES", "get", "generate", "weights",
-           "kappa_max", "TAIL_COLS"]
+           "kappa_max", "kappa_quantised", "TAIL_COLS", "widths"]
 
 TAIL_COLS = (1, 2, 3, 31, 33, 255, 257, 4097)
 
@@ -85,17 +87,36 @@ def _gaussian(src, fmt, n):
     return 10 ** src.uniform(-2, 2) * src.normal(n)
 
 
+def kappa_quantised(fmt: formats.Format) -> float:
+    """The conditioning the quantised offset rows reach: 2^(p+4) (bf16: 4096, fp16: 32768),
+    beyond what rows of a few evenly spread levels can hold, as activations with a large common
+    offset and a few rare deviations do."""
+    return 2.0 ** (fmt.precision + 4)
+
+
 def _offset(src, fmt, n):
-    if src.choice([False, True, True]):
+    kind = src.choice(["gaussian", "levels", "quantised"])
+    sign = src.choice([1.0, -1.0])
+    if kind == "gaussian":
         logk = src.uniform(0, math.log10(kappa_max(fmt)))
         sigma = 10 ** src.uniform(-2, 1)
-        sign = src.choice([1.0, -1.0])
         return sign * 10**logk * sigma + sigma * src.normal(n)
-    # [1000, 1001]-style: a large value plus a few multiples of its ulp
-    mu = 10 ** src.uniform(2, 4 if fmt.name != "bf16" else 3)
+    top = {"fp16": 4.0, "bf16": 4.0}.get(fmt.name, 6.0)
+    mu = sign * 10 ** src.uniform(1 if kind == "quantised" else 2, top)
     q = fmt.ulp(mu)
-    steps = np.round(np.abs(src.normal(n)) * 1.5)
-    return mu + q * np.minimum(steps, 3)
+    if kind == "levels":
+        # [1000, 1001]-style: a large value plus a few multiples of its ulp
+        steps = np.round(np.abs(src.normal(n)) * 1.5)
+        return mu + q * np.minimum(steps, 3)
+    # a common offset with rare deviations of a few ulps: κ = |μ|/σ up to 2^(p+4)
+    kappa = 10 ** src.uniform(3, math.log10(kappa_quantised(fmt)))
+    level = float(src.integer(1, 3))
+    p = min(0.5, max(1.0 / n, (abs(mu) / kappa / (level * q)) ** 2))
+    cut = NormalDist().inv_cdf(1.0 - p)
+    rare = src.normal(n) > cut
+    if not rare.any():
+        rare[src.integer(0, n - 1)] = True
+    return mu + level * q * rare
 
 
 def _constant(src, fmt, n):
@@ -167,7 +188,8 @@ class Family:
 _STD_COLS = (768, 4096)
 FAMILIES = {f.name: f for f in (
     Family("gaussian", _gaussian, _STD_COLS, "N(0, s²), s over four decades"),
-    Family("offset", _offset, _STD_COLS, "μ + σ·N(0,1), κ = μ/σ up to 2^(p-2); [1000,1001] rows"),
+    Family("offset", _offset, _STD_COLS, "μ + σ·N(0,1), κ = μ/σ up to 2^(p-2); [1000,1001] rows; "
+           "quantised rows with rare deviations, κ up to 2^(p+4)"),
     Family("constant", _constant, _STD_COLS, "every element equal"),
     Family("fp16_large", _fp16_large, _STD_COLS, "|x| in [256, 65504]"),
     Family("tiny", _tiny, _STD_COLS, "subnormal scales, ε-dominated"),
@@ -187,6 +209,24 @@ def get(name) -> Family:
     except (KeyError, TypeError):
         raise invalid("family", name, f"one of {', '.join(FAMILIES)}",
                       "see normcheck.families for what each holds") from None
+
+
+def widths(family, cols_range=(1, 1 << 20), multiple_of: int = 1) -> list[int]:
+    """The widths a family runs at, within ``cols_range`` and rounded up to multiples of
+    ``multiple_of`` (a kernel's width contract); never empty."""
+    lo, hi = cols_range
+    m = max(1, int(multiple_of))
+    out = []
+    for c in get(family).cols:
+        c = -(-max(c, lo) // m) * m
+        while c > hi and c - m >= lo:
+            c -= m
+        if lo <= c <= hi and c not in out:
+            out.append(c)
+    if not out:
+        c = -(-lo // m) * m
+        out = [c] if c <= hi else [lo]
+    return out
 
 
 def generate(family, fmt, rows: int, cols: int, seed=0) -> np.ndarray:

@@ -23,7 +23,18 @@ from normcheck.errors import invalid
 __all__ = ["Variant", "variants", "get", "run", "reference", "poisoned", "unwritten", "CUDA_SRC",
            "NORMS", "ORDERS", "ALGORITHMS"]
 
-CUDA_SRC = Path(__file__).resolve().parent.parent / "cuda_src"
+def _cuda_src() -> Path:
+    """The built-in kernels: normcheck/cuda_src in an installed wheel, cuda_src/ at the top of a
+    checkout (or an editable install)."""
+    here = Path(__file__).resolve().parent
+    for d in (here / "cuda_src", here.parent / "cuda_src"):
+        if (d / "norm_common.cuh").is_file():
+            return d
+    raise FileNotFoundError(f"normcheck's built-in kernels (cuda_src) are missing from {here}: "
+                            "reinstall normcheck")
+
+
+CUDA_SRC = _cuda_src()
 
 NORMS = ("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm", "add_rmsnorm")
 ORDERS = ("upcast_square", "square_upcast", "storage_accumulate")

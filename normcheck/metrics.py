@@ -20,7 +20,7 @@ import numpy as np
 
 from normcheck.oracle import Reference
 
-__all__ = ["CLASSES", "FAILURE_CLASSES", "Comparison", "Summary", "compare", "summarize",
+__all__ = ["CLASSES", "FAILURE_CLASSES", "Comparison", "Summary", "compare", "summarize", "ulp_stats",
            "failure_message", "to_json"]
 
 #: Outcome classes, by code.
@@ -118,6 +118,18 @@ class Summary:
                 "max_bits": self.max_bits, "max_scaled_ulp": self.max_scaled,
                 "worst": list(self.worst), "nonfinite": self.nonfinite,
                 "classes": self.classes}
+
+
+def ulp_stats(ulp) -> tuple[float, float, float]:
+    """(max, p99, mean) of ULP errors; an infinite one (a non-finite failure) makes the max, and
+    the mean, infinite."""
+    ulp = np.asarray(ulp, dtype=np.float64).ravel()
+    if ulp.size == 0:
+        return 0.0, 0.0, 0.0
+    ulp = np.where(np.isnan(ulp), np.inf, ulp)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = float(np.mean(ulp)) if np.all(np.isfinite(ulp)) else float("inf")
+    return float(ulp.max()), float(np.percentile(ulp, 99, method="higher")), mean
 
 
 def summarize(c: Comparison) -> Summary:

@@ -189,17 +189,44 @@ def add_rmsnorm(x, residual, gamma=None, *, eps=DEFAULT_EPS, convention="exact",
 
 def for_norm(norm, x, gamma=None, beta=None, *, residual=None, eps=DEFAULT_EPS,
              convention="exact", out=None):
-    """The reference of ``norm`` ("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm",
-    "add_rmsnorm") on these rows: one entry point for callers that hold the norm as data."""
-    if norm == "layernorm":
-        return layernorm(x, gamma, beta, eps=eps, out=out)
-    if norm in ("rmsnorm", "gemma_rmsnorm"):
-        return rmsnorm(x, gamma, eps=eps, out=out, gemma=norm == "gemma_rmsnorm")
-    if norm == "add_layernorm":
-        return add_layernorm(x, residual, gamma, beta, eps=eps, convention=convention, out=out)
-    if norm == "add_rmsnorm":
-        return add_rmsnorm(x, residual, gamma, eps=eps, convention=convention, out=out)
-    raise invalid("norm", norm, "layernorm, rmsnorm, gemma_rmsnorm, add_layernorm or add_rmsnorm")
+    """The reference of ``norm`` (a :class:`normcheck.norms.Norm` or its name: "layernorm",
+    "rmsnorm", "gemma_rmsnorm", "add_layernorm", "add_rmsnorm") on these rows: one entry point
+    for callers that hold the norm as data.  An affine-free norm ignores γ/β; the ``hf``
+    reference is the correctly rounded γ·round_S(x̂) (normcheck.norms)."""
+    from normcheck import norms
+
+    n = norms.get(norm)
+    g = gamma if n.has_gamma else None
+    b = beta if (n.has_beta and n.centred) else None
+    if n.reference == "hf":
+        return _hf(n, x, g, residual, eps, convention, out)
+    if n.fused:
+        f = add_layernorm if n.centred else add_rmsnorm
+        kw = {} if n.centred else {"gemma": n.gemma}
+        args = (x, residual, g, b) if n.centred else (x, residual, g)
+        return f(*args, eps=eps, convention=convention, out=out, **kw)
+    if n.centred:
+        return layernorm(x, g, b, eps=eps, out=out)
+    return rmsnorm(x, g, eps=eps, out=out, gemma=n.gemma)
+
+
+def _hf(n, x, gamma, residual, eps, convention, out):
+    """Hugging Face's Llama-family RMSNorm: x̂ correctly rounded to the storage format S, times
+    γ (a product of two values of S is exact in float64), correctly rounded to the output."""
+    xin = _rows(x, "x")
+    storage = formats.of_dtype(xin.dtype, "x.dtype")
+    if n.fused:
+        xh = add_rmsnorm(xin, residual, None, eps=eps, convention=convention, out=storage)
+    else:
+        xh = rmsnorm(xin, None, eps=eps, out=storage)
+    fmt = _out(out, xin)
+    g = _vec(gamma, "gamma", xin.shape[1])
+    t = xh.rounded.astype(np.float64) * (1.0 if g is None else g)
+    ref = (FusedReference if n.fused else NormReference)(fmt, t, fmt.cast(t), xh.slow.copy())
+    ref._stats_source = xh._stats_source
+    if n.fused:
+        ref.h = xh.h
+    return ref
 
 
 def _fused(xin, residual, gamma, beta, eps, convention, out, center, gemma):

@@ -1,15 +1,21 @@
 """Kernel specs: how to call a kernel that does not follow the default ABI.
 
-Real kernels (vLLM, FlashInfer, Apex, PyTorch, llm.c) are templates with strides and extra
-outputs.  A spec, in TOML, says what each argument is and how to launch::
+Real kernels (vLLM, FlashInfer, Apex, PyTorch, llm.c, ggml) are templates with strides, extra
+outputs, in-place buffers and several launches.  A spec, in TOML, says what each argument is and
+how to launch -- one launch::
 
+    source = "rms_norm.cu"                # relative to the spec; or give the .cu on the command line
     entry = "rms_norm_kernel<__half>"     # a template instantiation (or a plain name)
     norm = "rmsnorm"                      # layernorm | rmsnorm | gemma_rmsnorm | add_layernorm | add_rmsnorm
-    dtype = "fp16"                        # storage of x (and of γ, β, h unless given)
+    dtype = "fp16"                        # storage of x (and of γ, β, h unless an arg says otherwise)
     out_dtype = "fp16"                    # y's format when it differs from x's
-    convention = "stored"                 # fused kernels: "exact" or "stored"
+    convention = "stored"                 # fused kernels: normalise the "exact" or the "stored" sum
+    reference = "exact"                   # or "hf": Hugging Face's Llama RMSNorm (x̂ rounded, then ·γ)
     eps = 1e-6                            # only when ε is fixed inside the kernel
-    cols = [1, 8192]                      # the widths the kernel supports
+    cols = [1, 8192]                      # the widths the kernel supports ...
+    cols_multiple_of = 8                  # ... and a multiple they must be of
+    defines = { ENABLE_FP32 = 1 }         # -D for the compiler (also -D NAME=VALUE on the CLI)
+    include = ["../include"]              # folders searched by #include, relative to the spec
 
     [launch]                              # expressions of rows and cols
     grid = "rows"
@@ -26,10 +32,30 @@ outputs.  A spec, in TOML, says what each argument is and how to launch::
     value = "cols"
     type = "int64"
 
-Roles: output (y), input (x), residual (x's partner in a fused add), h (the fused sum, written),
-gamma, beta, eps (the float ε), rows, cols, mean and rstd (per-row float32 outputs unless
-``dtype`` says otherwise), const.  Scalar roles take ``type`` (int32 by default; float32 for eps).
-Expressions use rows, cols, integers, + - * // % ( ), min, max and ceil_div.
+or several, run in order on the same buffers (a role is the same buffer in every launch)::
+
+    [[launch]]
+    entry = "mean_kernel"
+    grid = "rows"
+    block = "256"
+    shared_mem = "256 * 4"
+    [[launch.args]]
+    role = "mean"
+    ...
+    [[launch]]
+    entry = "normalization_kernel"
+    ...
+
+Roles (:data:`ROLES`): output (y), input (x), residual (x's partner in a fused add), h (the
+fused sum, written), gamma, beta, mean and rstd (per-row float32 outputs unless ``dtype`` says
+otherwise), scratch (an intermediate that is not judged: ``name``, ``dtype``, ``size`` in
+elements; the same name is the same buffer), null (a null pointer), eps (the float ε), rows,
+cols, const.  ``role = ["input", "output"]`` is one buffer holding x on entry and y on exit
+(likewise ``["residual", "h"]``).  No ``gamma`` role: the exact function has γ = 1; no ``beta``:
+β = 0 (an affine-free norm).  Output and scratch buffers start as a NaN poison; ``fill = "zero"``
+starts them at zero (for kernels that accumulate into them).  Scalar roles take ``type`` (int32
+by default; float32 for eps).  Expressions use rows, cols, integers, + - * // % ( ), min, max and
+ceil_div.
 """
 
 from __future__ import annotations
@@ -42,52 +68,106 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import formats
+from normcheck import formats, norms
 from normcheck.errors import SpecError
 
-__all__ = ["ArgSpec", "KernelSpec", "load", "parse", "default_spec", "evaluate", "evaluate_dims",
-           "ROLES", "NORMS"]
+__all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "default_spec", "evaluate",
+           "evaluate_dims", "ROLES", "NORMS", "INPLACE", "scalar_type"]
 
-NORMS = ("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm", "add_rmsnorm")
-BUFFER_ROLES = ("output", "input", "residual", "h", "gamma", "beta", "mean", "rstd")
+NORMS = norms.NORMS
+ROW_ROLES = ("output", "input", "residual", "h", "dy", "dx")
+VEC_ROLES = ("gamma", "beta", "dgamma", "dbeta")
+STAT_ROLES = ("mean", "rstd")
+BUFFER_ROLES = ROW_ROLES + VEC_ROLES + STAT_ROLES + ("scratch",)
 SCALAR_ROLES = ("eps", "rows", "cols", "const")
-ROLES = BUFFER_ROLES + SCALAR_ROLES
+ROLES = BUFFER_ROLES + ("null",) + SCALAR_ROLES
+#: One buffer, two roles: what it holds on entry, what it holds on exit.
+INPLACE = {frozenset(("input", "output")): ("input", "output"),
+           frozenset(("residual", "h")): ("residual", "h"),
+           frozenset(("dy", "dx")): ("dy", "dx")}
 _SCALAR_TYPES = {"int32": np.int32, "int": np.int32, "int64": np.int64, "uint32": np.uint32,
-                 "float32": np.float32, "float": np.float32, "float64": np.float64}
+                 "uint64": np.uint64, "float32": np.float32, "float": np.float32,
+                 "float64": np.float64}
+_ARG_KEYS = {"role", "dtype", "type", "value", "stride", "name", "size", "fill"}
+_LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args"}
+_TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "convention", "eps", "cols",
+             "cols_multiple_of", "launch", "args", "source", "defines", "include", "reference",
+             "backward", "stats"}
 
 
 @dataclass
 class ArgSpec:
-    role: str
+    role: str                    # the role, or "input+output" style for an in-place buffer
     dtype: str | None = None     # buffers: a format name
-    type: str | None = None      # scalars: int32 | int64 | uint32 | float32 | float64
+    type: str | None = None      # scalars: int32 | int64 | uint32 | uint64 | float32 | float64
     value: str | None = None     # const: an expression
     stride: str | None = None    # row buffers: row pitch in elements (an expression)
     name: str | None = None
+    size: str | None = None      # scratch: elements (an expression)
+    fill: str | None = None      # output/scratch buffers: "poison" (default) or "zero"
+    roles: tuple = ()            # (entry role, exit role) of an in-place buffer, else (role,)
+
+    def __post_init__(self):
+        if not self.roles:
+            self.roles = (self.role,)
 
     @property
     def label(self) -> str:
         return self.name or self.role
 
+    @property
+    def key(self) -> str:
+        """The buffer this argument names: its role, or scratch:name."""
+        return f"scratch:{self.name}" if self.role == "scratch" else self.role
+
+
+@dataclass
+class LaunchSpec:
+    args: list
+    entry: str | None = None
+    grid: str = "rows"
+    block: str = "256"
+    shared_mem: str = "0"
+
 
 @dataclass
 class KernelSpec:
-    args: list
-    entry: str | None = None
+    launches: list
     norm: str | None = None
     dtype: str | None = None
     out_dtype: str | None = None
     convention: str | None = None
+    reference: str | None = None
     eps: float | None = None  # fixed inside the kernel
-    grid: str = "rows"
-    block: str = "256"
-    shared_mem: str = "0"
     cols: tuple = (1, 1 << 20)
+    cols_multiple_of: int = 1
+    defines: dict = field(default_factory=dict)
+    include_dirs: tuple = ()
+    backward: bool = False
+    stats: str | None = None   # backward: "saved" (mean/rstd given) or "recomputed"
     source: Path | None = None
     path: Path | None = field(default=None, repr=False)
 
+    @property
+    def entry(self) -> str | None:
+        return self.launches[0].entry if len(self.launches) == 1 else None
+
+    @property
+    def entries(self) -> list[str]:
+        return [ln.entry for ln in self.launches]
+
+    @property
+    def args(self) -> list:
+        """Every argument of every launch."""
+        return [a for ln in self.launches for a in ln.args]
+
     def roles(self) -> list[str]:
-        return [a.role for a in self.args]
+        out = []
+        for a in self.args:
+            for r in a.roles:
+                if r not in out:
+                    out.append(r)
+        return out
 
     def has(self, role) -> bool:
         return role in self.roles()
@@ -98,76 +178,144 @@ def _err(where, key, value, expected, fix=None):
     return SpecError(msg + (f". {fix}" if fix else ""))
 
 
-def default_spec(norm: str, block: int = 256) -> KernelSpec:
+def default_spec(norm, block: int = 256) -> KernelSpec:
     """The DESIGN.md ABI: (y, x, γ, β, eps, rows, cols), RMSNorm without β, fused kernels with
     (h, y, x, residual, ...) in front; grid = rows, block threads."""
-    if norm not in NORMS:
-        raise SpecError(f"norm={norm!r}: expected one of {', '.join(NORMS)}")
+    n = norms.get(norm)
     roles = ["output", "input"]
-    if norm.startswith("add_"):
+    if n.fused:
         roles = ["h", "output", "input", "residual"]
     roles.append("gamma")
-    if norm in ("layernorm", "add_layernorm"):
+    if n.centred:
         roles.append("beta")
     roles += ["eps", "rows", "cols"]
-    return KernelSpec(args=[ArgSpec(r) for r in roles], norm=norm, block=str(int(block)))
+    return KernelSpec(launches=[LaunchSpec([ArgSpec(r) for r in roles], block=str(int(block)))],
+                      norm=n.name)
 
 
 def load(path) -> KernelSpec:
-    """Read and validate a spec file."""
+    """Read and validate a spec file; every problem is a SpecError naming the file."""
     path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"{path}: a folder, not a spec file; give the .toml file")
     try:
-        data = tomllib.loads(path.read_text())
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise SpecError(f"{path}: no such spec file") from None
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the spec ({e.strerror})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file; a spec is TOML (see normcheck.spec)") from None
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: not valid TOML ({e}); see normcheck.spec for the format") \
             from None
     spec = parse(data, str(path))
     spec.path = path
-    if isinstance(data.get("source"), str):
+    if "source" in data:
         spec.source = (path.parent / data["source"]).resolve()
+    spec.include_dirs = tuple(str((path.parent / d).resolve()) for d in spec.include_dirs)
     return spec
 
 
-def parse(data: dict, where: str = "spec") -> KernelSpec:
-    known = {"entry", "norm", "dtype", "out_dtype", "convention", "eps", "cols", "launch",
-             "args", "source"}
-    for k in data:
-        if k not in known:
-            raise _err(where, k, data[k], f"one of the keys {', '.join(sorted(known))}",
-                       "remove or rename it")
-    args = data.get("args")
+def _parse_arg(a, w) -> ArgSpec:
+    if not isinstance(a, dict) or "role" not in a:
+        raise _err(w, "role", None, f"one of {', '.join(ROLES)}")
+    extra = set(a) - _ARG_KEYS
+    if extra:
+        k = sorted(extra)[0]
+        raise _err(w, k, a[k], f"keys {', '.join(sorted(_ARG_KEYS))}")
+    role = a["role"]
+    if isinstance(role, list):
+        pair = INPLACE.get(frozenset(role)) if len(role) == 2 else None
+        if pair is None:
+            raise _err(w, "role", role, "one role, or an in-place pair: "
+                       + ", ".join(str(list(v)) for v in INPLACE.values()))
+        roles = pair
+        role = "+".join(pair)
+    elif role not in ROLES:
+        raise _err(w, "role", role, f"one of {', '.join(ROLES)}")
+    else:
+        roles = (role,)
+    if "dtype" in a and a["dtype"] not in formats.FORMATS:
+        raise _err(w, "dtype", a["dtype"], "fp32, fp16 or bf16")
+    if "type" in a and a["type"] not in _SCALAR_TYPES:
+        raise _err(w, "type", a["type"], f"one of {', '.join(_SCALAR_TYPES)}")
+    if role == "const" and "value" not in a:
+        raise _err(w, "value", None, "an expression of rows and cols for a const argument")
+    if role == "scratch":
+        for k in ("name", "size", "dtype"):
+            if k not in a:
+                raise _err(w, k, None, "name, size (elements, an expression) and dtype for a "
+                           "scratch buffer")
+    if "fill" in a and a["fill"] not in ("poison", "zero"):
+        raise _err(w, "fill", a["fill"], '"poison" or "zero"')
+    for k in ("value", "stride", "size"):
+        if k in a:
+            check_expression(str(a[k]), f"{w}.{k}")
+    if "name" in a and not isinstance(a["name"], str):
+        raise _err(w, "name", a["name"], "a string")
+    return ArgSpec(role, a.get("dtype"), a.get("type"),
+                   None if "value" not in a else str(a["value"]),
+                   None if "stride" not in a else str(a["stride"]), a.get("name"),
+                   None if "size" not in a else str(a["size"]), a.get("fill"), roles)
+
+
+def _parse_launch(tab, where, entry=None) -> LaunchSpec:
+    args = tab.get("args")
     if not isinstance(args, list) or not args:
         raise _err(where, "args", args, "a list of [[args]] tables, one per kernel parameter")
-    out = []
-    for i, a in enumerate(args):
-        w = f"{where}: args[{i}]"
-        if not isinstance(a, dict) or "role" not in a:
-            raise _err(w, "role", None, f"one of {', '.join(ROLES)}")
-        role = a["role"]
-        if role not in ROLES:
-            raise _err(w, "role", role, f"one of {', '.join(ROLES)}")
-        extra = set(a) - {"role", "dtype", "type", "value", "stride", "name"}
-        if extra:
-            raise _err(w, sorted(extra)[0], a[sorted(extra)[0]],
-                       "keys role, dtype, type, value, stride, name")
-        if "dtype" in a:
-            formats.get(a["dtype"]) if a["dtype"] in formats.FORMATS else (_ for _ in ()).throw(
-                _err(w, "dtype", a["dtype"], "fp32, fp16 or bf16"))
-        if "type" in a and a["type"] not in _SCALAR_TYPES:
-            raise _err(w, "type", a["type"], f"one of {', '.join(_SCALAR_TYPES)}")
-        if role == "const" and "value" not in a:
-            raise _err(w, "value", None, "an expression of rows and cols for a const argument")
-        for k in ("value", "stride"):
-            if k in a:
-                evaluate(str(a[k]), 4, 8, where=f"{w}.{k}")  # validates the expression
-        out.append(ArgSpec(role, a.get("dtype"), a.get("type"),
-                           None if "value" not in a else str(a["value"]),
-                           None if "stride" not in a else str(a["stride"]), a.get("name")))
-    spec = KernelSpec(args=out, entry=data.get("entry"), norm=data.get("norm"),
-                      dtype=data.get("dtype"), out_dtype=data.get("out_dtype"),
-                      convention=data.get("convention"))
+    ln = LaunchSpec([_parse_arg(a, f"{where}: args[{i}]") for i, a in enumerate(args)],
+                    entry=tab.get("entry", entry))
+    for k in ("grid", "block", "shared_mem"):
+        if k in tab:
+            check_expression(str(tab[k]), f"{where}: {k}", dims=k != "shared_mem")
+            setattr(ln, k, str(tab[k]))
+    if ln.entry is not None and not isinstance(ln.entry, str):
+        raise _err(where, "entry", ln.entry, "a kernel name")
+    return ln
+
+
+def parse(data: dict, where: str = "spec") -> KernelSpec:
+    for k in data:
+        if k not in _TOP_KEYS:
+            raise _err(where, k, data[k], f"one of the keys {', '.join(sorted(_TOP_KEYS))}",
+                       "remove or rename it")
+    launch = data.get("launch")
+    if isinstance(launch, list):
+        if "args" in data:
+            raise _err(where, "args", "...", "[[launch.args]] inside each [[launch]] when there "
+                       "are several launches")
+        if not launch:
+            raise _err(where, "launch", launch, "at least one [[launch]]")
+        launches = []
+        for i, tab in enumerate(launch):
+            w = f"{where}: launch[{i}]"
+            if not isinstance(tab, dict):
+                raise _err(w, "launch", tab, "a table")
+            extra = set(tab) - _LAUNCH_KEYS
+            if extra:
+                k = sorted(extra)[0]
+                raise _err(w, k, tab[k], f"keys {', '.join(sorted(_LAUNCH_KEYS))}")
+            if "entry" not in tab:
+                raise _err(w, "entry", None, "the kernel this launch runs")
+            launches.append(_parse_launch(tab, w))
+    else:
+        launch = launch if launch is not None else {}
+        if not isinstance(launch, dict):
+            raise _err(where, "launch", launch, "a [launch] table with grid, block, shared_mem, "
+                       "or an array of [[launch]] tables")
+        for k in launch:
+            if k not in ("grid", "block", "shared_mem"):
+                raise _err(where, f"launch.{k}", launch[k], "grid, block or shared_mem")
+        launches = [_parse_launch({**launch, "args": data.get("args")}, where,
+                                  entry=data.get("entry"))]
+    spec = KernelSpec(launches=launches, norm=data.get("norm"), dtype=data.get("dtype"),
+                      out_dtype=data.get("out_dtype"), convention=data.get("convention"),
+                      reference=data.get("reference"))
+    if len(launches) > 1 and "entry" in data:
+        raise _err(where, "entry", data["entry"], "an entry in each [[launch]] instead")
     if spec.norm is not None and spec.norm not in NORMS:
         raise _err(where, "norm", spec.norm, f"one of {', '.join(NORMS)}")
     for k in ("dtype", "out_dtype"):
@@ -176,46 +324,130 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
             raise _err(where, k, v, "fp32, fp16 or bf16")
     if spec.convention not in (None, "exact", "stored"):
         raise _err(where, "convention", spec.convention, '"exact" or "stored"')
+    if spec.reference not in (None,) + norms.REFERENCES:
+        raise _err(where, "reference", spec.reference, '"exact" or "hf"')
     if "eps" in data:
         e = data["eps"]
-        if not isinstance(e, (int, float)) or not e > 0:
+        if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e < float("inf"):
             raise _err(where, "eps", e, "a positive number (ε fixed inside the kernel)")
         spec.eps = float(np.float32(e))
+        if not spec.eps > 0:
+            raise _err(where, "eps", e, "a positive float32 (it underflows to 0)")
     if "cols" in data:
         c = data["cols"]
-        if not (isinstance(c, list) and len(c) == 2 and all(isinstance(v, int) for v in c)
-                and 1 <= c[0] <= c[1]):
+        if not (isinstance(c, list) and len(c) == 2 and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in c) and 1 <= c[0] <= c[1]):
             raise _err(where, "cols", c, "[min, max] supported widths, 1 <= min <= max")
         spec.cols = (c[0], c[1])
-    launch = data.get("launch", {})
-    if not isinstance(launch, dict):
-        raise _err(where, "launch", launch, "a [launch] table with grid, block, shared_mem")
-    for k in launch:
-        if k not in ("grid", "block", "shared_mem"):
-            raise _err(where, f"launch.{k}", launch[k], "grid, block or shared_mem")
-        (evaluate_dims if k != "shared_mem" else evaluate)(str(launch[k]), 4, 8,
-                                                            where=f"{where}: launch.{k}")
-        setattr(spec, k, str(launch[k]))
-    roles = spec.roles()
-    if "output" not in roles or "input" not in roles:
-        raise _err(where, "args", roles, "at least an output and an input argument")
-    if spec.eps is None and "eps" not in roles:
-        raise _err(where, "eps", None, "an argument with role eps, or eps = <value> when ε is "
-                   "fixed inside the kernel")
+    if "cols_multiple_of" in data:
+        m = data["cols_multiple_of"]
+        if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= 4096:
+            raise _err(where, "cols_multiple_of", m, "an integer from 1 to 4096")
+        spec.cols_multiple_of = m
+        lo, hi = spec.cols
+        if -(-lo // m) * m > hi:
+            raise _err(where, "cols_multiple_of", m, f"a multiple within cols = [{lo}, {hi}]")
+    if "defines" in data:
+        d = data["defines"]
+        if not isinstance(d, dict):
+            raise _err(where, "defines", d, "a table { NAME = value }")
+        from normcheck.backends.base import check_defines
+
+        spec.defines = check_defines({k: (None if v is True else v) for k, v in d.items()})
+    if "include" in data:
+        inc = data["include"]
+        if not (isinstance(inc, list) and all(isinstance(v, str) for v in inc)):
+            raise _err(where, "include", inc, "a list of folders")
+        spec.include_dirs = tuple(inc)
+    if "backward" in data:
+        if not isinstance(data["backward"], bool):
+            raise _err(where, "backward", data["backward"], "true or false")
+        spec.backward = data["backward"]
+    if "stats" in data:
+        if data["stats"] not in ("saved", "recomputed"):
+            raise _err(where, "stats", data["stats"], '"saved" or "recomputed"')
+        spec.stats = data["stats"]
+    if "source" in data and not isinstance(data["source"], str):
+        raise _err(where, "source", data["source"], "a path to the .cu file")
+    _check_roles(spec, where)
     return spec
 
 
+def _check_roles(spec: KernelSpec, where: str):
+    roles = spec.roles()
+    backward = spec.backward or any(r in roles for r in ("dy", "dx", "dgamma", "dbeta"))
+    spec.backward = backward
+    if backward:
+        if "dy" not in roles or not any(r in roles for r in ("dx", "dgamma", "dbeta")):
+            raise _err(where, "args", roles, "a backward kernel's dy and at least one of dx, "
+                       "dgamma, dbeta")
+    elif "output" not in roles or "input" not in roles:
+        raise _err(where, "args", roles, "at least an output and an input argument (or one "
+                   "in-place buffer with role = [\"input\", \"output\"])")
+    if "input" not in roles:
+        raise _err(where, "args", roles, "an input argument (x)")
+    if spec.eps is None and "eps" not in roles:
+        raise _err(where, "eps", None, "an argument with role eps, or eps = <value> when ε is "
+                   "fixed inside the kernel")
+    dtypes, strides = {}, {}
+    for ln in spec.launches:
+        seen = set()
+        for a in ln.args:
+            if a.role in ("scratch", "null", "const", "eps", "rows", "cols"):
+                continue
+            for r in a.roles:
+                if r in seen:
+                    raise _err(where, "role", r, "each buffer role once per launch")
+                seen.add(r)
+            k = a.key
+            if k in dtypes and dtypes[k] != a.dtype:
+                raise _err(where, f"{a.role}.dtype", a.dtype, f"the same dtype in every launch "
+                           f"({dtypes[k]})")
+            if k in strides and strides[k] != a.stride:
+                raise _err(where, f"{a.role}.stride", a.stride, f"the same stride in every "
+                           f"launch ({strides[k]})")
+            dtypes[k], strides[k] = a.dtype, a.stride
+    scratch = {}
+    for a in spec.args:
+        if a.role == "scratch":
+            prev = scratch.setdefault(a.name, (a.dtype, a.size))
+            if prev != (a.dtype, a.size):
+                raise _err(where, f"scratch {a.name!r}", a.size, "the same dtype and size in "
+                           "every launch")
+
+
+# ------------------------------------------------------------------------------------------------
+# Expressions
+# ------------------------------------------------------------------------------------------------
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Div: operator.floordiv}
 _FUNCS = {"min": min, "max": max, "ceil_div": lambda a, b: -(-a // b)}
+_LIMIT = 1 << 62
+
+
+def _tree(expr, where):
+    try:
+        return ast.parse(str(expr), mode="eval")
+    except SyntaxError:
+        raise SpecError(f"{where}={expr!r}: not an expression of rows and cols") from None
+
+
+def check_expression(expr: str, where: str, dims: bool = False):
+    """Syntax and names of an expression (values are checked when it is evaluated)."""
+    tree = _tree(expr, where).body
+    parts = tree.elts if dims and isinstance(tree, ast.Tuple) else [tree]
+    if not 1 <= len(parts) <= 3:
+        raise SpecError(f"{where}={expr!r}: one to three comma-separated expressions")
+    for p in parts:
+        for n in ast.walk(p):
+            if isinstance(n, ast.Name) and n.id not in ("rows", "cols") and n.id not in _FUNCS:
+                raise SpecError(f"{where}={expr!r}: unknown name {n.id!r}; only rows, cols, "
+                                "min, max and ceil_div")
 
 
 def evaluate_dims(expr: str, rows: int, cols: int, where: str = "expression") -> tuple:
     """A launch dimension: one expression, or up to three separated by commas ("32, 4")."""
-    try:
-        tree = ast.parse(str(expr), mode="eval").body
-    except SyntaxError:
-        raise SpecError(f"{where}={expr!r}: not an expression of rows and cols") from None
+    tree = _tree(expr, where).body
     parts = tree.elts if isinstance(tree, ast.Tuple) else [tree]
     if not 1 <= len(parts) <= 3:
         raise SpecError(f"{where}={expr!r}: one to three comma-separated expressions")
@@ -224,26 +456,38 @@ def evaluate_dims(expr: str, rows: int, cols: int, where: str = "expression") ->
 
 def evaluate(expr: str, rows: int, cols: int, where: str = "expression") -> int:
     """Evaluate an integer expression of rows and cols (no names or calls beyond those)."""
-    try:
-        tree = ast.parse(str(expr), mode="eval")
-    except SyntaxError:
-        raise SpecError(f"{where}={expr!r}: not an expression of rows and cols") from None
+    tree = _tree(expr, where)
     env = {"rows": rows, "cols": cols}
 
     def ev(n):
         if isinstance(n, ast.Expression):
             return ev(n.body)
-        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+        if isinstance(n, ast.Constant) and isinstance(n.value, int) and \
+                not isinstance(n.value, bool):
             return n.value
         if isinstance(n, ast.Name) and n.id in env:
             return env[n.id]
         if isinstance(n, ast.BinOp) and type(n.op) in _OPS:
-            return _OPS[type(n.op)](ev(n.left), ev(n.right))
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, (ast.FloorDiv, ast.Mod, ast.Div)) and b == 0:
+                raise SpecError(f"{where}={expr!r}: division by zero at rows={rows}, "
+                                f"cols={cols}; guard the divisor, e.g. max(1, ...)")
+            v = _OPS[type(n.op)](a, b)
+            if abs(v) > _LIMIT:
+                raise SpecError(f"{where}={expr!r}: the value {v} at rows={rows}, cols={cols} "
+                                "is out of range")
+            return v
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
             return -ev(n.operand)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FUNCS \
                 and not n.keywords:
-            return _FUNCS[n.func.id](*[ev(a) for a in n.args])
+            args = [ev(a) for a in n.args]
+            if n.func.id == "ceil_div" and (len(args) != 2 or args[1] == 0):
+                raise SpecError(f"{where}={expr!r}: ceil_div(a, b) needs b != 0 (rows={rows}, "
+                                f"cols={cols})")
+            if not args:
+                raise SpecError(f"{where}={expr!r}: {n.func.id}() needs arguments")
+            return _FUNCS[n.func.id](*args)
         raise SpecError(f"{where}={expr!r}: only rows, cols, integers, + - * // %, min, max "
                         "and ceil_div are allowed")
 

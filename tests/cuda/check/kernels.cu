@@ -50,7 +50,63 @@ __device__ void ln_good(T* y, const T* x, const T* g, const T* b, float eps, int
 extern "C" __global__ void ln_good_fp16(__half* y, const __half* x, const __half* g, const __half* b, float eps, int rows, int cols) { ln_good(y, x, g, b, eps, rows, cols); }
 extern "C" __global__ void ln_good_fp32(float* y, const float* x, const float* g, const float* b, float eps, int rows, int cols) { ln_good(y, x, g, b, eps, rows, cols); }
 
+// sound kernels with other summation orders: thread 0 of each block sums its row sequentially
+// (two-pass, then Welford) -- the worst order for the error bound, still a correct kernel
+template <typename T>
+__device__ void ln_seq(T* y, const T* x, const T* g, const T* b, float eps, int cols) {
+  if (threadIdx.x != 0) return;
+  const T* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int i = 0; i < cols; ++i) s += tof(xr[i]);
+  float mean = s / cols, ss = 0.f;
+  for (int i = 0; i < cols; ++i) { float d = tof(xr[i]) - mean; ss += d * d; }
+  float r = rsqrtf(ss / cols + eps);
+  for (int i = 0; i < cols; ++i)
+    y[(size_t)blockIdx.x * cols + i] = fromf<T>((tof(xr[i]) - mean) * r * tof(g[i]) + tof(b[i]));
+}
+template <typename T>
+__device__ void ln_welford_seq(T* y, const T* x, const T* g, const T* b, float eps, int cols) {
+  if (threadIdx.x != 0) return;
+  const T* xr = x + (size_t)blockIdx.x * cols;
+  float mean = 0.f, m2 = 0.f;
+  for (int i = 0; i < cols; ++i) {
+    float v = tof(xr[i]), d = v - mean;
+    mean += d / (i + 1);
+    m2 += d * (v - mean);
+  }
+  float r = rsqrtf(m2 / cols + eps);
+  for (int i = 0; i < cols; ++i)
+    y[(size_t)blockIdx.x * cols + i] = fromf<T>((tof(xr[i]) - mean) * r * tof(g[i]) + tof(b[i]));
+}
+extern "C" __global__ void ln_seq_fp32(float* y, const float* x, const float* g, const float* b, float eps, int rows, int cols) { ln_seq(y, x, g, b, eps, cols); }
+extern "C" __global__ void ln_seq_bf16(__nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16* g, const __nv_bfloat16* b, float eps, int rows, int cols) { ln_seq(y, x, g, b, eps, cols); }
+extern "C" __global__ void ln_welford_seq_fp32(float* y, const float* x, const float* g, const float* b, float eps, int rows, int cols) { ln_welford_seq(y, x, g, b, eps, cols); }
+extern "C" __global__ void ln_welford_seq_bf16(__nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16* g, const __nv_bfloat16* b, float eps, int rows, int cols) { ln_welford_seq(y, x, g, b, eps, cols); }
+
 // ---- planted bugs --------------------------------------------------------------------------
+// one-pass, clamped at zero: no NaN, but the variance is lost on offset rows
+extern "C" __global__ void ln_one_pass_clamped_bf16(__nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16* g, const __nv_bfloat16* b, float eps, int rows, int cols) {
+  const __nv_bfloat16* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f, ss = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) { float v = tof(xr[i]); s += v; ss += v * v; }
+  float mean = block_sum(s) / cols;
+  float var = fmaxf(block_sum(ss) / cols - mean * mean, 0.f);
+  float r = rsqrtf(var + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    y[(size_t)blockIdx.x * cols + i] = fromf<__nv_bfloat16>((tof(xr[i]) - mean) * r * tof(g[i]) + tof(b[i]));
+}
+// Apex-style fp16 output: x̂ rounded to half, then γ·x̂ and +β in half (three roundings)
+extern "C" __global__ void ln_half_three_roundings(__half* y, const __half* x, const __half* g, const __half* b, float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) s += tof(xr[i]);
+  float mean = block_sum(s) / cols;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) { float d = tof(xr[i]) - mean; ss += d * d; }
+  float r = rsqrtf(block_sum(ss) / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    y[(size_t)blockIdx.x * cols + i] = __hadd(__hmul(g[i], __float2half_rn((tof(xr[i]) - mean) * r)), b[i]);
+}
 // one-pass cancellation: var = E[x²] - E[x]²
 extern "C" __global__ void ln_one_pass_fp32(float* y, const float* x, const float* g, const float* b, float eps, int rows, int cols) {
   const float* xr = x + (size_t)blockIdx.x * cols;

@@ -1,0 +1,302 @@
+"""Why a kernel is off: the usual causes, each tested against the oracle.
+
+When the check fails or warns on accuracy, each cause in :data:`CAUSES` is evaluated on the same
+rows and compared with what the kernel wrote:
+
+* *bit for bit* -- the causes that change the arithmetic in a definite way (rstd or x̂ rounded
+  to the storage format, γ·x̂ and +β rounded separately, variance / (D-1), ε missing or added to
+  σ, squares or statistics rounded to the storage format) are computed from the exact statistics
+  with just that change, rounded to the output format; a cause *explains* the output when it
+  matches the kernel to within one ulp on at least 90% of the elements that are off, and better
+  than the exact result does;
+* *within a tight bound* -- the causes whose error depends on the summation order (the one-pass
+  variance E[x²] - E[x]², sums accumulated in the storage format) are recognised from the
+  variance each row's output implies (var = 1/rstd² - ε, rstd read off y): one-pass leaves an
+  error of the order of u·E[x²] (so it grows as κ² relative to the variance), storage sums one
+  of the order of u_S·var·√D, far above what float sums leave (u·var·√D).
+
+:func:`explain` returns "<cause> (<evidence>)" or None.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from normcheck import formats
+
+__all__ = ["explain", "CAUSES"]
+
+#: The causes tested, by key: (description, kind).
+CAUSES = {
+    "rstd_storage": ("rstd rounded to the storage format before use", "bit"),
+    "xhat_storage": ("x̂ rounded to the storage format before ×γ (Hugging Face's Llama "
+                     "definition: use --reference hf if that is the model's)", "bit"),
+    "affine_separate": ("γ·x̂ and +β rounded separately (two roundings to the output format)",
+                        "bit"),
+    "bessel": ("variance divided by D-1 instead of D", "bit"),
+    "eps_missing": ("ε missing from the variance", "bit"),
+    "eps_on_sigma": ("ε added to σ instead of σ² (rstd = 1/(σ + ε))", "bit"),
+    "squares_storage": ("squares rounded to the storage format (in fp16 they overflow from "
+                        "|x| >= 256)", "bit"),
+    "mean_storage": ("mean rounded to the storage format", "bit"),
+    "var_storage": ("variance rounded to the storage format", "bit"),
+    "exact_not_hf": ("the exact definition (γ·x̂ rounded once), not Hugging Face's "
+                     "(x̂ rounded first)", "bit"),
+    "one_pass": ("one-pass variance E[x²] - E[x]²: catastrophic cancellation, error grows as κ²",
+                 "stat"),
+    "storage_sums": ("sums accumulated in the storage format", "stat"),
+}
+
+
+def _models(norm, fmt, out, x, g, b, mean, var, eps):
+    """{cause: y (float64, before the output rounding) or a callable giving the rounded y}."""
+    S = fmt
+    D = x.shape[1]
+    mu = mean[:, None] if mean is not None else 0.0
+    d = x - mu
+    v = var[:, None]
+    r = 1.0 / np.sqrt(v + eps)
+    ge = g
+    m = {}
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        def y_of(rr, dd=d):
+            return ge * dd * rr + b
+
+        m["rstd_storage"] = y_of(S.round_array(r))
+        xh = S.round_array(d * r)
+        m["xhat_storage"] = ("rounded", out.round_array(S.round_array(ge * xh) + b)
+                             if norm.centred else out.round_array(ge * xh))
+        if norm.centred or norm.has_gamma:
+            m["affine_separate"] = ("rounded", out.round_array(out.round_array(ge * d * r) + b))
+        if D > 1:
+            m["bessel"] = y_of(1.0 / np.sqrt(v * D / (D - 1) + eps))
+        m["eps_missing"] = y_of(1.0 / np.sqrt(v))
+        m["eps_on_sigma"] = y_of(1.0 / (np.sqrt(v) + eps))
+        if norm.centred:
+            mS = S.round_array(mean)[:, None]
+            m["mean_storage"] = ge * (x - mS) * r + b
+        vS = S.round_array(var)[:, None]
+        m["var_storage"] = y_of(1.0 / np.sqrt(vS + eps))
+        sq = S.round_array(d * d)
+        m["squares_storage"] = y_of(1.0 / np.sqrt(sq.mean(axis=1, keepdims=True) + eps))
+        if norm.reference == "hf":
+            m["exact_not_hf"] = y_of(r)
+    return m
+
+
+def _distance(fmt, a, b):
+    """Ordinal distance between two arrays of values of fmt (inf where either is not finite)."""
+    fin = np.isfinite(a) & np.isfinite(b)
+    da = fmt.ordinal(np.where(fin, a, 0.0)).astype(np.float64)
+    db = fmt.ordinal(np.where(fin, b, 0.0)).astype(np.float64)
+    return np.where(fin, np.abs(da - db), np.where(np.isnan(a) & np.isnan(b), 0.0, np.inf))
+
+
+def explain(norm, fmt, out, case, ref, y, bad, convention="exact") -> str | None:
+    """The cause that explains the kernel's output ``y`` on the case, or None."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
+        return _explain(norm, fmt, out, case, ref, y, bad, convention)
+
+
+def _explain(norm, fmt, out, case, ref, y, bad, convention):
+    fmt, out = formats.get(fmt), formats.get(out)
+    from normcheck import kernels
+
+    x = kernels.normalised_rows(ref, case.x, case.residual, convention)
+    D = x.shape[1]
+    g = np.ones(D) if case.gamma is None or not norm.has_gamma else \
+        case.gamma.astype(np.float64)
+    if norm.gemma:
+        g = 1.0 + g
+    b = np.zeros(D) if case.beta is None or not (norm.centred and norm.has_beta) else \
+        case.beta.astype(np.float64)
+    mean = ref.mean.exact if norm.centred and ref.mean is not None else None
+    var = ref.var.exact
+    eps = float(case.eps)
+    yk = np.asarray(y).astype(np.float64)
+    bad = np.asarray(bad, bool)
+    if not bad.any():
+        return None
+    if int(bad.sum()) < 4:  # too few elements off to tell one cause from another
+        return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad)
+    d_exact = _distance(out, yk, ref.rounded.astype(np.float64))
+    best, best_key = None, None
+    models = _models(norm, fmt, out, x, g, b, mean, var, eps)
+    for rank, key in enumerate(k for k in CAUSES if k in models):
+        model = models[key]
+        if isinstance(model, tuple):
+            pred = model[1]
+        else:
+            with np.errstate(invalid="ignore", over="ignore"):
+                pred = out.round_array(model)
+        dist = _distance(out, yk, pred)
+        score = float(np.mean(dist[bad] <= 1.0))
+        mean_d = float(np.mean(np.where(np.isfinite(dist[bad]), dist[bad], 1e300)))
+        better = mean_d < float(np.mean(np.where(np.isfinite(d_exact[bad]), d_exact[bad],
+                                                 1e300)))
+        # the most elements explained, then the closest, then the most specific cause
+        k = (score, -mean_d, -rank)
+        if score >= 0.9 and better and (best_key is None or k > best_key):
+            best, best_key = key, k
+    best_score = best_key[0] if best_key else 0.0
+    if best is not None:
+        n = int(bad.sum())
+        return (f"{CAUSES[best][0]} (reproduces the kernel to within 1 ulp on "
+                f"{int(round(best_score * n))}/{n} of the elements off)")
+    return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad) or \
+        _nonfinite(norm, fmt, x, mean, var, eps, yk, ref, bad)
+
+
+def _sum(vals, rnd, order):
+    """Row sums of ``vals`` (R, D) with every addition rounded by ``rnd``, in one of the usual
+    orders: "sequential" (one thread), or "block" (256 threads striding the row, a warp
+    butterfly, then the warps' partials through a second butterfly, as normcheck's built-in
+    kernels and most block-per-row kernels reduce)."""
+    R, D = vals.shape
+    if order == "sequential":
+        acc = np.zeros(R)
+        for j in range(D):
+            acc = rnd(acc + vals[:, j])
+        return acc
+    T = 256
+    acc = np.zeros((R, T))
+    for j0 in range(0, D, T):
+        w = min(T, D - j0)
+        acc[:, :w] = rnd(acc[:, :w] + vals[:, j0:j0 + w])
+    acc = acc.reshape(R, T // 32, 32)
+    for o in (16, 8, 4, 2, 1):
+        acc = rnd(acc + acc[:, :, np.arange(32) ^ o])
+    part = np.zeros((R, 32))
+    part[:, :T // 32] = acc[:, :, 0]
+    for o in (16, 8, 4, 2, 1):
+        part = rnd(part + part[:, np.arange(32) ^ o])
+    return part[:, 0]
+
+
+def _variances(norm, fmt, x, eps):
+    """{(cause, order): variance per row} of the order-dependent causes, in both usual orders,
+    and {("sound", order): ...} of a float two-pass kernel for comparison."""
+    D = x.shape[1]
+    f32 = formats.FP32.round_array
+    S = fmt.round_array
+    out = {}
+    for order in ("block", "sequential"):
+        if norm.centred:
+            m1 = f32(_sum(x, f32, order) / D)
+            m2 = f32(_sum(f32(x * x), f32, order) / D)
+            out[("one_pass", order)] = f32(m2 - f32(m1 * m1))
+            d = f32(x - m1[:, None])
+            out[("sound", order)] = f32(_sum(f32(d * d), f32, order) / D)
+            if fmt.precision < 24:
+                mS = S(S(_sum(x, lambda v: S(S(v)), order)) / D)
+                dS = S(x - mS[:, None])
+                out[("storage_sums", order)] = S(_sum(S(dS * dS), S, order)) / D
+        else:
+            out[("sound", order)] = f32(_sum(f32(x * x), f32, order) / D)
+            if fmt.precision < 24:
+                out[("storage_sums", order)] = S(_sum(S(x * x), S, order)) / D
+    return out
+
+
+def _implied(norm, x, g, b, eps, y, rows):
+    """Per row, the statistics the kernel's output implies: (rstd, mean) fitted to
+    (y - β)/γ = rstd·(x - mean) by least squares (mean 0 for RMSNorm)."""
+    out = {}
+    for i in rows:
+        z = (y[i] - b) / np.where(g != 0, g, np.nan)
+        ok = np.isfinite(z) & np.isfinite(x[i])
+        if ok.sum() < 3:
+            continue
+        xi, zi = x[i][ok], z[ok]
+        if norm.centred:
+            xm = xi.mean()
+            sxx = np.sum((xi - xm) ** 2)
+            if not sxx > 0:
+                continue
+            a = np.sum((xi - xm) * (zi - zi.mean())) / sxx
+            mu = xm - zi.mean() / a if a else np.nan
+        else:
+            sxx = np.sum(xi * xi)
+            if not sxx > 0:
+                continue
+            a = np.sum(xi * zi) / sxx
+            mu = 0.0
+        if np.isfinite(a) and a > 0 and np.isfinite(mu):
+            out[i] = (a, mu)
+    return out
+
+
+def _statistical(norm, fmt, x, g, b, mean, var, eps, y, bad):
+    """One-pass or storage sums, from the statistics each row's output implies (rstd and mean
+    fitted to y), against what those causes give in the usual summation orders.  A row is
+    evidence for a cause when the cause moves the variance by more than 30x what sound float
+    sums do and the implied variance is within a quarter of that move of the cause's (some
+    order, clamped at 0 or not); or, one-pass, when the variance error is of the size
+    cancellation leaves (0.05 to 4D times u·E[x²]) and more than 10x both the square of the
+    mean's error (which is what a sound two-pass kernel with a poor mean shows) and 30x what a
+    sound float kernel leaves."""
+    rows = np.nonzero(bad.any(axis=1))[0]
+    if rows.size == 0 or x.shape[1] > 16384:
+        return None
+    fit = _implied(norm, x, g, b, eps, y, rows)
+    idx = np.array([i for i in sorted(fit) if var[i] > 0])
+    if idx.size == 0:
+        return None
+    D = x.shape[1]
+    u = 2.0**-24
+    vk = np.array([max(1.0 / fit[i][0] ** 2 - eps, 0.0) for i in idx])
+    mk = np.array([fit[i][1] for i in idx])
+    v = var[idx]
+    off = np.abs(vk - v)
+    e_mean = np.abs(mk - (mean[idx] if mean is not None else 0.0))
+    second = np.mean(x[idx] ** 2, axis=1)
+    models = _variances(norm, fmt, x[idx], eps)
+    sound = np.max([np.abs(m - v) for (c, _), m in models.items() if c == "sound"], axis=0)
+    votes = {}
+    for key in ("one_pass", "storage_sums"):
+        close = np.zeros(idx.size, bool)
+        for (c, order), vm in models.items():
+            if c != key:
+                continue
+            for m in (vm, np.maximum(vm, 0.0)):  # a kernel may clamp a negative variance
+                dev = np.abs(m - v)  # what the cause does to the variance on this row
+                close |= (dev > 30 * sound) & (np.abs(vk - m) <= 0.25 * dev)
+        sized = np.zeros(idx.size, bool)
+        if key == "one_pass":
+            sized = (off >= 0.05 * u * second) & (off <= 4 * D * u * second) & \
+                (off > 10 * e_mean**2) & (off > 30 * sound)
+        ev = close | sized
+        n = int(ev.sum())
+        # a cause reproduced on a row is evidence; one of the right size needs three rows
+        if n >= 0.6 * idx.size and (close.any() or n >= 3):
+            votes[key] = n
+    if not votes:
+        return None
+    key = max(votes, key=votes.get)
+    n = votes[key]
+    return (f"{CAUSES[key][0]} (the variance each row's output implies is off by what that "
+            f"cause leaves, more than 30x what float sums leave: {n}/{idx.size} rows off)")
+
+
+def _nonfinite(norm, fmt, x, mean, var, eps, y, ref, bad):
+    """NaN answers for finite exact values on offset rows: the one-pass variance came out
+    negative (checked against the one-pass variance in the usual orders)."""
+    if not norm.centred:
+        return None
+    t = ref.exact
+    rows = np.nonzero((bad & np.isnan(y) & np.isfinite(t)).any(axis=1))[0]
+    if rows.size == 0 or x.shape[1] > 16384:
+        return None
+    models = _variances(norm, fmt, x[rows], eps)
+    neg = np.zeros(rows.size, bool)
+    for (key, _), vm in models.items():
+        if key == "one_pass":
+            neg |= (vm + eps) < 0
+    if neg.mean() < 0.6:
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        k = float(np.median(np.abs(mean[rows]) / np.sqrt(var[rows])))
+    return (f"{CAUSES['one_pass'][0]} (on the rows answered by NaN, κ ≈ {k:.3g}, E[x²] - E[x]² "
+            f"evaluated in float comes out negative: {int(neg.sum())}/{rows.size} rows)")
+
+

@@ -1,0 +1,491 @@
+"""The check's measurements and verdicts, on typed values.
+
+For a target (normcheck.launch) of a given :class:`normcheck.norms.Norm` and storage format:
+
+1. every family of normcheck.families but ``extremes`` (where float accumulation itself
+   overflows and no float kernel can pass) at its widths -- within the kernel's width contract
+   -- with an odd number of rows per launch (a partial last tile is always exercised), each
+   launch twice so that an access just before or just after any array is caught;
+2. the best built-in order of the same norm and format on the same rows (two-pass and Welford
+   for LayerNorm, RMS for RMSNorm): the yardstick of *warn*;
+3. a targeted Hypothesis search over the same families (``hypothesis.target`` on the error over
+   the sound bound), shrinking a failure to a small row.
+
+Verdicts (see normcheck.check.tolerances for the table): *fail* where an element is beyond what
+any sound kernel could produce (normcheck.bounds.sound_bound), or on a non-finite answer, an
+unwritten element, a crash, an out-of-bounds or misaligned access, a deadlock, a timeout, a
+sandbox violation, an exception; *warn* where a family's largest error is more than k times the
+best built-in order's; *pass* otherwise.  Each fail or warn on accuracy is diagnosed
+(normcheck.check.diagnose).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from normcheck import bounds, families, formats, kernels, metrics, norms, oracle
+from normcheck.check import diagnose
+from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance
+from normcheck.errors import KernelError, NormcheckError
+from normcheck.launch import Case
+
+__all__ = ["CHECK_FAMILIES", "FATAL", "Failure", "Baseline", "Worst", "FamilyResult", "Judge"]
+
+#: The families a check runs (``extremes`` is the report's business: see the module docstring).
+CHECK_FAMILIES = tuple(f for f in families.FAMILIES if f != "extremes")
+#: Failures after which the kernel is not launched again in the same phase.
+FATAL = ("crash", "timeout", "deadlock", "out_of_bounds", "misaligned", "stack_overflow",
+         "sandbox")
+
+
+@dataclass
+class Failure:
+    kind: str     # accuracy | nonfinite | unwritten | error | crash | timeout | deadlock | ...
+    family: str
+    detail: str
+    cause: str | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Baseline:
+    name: str           # the built-in variant
+    max_scaled: float   # its largest error on the family's rows, in ulps of max(|γx̂|, |β|)
+
+
+@dataclass
+class Worst:
+    """The worst element found: where, how far off, and the row that holds it."""
+
+    family: str
+    cols: int
+    row_index: int
+    col: int
+    ulp: float
+    scaled_ulp: float
+    of_bound: float                 # error / sound limit there (> 1 fails)
+    row: list
+    first: list
+    case: Case | None = field(default=None, repr=False, compare=False)
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k != "case"}
+        return d
+
+
+@dataclass
+class FamilyResult:
+    family: str
+    rows: int = 0
+    cols: list = field(default_factory=list)
+    max_ulp: float = 0.0
+    p99_ulp: float = 0.0
+    mean_ulp: float = 0.0
+    max_scaled: float = 0.0
+    max_of_bound: float = 0.0
+    bound_ulp: float | None = None   # the sound limit (ulps) at the family's worst element
+    unbounded_rows: int = 0          # rows where no float kernel can promise anything
+    baseline: Baseline | None = None
+    warn_at: float | None = None
+    verdict: str = "pass"
+    failures: dict = field(default_factory=dict)
+    cause: str | None = None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["baseline"] = None if self.baseline is None else asdict(self.baseline)
+        return d
+
+
+@dataclass
+class Measured:
+    """One batch, measured: per element errors and where they stand against the bound."""
+
+    ref: object
+    y: np.ndarray
+    comparison: object
+    limit: np.ndarray       # the sound limit (absolute)
+    ratio: np.ndarray       # |y - t| / limit, finite classes only (0 elsewhere)
+    unbounded: int
+
+    @property
+    def ulp(self):
+        return self.comparison.ulp
+
+    @property
+    def scaled(self):
+        return self.comparison.scaled
+
+
+def _odd(n: int) -> int:
+    """A row count that is not a multiple of 2, 4, 8 or 32: a partial last tile."""
+    return max(1, n if n % 2 else n - 1)
+
+
+class Judge:
+    def __init__(self, target, norm: norms.Norm, fmt, out, *, convention="exact",
+                 eps=np.float32(1e-5), backend="cpu", seed=0, cols_range=(1, 8192),
+                 cols_multiple_of=1, stats_roles=(), tolerance: Tolerance | None = None):
+        self.target = target
+        self.norm = norm
+        self.fmt = formats.get(fmt)
+        self.out = formats.get(out)
+        self.convention = convention or "exact"
+        self.eps = np.float32(eps)
+        self.backend = backend
+        self.seed = int(seed)
+        self.cols_range = tuple(cols_range)
+        self.multiple_of = int(cols_multiple_of)
+        self.stats_roles = tuple(stats_roles)
+        self.tol = tolerance or TOLERANCES[self.out.name]
+        self.formats = dict(getattr(target, "formats", {}) or {})
+        self.baselines, self.baseline_note = self._baselines()
+        self.timed_out = False
+
+    # what runs as the yardstick -------------------------------------------------------------------
+    def _baselines(self):
+        n = self.norm
+        if self.out != self.fmt:
+            return [], (f"no built-in kernel writes {self.fmt.name} rows to {self.out.name}: "
+                        "judged against the sound bound only")
+        if n.reference != "exact":
+            return [], ("no built-in kernel computes the hf definition: judged against the "
+                        "sound bound only")
+        algos = ["two_pass", "welford"] if n.centred else ["rms"]
+        vs = [v for v in kernels.variants(norm=n.name, storage=self.fmt.name, fast_math=False)
+              if v.algorithm in algos and v.order in (None, "upcast_square")
+              and (not n.fused or v.convention == self.convention or self.fmt.name == "fp32")]
+        if not vs:
+            raise NormcheckError(f"no built-in {n.name} kernel for {self.fmt.name} was found "
+                                 "(the baseline of warn; normcheck's cuda_src is incomplete): "
+                                 "reinstall normcheck")
+        return vs, None
+
+    def baseline_errors(self, case: Case, ref) -> dict:
+        """{variant: largest scaled error} of the built-in orders on the case."""
+        out = {}
+        n = self.norm
+        for v in self.baselines:
+            g = case.gamma if n.has_gamma else None
+            b = case.beta if (n.centred and n.has_beta) else None
+            res = kernels.run(v, case.x, g, b, eps=case.eps, backend=self.backend,
+                              residual=case.residual if v.fused else None)
+            y = res[1] if v.fused else res
+            s = metrics.compare(ref, y).scaled
+            s = s[np.isfinite(s)]
+            out[v.name] = float(s.max()) if s.size else 0.0
+        return out
+
+    # cases ------------------------------------------------------------------------------------------
+    def case(self, family: str, rows: int, cols: int, seed) -> Case:
+        fmt = self.fmt
+        x = families.generate(family, fmt, rows, cols, seed=seed)
+        g, b = families.weights(fmt, cols, seed=self.seed)
+        return self.make_case(x, g, b, families.generate("gaussian", fmt, rows, cols,
+                                                          seed=seed) if self.norm.fused else None,
+                              self.eps)
+
+    def make_case(self, x, g, b, r, eps) -> Case:
+        n = self.norm
+
+        def as_fmt(v, role):
+            f = self.formats.get(role, self.fmt)
+            return None if v is None else (v if v.dtype == f.dtype else
+                                           f.cast(v.astype(np.float64)))
+
+        return Case(x=x, gamma=as_fmt(g, "gamma") if n.has_gamma else None,
+                    beta=as_fmt(b, "beta") if (n.centred and n.has_beta) else None,
+                    residual=r if n.fused else None, eps=np.float32(eps))
+
+    def reference(self, case: Case):
+        n = self.norm
+        return oracle.for_norm(n, case.x, case.gamma, case.beta, residual=case.residual,
+                               eps=case.eps, convention=self.convention, out=self.out)
+
+    # one batch ------------------------------------------------------------------------------------
+    def measure(self, family: str, case: Case, guard="both"):
+        """Run the target on the case and measure it: (Measured or None, [Failure])."""
+        try:
+            outs = self.target(case, guard=guard)
+        except KernelError as e:
+            if e.kind == "timeout":
+                self.timed_out = True
+            return None, [Failure(e.kind, family, str(e))]
+        ref = self.reference(case)
+        fails = []
+        y = outs.get("output")
+        if y is None:
+            return None, [Failure("error", family, "the target wrote no output (y)")]
+        x = case.x
+        unw = kernels.unwritten(y)
+        if unw.any():
+            i, j = (int(v) for v in np.argwhere(unw)[0])
+            fails.append(Failure(
+                "unwritten", family, f"{int(unw.sum())}/{y.size} output elements never written "
+                f"(they still hold the poison NaN), first at row {i}, col {j}, width "
+                f"{x.shape[1]}, {x.shape[0]} rows"))
+        c = metrics.compare(ref, y)
+        bad_cls = np.isin(c.cls, [metrics.CLASSES.index(k) for k in metrics.FAILURE_CLASSES])
+        bad_cls &= ~unw
+        if bad_cls.any():
+            counts = {}
+            for k in metrics.FAILURE_CLASSES:
+                m = int(((c.cls == metrics.CLASSES.index(k)) & ~unw).sum())
+                if m:
+                    counts[k] = m
+            i, j = (int(v) for v in np.argwhere(bad_cls)[0])
+            fails.append(Failure(
+                "nonfinite", family, f"{', '.join(f'{v} {k}' for k, v in counts.items())} at "
+                f"width {x.shape[1]}; e.g. row {i}, col {j}: x={float(x[i, j])!r} "
+                f"kernel={float(y[i, j])!r} exact={float(ref.exact[i, j])!r}"))
+        if "h" in outs:
+            fails += self._check_h(family, outs["h"], ref)
+        rows = kernels.normalised_rows(ref, x, case.residual, self.convention)
+        for role in self.stats_roles:
+            if role in outs:
+                fails += self._check_stats(family, role, ref, outs[role], rows)
+        E = bounds.sound_bound(self.norm, rows, case.gamma, case.beta, eps=case.eps,
+                               storage=self.fmt)
+        if self.norm.fused and self.convention == "exact" and self.fmt.name == "fp32":
+            E = E + 2 ** -24 * bounds.SOUND_SAFETY * np.abs(ref.exact - (
+                ref.beta if ref.beta is not None else 0.0))  # the float sum h rounds once
+        limit = bounds.sound_limit(ref, E, self.tol.fail_floor)
+        finite = c.cls == metrics.CLASSES.index("finite")
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = np.abs(y.astype(np.float64) - ref.exact)
+            ratio = np.where(finite & ~unw, err / limit, 0.0)
+        ratio = np.nan_to_num(ratio, nan=0.0)
+        over = ratio > 1.0
+        if over.any():
+            k = int(np.argmax(ratio))
+            i, j = np.unravel_index(k, ratio.shape)
+            lim_ulp = float(limit[i, j] / self.out.ulp_array(np.abs(ref.exact[i, j])))
+            fails.append(Failure(
+                "accuracy", family,
+                f"{int(over.sum())}/{over.size} elements beyond what a sound kernel can produce; "
+                f"worst at width {x.shape[1]}, row {i}, col {j}: x={float(x[i, j])!r} "
+                f"kernel={float(y[i, j])!r} exact={float(ref.exact[i, j])!r}, "
+                f"{float(c.ulp[i, j]):.4g} ulp where the sound bound allows {lim_ulp:.4g} "
+                f"({float(ratio[i, j]):.3g}x)"))
+        unbounded = int(np.isinf(E).any(axis=1).sum())
+        return Measured(ref, y, c, limit, ratio, unbounded), fails
+
+    def _check_h(self, family, h, ref):
+        hr = ref.h.rounded
+        fmt = formats.of_dtype(hr.dtype)
+        h = np.asarray(h)
+        if h.dtype != hr.dtype:
+            h = fmt.cast(h.astype(np.float64))
+        wrong = h.view(fmt.uint) != hr.view(fmt.uint)
+        wrong &= ~(np.isnan(h.astype(np.float64)) & np.isnan(hr.astype(np.float64)))
+        if not wrong.any():
+            return []
+        i, j = (int(v) for v in np.argwhere(wrong)[0])
+        what = "never written" if kernels.unwritten(h)[i, j] else "not correctly rounded"
+        return [Failure("accuracy" if what != "never written" else "unwritten", family,
+                        f"h = x + residual {what} in {int(wrong.sum())}/{h.size} elements; "
+                        f"e.g. row {i}, col {j}: kernel={float(h[i, j])!r} correctly rounded="
+                        f"{float(hr[i, j])!r}")]
+
+    def _check_stats(self, family, role, ref, got, rows):
+        """mean and rstd against the exact statistics: the sound bound of the statistics (a
+        sequential two-pass or Welford kernel), never below 2 float ulps."""
+        sref = ref.mean if role == "mean" else ref.rstd
+        if sref is None:
+            return [Failure("error", family, f"the kernel writes {role}, which {self.norm.name} "
+                            "does not have")]
+        got = np.asarray(got)
+        if kernels.unwritten(got).any():
+            i = int(np.argmax(kernels.unwritten(got)))
+            return [Failure("unwritten", family, f"{role} of row {i} never written")]
+        got = got.astype(np.float64)
+        t = sref.exact
+        terms = bounds.sound_statistics(self.norm, rows, self.eps)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            if role == "mean":
+                e = np.max([v[0] for v in terms.values()], axis=0)
+            else:
+                e = np.max([v[1] * v[2] for v in terms.values()], axis=0)
+            e = bounds.SOUND_SAFETY * e + formats.FP32.ulp_array(t) / 2
+            allowed = np.maximum(e, STATISTICS.fail_floor * formats.FP32.ulp_array(t))
+            err = np.abs(got - t)
+            same = (got == t) | (np.isnan(t) & np.isnan(got))
+            err = np.where(same, 0.0, np.where(np.isnan(err), np.inf, err))
+        over = err > allowed
+        if not over.any():
+            return []
+        i = int(np.argmax(np.where(over, err / np.where(allowed > 0, allowed, 1), -1)))
+        unit = formats.FP32.ulp_array(t[i])
+        return [Failure("accuracy" if np.isfinite(err[i]) else "nonfinite", family,
+                        f"{role} off by {err[i] / unit:.3g} float ulps where a sound kernel "
+                        f"stays within {allowed[i] / unit:.3g}, row {i}: "
+                        f"kernel={float(got[i])!r} exact={float(t[i])!r}")]
+
+    # the families ---------------------------------------------------------------------------------
+    def run_families(self, fams, examples: int):
+        results, failures, warnings = [], [], []
+        worst = None
+        for fi, fam in enumerate(fams):
+            fr = FamilyResult(fam)
+            ws = families.widths(fam, self.cols_range, self.multiple_of)
+            per = _odd(max(1, examples // len(ws)))
+            base_max = {}
+            allu, alls = [], []
+            fam_fails = []
+            fam_worst = None
+            for k, cols in enumerate(ws):
+                if self.timed_out:
+                    break  # a kernel that hung once is not launched again
+                case = self.case(fam, per, cols, seed=[self.seed, fi, k])
+                m, fails = self.measure(fam, case)
+                fr.rows += per
+                fr.cols.append(cols)
+                fam_fails += fails
+                if m is None:
+                    break
+                allu.append(m.ulp.ravel())
+                alls.append(m.scaled.ravel())
+                fr.max_of_bound = max(fr.max_of_bound, float(m.ratio.max()) if m.ratio.size
+                                      else 0.0)
+                fr.unbounded_rows += m.unbounded
+                w = self._worst(fam, case, m)
+                if w is not None and (fam_worst is None or (w.of_bound, w.scaled_ulp) >
+                                      (fam_worst[0].of_bound, fam_worst[0].scaled_ulp)):
+                    fam_worst = (w, case, m)
+                for name, v in self.baseline_errors(case, m.ref).items():
+                    base_max[name] = max(base_max.get(name, 0.0), v)
+                if any(f.kind in FATAL for f in fails):
+                    break
+            if allu:
+                fr.max_ulp, fr.p99_ulp, fr.mean_ulp = metrics.ulp_stats(np.concatenate(allu))
+                sc = np.concatenate(alls)
+                sc = sc[np.isfinite(sc)]
+                fr.max_scaled = float(sc.max()) if sc.size else 0.0
+            if base_max:
+                name = min(base_max, key=base_max.get)
+                fr.baseline = Baseline(name, base_max[name])
+            for f in fam_fails:
+                fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
+            if fam_worst is not None:
+                w, case, m = fam_worst
+                fr.bound_ulp = float(w.ulp / w.of_bound) if w.of_bound > 0 else None
+                if worst is None or (w.of_bound, w.scaled_ulp) > (worst.of_bound,
+                                                                  worst.scaled_ulp):
+                    worst = w
+            if fam_fails:
+                fr.verdict = "fail"
+                acc = [f for f in fam_fails if f.kind in ("accuracy", "nonfinite")]
+                if acc and fam_worst is not None:
+                    fr.cause = acc[0].cause = self.diagnose(fam_worst[1], fam_worst[2])
+            elif fr.baseline is not None:
+                fr.warn_at = max(self.tol.warn_floor, self.tol.warn_k * fr.baseline.max_scaled)
+                if fr.max_scaled > fr.warn_at:
+                    fr.verdict = "warn"
+                    if fam_worst is not None:
+                        fr.cause = self.diagnose(fam_worst[1], fam_worst[2])
+                    ratio = fr.max_scaled / fr.baseline.max_scaled if \
+                        fr.baseline.max_scaled > 0 else math.inf
+                    warnings.append(Failure(
+                        "warn", fam, f"max {fr.max_scaled:.4g} ulp (of max(|γx̂|,|β|)) is "
+                        f"{ratio:.3g}x the best built-in order ({fr.baseline.name}: "
+                        f"{fr.baseline.max_scaled:.4g}) and above the warn level "
+                        f"{fr.warn_at:.4g}; within the sound bound everywhere "
+                        f"({fr.max_of_bound:.3g} of it at most)", cause=fr.cause))
+            failures += fam_fails
+            results.append(fr)
+        return results, failures, warnings, worst
+
+    def _worst(self, fam, case, m: Measured):
+        if not m.ulp.size:
+            return None
+        score = np.where(np.isfinite(m.scaled), m.scaled, np.inf)
+        key = m.ratio if m.ratio.max() > 0 else score
+        k = int(np.argmax(np.nan_to_num(key, nan=0.0)))
+        i, j = np.unravel_index(k, m.ulp.shape)
+        first = []
+        for jj in np.argsort(-np.nan_to_num(m.ulp[i], nan=np.inf))[:5]:
+            first.append({"col": int(jj), "x": float(case.x[i, jj]), "kernel": float(m.y[i, jj]),
+                          "exact": float(m.ref.exact[i, jj]), "ulp": float(m.ulp[i, jj])})
+        return Worst(fam, int(case.cols), int(i), int(j), float(m.ulp[i, j]),
+                     float(score[i, j]), float(m.ratio[i, j]),
+                     [float(v) for v in case.x[i].astype(np.float64)], first, case.head(int(i)))
+
+    def diagnose(self, case: Case, m: Measured) -> str | None:
+        fail_cls = np.isin(m.comparison.cls, [metrics.CLASSES.index(k)
+                                              for k in metrics.FAILURE_CLASSES])
+        bad = (m.ratio > 1.0) | (fail_cls & ~kernels.unwritten(m.y))
+        if not bad.any():
+            s = np.where(np.isfinite(m.scaled), m.scaled, 0.0)
+            bad = s >= max(np.percentile(s, 99), 1e-300)
+        return diagnose.explain(self.norm, self.fmt, self.out, case, m.ref, m.y, bad,
+                                self.convention)
+
+    # the search -----------------------------------------------------------------------------------
+    def search(self, fams, examples: int):
+        """A targeted Hypothesis search; returns (summary, Failure or None, Worst or None)."""
+        from hypothesis import HealthCheck, given, settings, target
+        from hypothesis import strategies as st
+        from hypothesis.errors import Flaky
+
+        from normcheck.strategies import row_cases
+
+        lo, hi = self.cols_range
+        m = self.multiple_of
+
+        def fit(c):
+            c = -(-max(c, lo) // m) * m
+            return min(c, hi - (hi % m)) if c > hi else c
+
+        cols = (st.integers(lo, min(hi, 4096)) | st.sampled_from(
+            [c for c in families.TAIL_COLS if lo <= c <= hi] or [lo])).map(fit)
+        found = {}
+        stats = {"examples": 0, "max_of_bound": 0.0}
+
+        @st.composite
+        def cases(draw):
+            fam = draw(st.sampled_from(list(fams)))
+            return fam, draw(row_cases(self.fmt.name, cols=cols, family=fam, beta=True,
+                                       fused=self.norm.fused, eps=float(self.eps)))
+
+        @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+                  suppress_health_check=list(HealthCheck), print_blob=False,
+                  report_multiple_bugs=False)
+        @given(fam_case=cases())
+        def prop(fam_case):
+            fam, c = fam_case
+            stats["examples"] += 1
+            if found.get("failure") is not None and found["failure"].kind in FATAL:
+                raise AssertionError(found["failure"].detail)  # no shrinking through hangs
+            case = self.make_case(c.x, c.gamma, c.beta, c.residual, c.eps)
+            mm, fails = self.measure(f"search/{fam}", case, guard="both")
+            if fails:
+                found["case"], found["failure"], found["m"] = case, fails[0], mm
+                raise AssertionError(fails[0].detail)
+            r = float(mm.ratio.max()) if mm.ratio.size else 0.0
+            target(min(r, 1e9), label="error / sound bound")
+            stats["max_of_bound"] = max(stats["max_of_bound"], r)
+
+        try:
+            prop()
+        except AssertionError:
+            if "failure" not in found:
+                raise
+        except Flaky:
+            if "failure" not in found:
+                raise
+        stats["failed"] = "failure" in found
+        if "failure" not in found:
+            return stats, None, None
+        f, case, mm = found["failure"], found["case"], found["m"]
+        w = self._worst(f.family, case, mm) if mm is not None else None
+        if w is None:
+            w = Worst(f.family, int(case.cols), 0, 0, math.inf, math.inf, math.inf,
+                      [float(v) for v in case.x[0].astype(np.float64)], [], case.head(0))
+        if f.kind in ("accuracy", "nonfinite") and mm is not None:
+            f.cause = self.diagnose(case, mm)
+        return stats, f, w

@@ -1,0 +1,83 @@
+"""The check's result for people: one table a family, the failures and warnings with their
+causes, the worst row, how to replay it."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["render"]
+
+
+def _fmt(v):
+    if v is None:
+        return "-"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def render(r) -> str:
+    t = r.tolerance
+    lines = [f"normcheck check: {r.kernel} ({r.norm_desc}, {r.dtype} -> {r.out_dtype}, "
+             f"{r.backend} backend)",
+             "fail: beyond what a sound kernel can produce -- a float-accumulating two-pass, "
+             "Welford or RMS kernel with a sequential sum and one final rounding "
+             f"(normcheck.bounds.sound_bound), never below {t.fail_floor:g} ulp; or non-finite, "
+             "unwritten, a crash, out of bounds, misaligned, a deadlock, a timeout, a sandbox "
+             "violation, an exception",
+             f"warn: within that bound, but more than {t.warn_k:g}x the best built-in order and "
+             f"above {t.warn_floor:g} ulp (of max(|γx̂|,|β|)) -- {t.reason}"]
+    if r.baseline_note:
+        lines.append(f"note: {r.baseline_note}")
+    lines.append("")
+    head = ["family", "rows", "cols", "max ulp", "p99 ulp", "max scaled", "x bound",
+            "bound ulp", "best built-in", "verdict"]
+    table = []
+    for f in r.families:
+        base = "-" if f.baseline is None else f"{f.baseline.name} {_fmt(f.baseline.max_scaled)}"
+        bound = _fmt(f.bound_ulp)
+        if f.unbounded_rows:
+            bound += f" ({f.unbounded_rows} rows inf)"
+        table.append([f.family, str(f.rows), ",".join(map(str, f.cols)), _fmt(f.max_ulp),
+                      _fmt(f.p99_ulp), _fmt(f.max_scaled), _fmt(f.max_of_bound), bound, base,
+                      f.verdict.upper() if f.verdict != "pass" else f.verdict])
+    if r.search:
+        table.append(["search", str(r.search["examples"]), "-", "-", "-", "-",
+                      _fmt(r.search.get("max_of_bound")), "-", "-",
+                      "FAIL" if r.search["failed"] else "pass"])
+    w = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(head)]
+    lines.append("  ".join(h.ljust(x) for h, x in zip(head, w)))
+    lines.append("  ".join("-" * x for x in w))
+    lines += ["  ".join(c.ljust(x) for c, x in zip(row, w)) for row in table]
+    lines.append("")
+    if r.failures:
+        lines.append("failures:")
+        for f in r.failures:
+            lines.append(f"  [{f.kind}] {f.family}: {f.detail}")
+            if f.cause:
+                lines.append(f"      likely cause: {f.cause}")
+        lines.append("")
+    if r.warnings:
+        lines.append("warnings:")
+        for f in r.warnings:
+            lines.append(f"  [warn] {f.family}: {f.detail}")
+            if f.cause:
+                lines.append(f"      likely cause: {f.cause}")
+        lines.append("")
+    if r.worst:
+        wst = r.worst
+        lines.append(f"worst row: family {wst.family}, width {wst.cols}, row {wst.row_index}: "
+                     f"{_fmt(wst.ulp)} ulp ({_fmt(wst.scaled_ulp)} of max(|γx̂|,|β|), "
+                     f"{_fmt(wst.of_bound)}x the sound bound)")
+        for e in wst.first:
+            lines.append(f"  col {e['col']}: x={e['x']!r} kernel={e['kernel']!r} "
+                         f"exact={e['exact']!r} ({_fmt(e['ulp'])} ulp)")
+    if r.counterexample:
+        from normcheck import replay
+
+        lines.append(f"replay: {replay.command(r.counterexample)}")
+    lines.append(f"verdict: {r.verdict.upper()} -- {r.rows_checked} rows in {r.seconds:.1f} s"
+                 + (f"; likely cause: {r.cause}" if r.cause and r.verdict != "pass" else ""))
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""What the check allows, as data: one entry per output format, each with its reason.
+
+Three verdicts (normcheck.check):
+
+* **fail** -- an element beyond what any sound kernel could produce on that row: the sound bound
+  of :func:`normcheck.bounds.sound_bound` (a float-accumulating two-pass, Welford or RMS kernel
+  with the worst summation order and one rounding to the output format), never below
+  ``fail_floor`` ulps; or a non-finite answer for a finite exact value, an element never
+  written, a crash, an out-of-bounds or misaligned access, a deadlock, a timeout, a sandbox
+  violation, an exception;
+* **warn** -- within the sound bound everywhere, but a family's largest error (in ulps of
+  max(|γx̂|, |β|)) is more than ``warn_k`` times the best built-in order's on the same rows and
+  above ``warn_floor`` ulps;
+* **pass** -- otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Tolerance", "TOLERANCES", "STATISTICS"]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    fail_floor: float   # ulps of max(|t|, |γx̂|, |β|) below which nothing fails
+    warn_k: float       # warn beyond warn_k × the best built-in order's error ...
+    warn_floor: float   # ... when also above this many ulps
+    reason: str
+
+
+TOLERANCES = {
+    "fp32": Tolerance(
+        1.0, 4.0, 8.0,
+        "the sound bound grows with the row (a sequential float sum of D terms carries D·u of "
+        "relative error), so on ill-conditioned fp32 rows it allows thousands of ulps; a kernel "
+        "more than 4x less accurate than the best built-in order (equally sound orders differ "
+        "2-4x: one order's luck) and above 8 ulps (a block sum of D <= 8192 terms carries "
+        "~(D/256 + 8)u) is worth a look"),
+    "fp16": Tolerance(
+        1.0, 2.0, 1.0,
+        "float arithmetic is 2^13 times finer than fp16: a sound kernel rounds a value within a "
+        "few float ulps of exact, i.e. about half an fp16 ulp, so anything above 1 ulp -- rstd or "
+        "x̂ rounded to fp16, D-1, an extra rounding -- fails wherever the bound is that tight"),
+    "bf16": Tolerance(
+        1.0, 2.0, 1.0,
+        "as fp16, with float 2^16 times finer than bf16"),
+}
+
+#: mean and rstd outputs: float32 results of float arithmetic (a division, a square root).
+STATISTICS = Tolerance(
+    2.0, 0.0, 0.0,
+    "mean = Σx/D and rstd = rsqrt(var + ε) each end in a rounding or two of float arithmetic: "
+    "2 float ulps, or the sound bound of the statistics where that is larger")

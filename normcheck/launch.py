@@ -1,0 +1,245 @@
+"""Running what is being judged on a case: a CUDA C kernel bound to its spec, or a Python callable.
+
+A *case* (:class:`Case`) is the stored rows and weights a norm is applied to (x, γ, β, the
+residual of a fused add, ε; for a backward kernel also dy and the saved statistics).  A *target*
+maps a case to the buffers the kernel wrote, by role: ``output`` (y), ``h``, ``mean``, ``rstd``,
+``dx``, ``dgamma``, ``dbeta``.
+
+:func:`bind` compiles the entries a spec names and returns a :class:`KernelTarget`: on each call
+it allocates one buffer per role (a role is the same buffer in every launch, so statistics
+written by one launch are read by the next), fills the inputs, poisons the outputs (a NaN with a
+payload, so an element never written is recognisable), runs the launches in order and reads the
+outputs back.  :class:`CallableTarget` does the same for a numpy/torch function; an exception it
+raises is a failure of kind ``error`` (:class:`normcheck.errors.KernelRaised`), never a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from normcheck import formats, kernels, norms, spec as specs
+from normcheck.backends import get_backend
+from normcheck.errors import KernelRaised, SpecError, invalid
+
+__all__ = ["Case", "KernelTarget", "CallableTarget", "bind", "buffer_formats"]
+
+
+@dataclass
+class Case:
+    """What a target receives, each array in the format the kernel reads it in."""
+
+    x: np.ndarray
+    gamma: np.ndarray | None = None
+    beta: np.ndarray | None = None
+    residual: np.ndarray | None = None
+    eps: np.float32 = np.float32(1e-5)
+    dy: np.ndarray | None = None
+    mean: np.ndarray | None = None
+    rstd: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def cols(self) -> int:
+        return self.x.shape[1]
+
+    def head(self, i: int, n: int = 1) -> "Case":
+        """Rows i..i+n of the case (weights shared)."""
+        def cut(a):
+            return None if a is None else np.ascontiguousarray(a[i:i + n])
+        return Case(cut(self.x), self.gamma, self.beta, cut(self.residual), self.eps,
+                    cut(self.dy), cut(self.mean), cut(self.rstd))
+
+
+def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None) -> dict:
+    """The format of every buffer role of a spec (storage format unless an arg says otherwise;
+    mean/rstd float32)."""
+    fmt = formats.get(dtype)
+    out = formats.get(out_dtype or spec.out_dtype or dtype)
+    fm = {}
+    for a in spec.args:
+        for r in a.roles:
+            if r in ("scratch", "null") or r in specs.SCALAR_ROLES:
+                continue
+            default = out if r == "output" else (formats.FP32 if r in specs.STAT_ROLES
+                                                 else fmt)
+            fm.setdefault(r, formats.get(a.dtype) if a.dtype else default)
+    for r in ("input", "residual", "h", "dy", "dx"):
+        if r in fm and fm[r] != fmt and r != "dx":
+            raise SpecError(f"args: role {r!r} has dtype {fm[r].name}, but dtype = {fmt.name}: "
+                            "x, the residual and h must share the storage format")
+    fm.setdefault("output", out)
+    fm.setdefault("input", fmt)
+    return fm
+
+
+class KernelTarget:
+    """A compiled kernel (one entry per launch) run per its spec."""
+
+    def __init__(self, spec: specs.KernelSpec, norm: norms.Norm, dtype, out_dtype, compiled,
+                 timeout=None, label=None):
+        self.spec = spec
+        self.norm = norm
+        self.fmt = formats.get(dtype)
+        self.out = formats.get(out_dtype or dtype)
+        self.kernels = compiled
+        self.timeout = timeout
+        self.formats = buffer_formats(spec, self.fmt.name, self.out.name)
+        self.label = label or ", ".join(dict.fromkeys(spec.entries))
+
+    def _stride(self, a, rows, cols):
+        if not a.stride:
+            return cols
+        s = specs.evaluate(a.stride, rows, cols, f"args.{a.label}.stride")
+        if s < cols:
+            raise invalid(f"args.{a.label}.stride", a.stride,
+                          f"a row pitch >= cols ({cols}); it gives {s}")
+        return s
+
+    def _buffer(self, a: specs.ArgSpec, case: Case):
+        rows, cols = case.rows, case.cols
+        first = a.roles[0]
+        fmt = self.formats.get(first) if first != "scratch" else formats.get(a.dtype)
+        if a.role == "scratch":
+            n = specs.evaluate(a.size, rows, cols, f"scratch {a.name!r}.size")
+            if n < 0 or n > (1 << 34):
+                raise invalid(f"scratch {a.name!r}.size", n, "0 to 2^34 elements")
+            return (np.zeros(max(n, 0), fmt.dtype) if a.fill == "zero" else
+                    kernels.poisoned((max(n, 0),), fmt.dtype))
+        zero = a.fill == "zero"
+        if first in ("output", "h", "dx"):
+            shape = (rows, self._stride(a, rows, cols))
+            return np.zeros(shape, fmt.dtype) if zero else kernels.poisoned(shape, fmt.dtype)
+        if first in ("input", "residual", "dy"):
+            data = {"input": case.x, "residual": case.residual, "dy": case.dy}[first]
+            if data is None:
+                raise invalid(f"args.{a.label}", None, f"the {first} rows of the case")
+            buf = kernels.poisoned((rows, self._stride(a, rows, cols)), fmt.dtype)
+            buf[:, :cols] = _in_format(data, fmt)
+            return buf
+        if first in ("gamma", "beta"):
+            v = case.gamma if first == "gamma" else case.beta
+            if v is None:
+                v = np.full(cols, 1.0 if first == "gamma" and not self.norm.gemma else 0.0)
+            return np.ascontiguousarray(_in_format(v, fmt))
+        if first in ("dgamma", "dbeta"):
+            return np.zeros(cols, fmt.dtype) if zero else kernels.poisoned((cols,), fmt.dtype)
+        if first in ("mean", "rstd"):
+            if self.spec.backward:  # the saved statistics, as the forward wrote them
+                v = case.mean if first == "mean" else case.rstd
+                if v is None:
+                    raise invalid(f"args.{a.label}", None, "the saved statistics of the case")
+                return np.ascontiguousarray(_in_format(v, fmt))
+            return np.zeros(rows, fmt.dtype) if zero else kernels.poisoned((rows,), fmt.dtype)
+        raise invalid(f"args.{a.label}", a.role, "a buffer role")
+
+    def __call__(self, case: Case, guard=None) -> dict:
+        rows, cols = case.rows, case.cols
+        buffers = {}
+        for ln in self.spec.launches:
+            args, names = [], []
+            for a in ln.args:
+                names.append(a.label)
+                if a.role == "null":
+                    args.append(None)
+                elif a.role == "eps":
+                    args.append(specs.scalar_type(a)(case.eps))
+                elif a.role == "rows":
+                    args.append(specs.scalar_type(a)(rows))
+                elif a.role == "cols":
+                    args.append(specs.scalar_type(a)(cols))
+                elif a.role == "const":
+                    v = specs.evaluate(a.value, rows, cols, f"args.{a.label}.value")
+                    t = specs.scalar_type(a)
+                    if np.issubdtype(t, np.integer) and not (
+                            np.iinfo(t).min <= v <= np.iinfo(t).max):
+                        raise invalid(f"args.{a.label}.value", v, f"a value that fits {a.type}")
+                    args.append(t(v))
+                else:
+                    if a.key not in buffers:
+                        buffers[a.key] = (a, self._buffer(a, case))
+                    args.append(buffers[a.key][1])
+            grid = specs.evaluate_dims(ln.grid, rows, cols, "launch.grid")
+            block = specs.evaluate_dims(ln.block, rows, cols, "launch.block")
+            shm = specs.evaluate(ln.shared_mem, rows, cols, "launch.shared_mem")
+            kern = self.kernels[ln.entry]
+            kern(grid, block, args, shared_mem=shm, names=names, timeout=self.timeout,
+                 guard=guard)
+        out = {}
+        for a, buf in buffers.values():
+            last = a.roles[-1]  # an in-place buffer is read as its exit role
+            if last in ("output", "h", "dx"):
+                out[last] = buf[:, :cols]
+            elif last in ("dgamma", "dbeta") or (last in ("mean", "rstd") and
+                                                 not self.spec.backward):
+                out[last] = buf
+        return out
+
+
+def _in_format(a, fmt):
+    a = np.asarray(a)
+    if a.dtype == fmt.dtype:
+        return a
+    return fmt.cast(a.astype(np.float64))
+
+
+def bind(spec: specs.KernelSpec, source, *, norm, dtype, out_dtype=None, backend="cpu",
+         defines=None, timeout=None, options=None) -> KernelTarget:
+    """Compile the entries of ``spec`` (from ``source``) and return the target."""
+    be = get_backend(backend)
+    entries = list(dict.fromkeys(spec.entries))
+    if any(e is None for e in entries):
+        raise invalid("entry", None, "the kernel to run (--entry, or entry in the spec)")
+    d = {**spec.defines, **(defines or {})}
+    compiled = be.compile_many(source, entries, defines=d, options=options,
+                               include_dirs=spec.include_dirs)
+    return KernelTarget(spec, norms.get(norm), dtype, out_dtype, compiled, timeout)
+
+
+class CallableTarget:
+    """A Python function on the stored rows: fn(x, gamma, beta, eps) -> y, or for fused norms
+    fn(x, residual, gamma, beta, eps) -> (h, y).  β is None for RMSNorm (and γ, β for an
+    affine-free norm)."""
+
+    def __init__(self, fn, norm: norms.Norm, fmt, out, label=None):
+        self.fn, self.norm, self.fmt, self.out = fn, norm, fmt, out
+        self.formats = {"input": fmt, "output": out, "gamma": fmt, "beta": fmt}
+        if norm.fused:
+            self.formats.update({"residual": fmt, "h": fmt})
+        self.label = label or getattr(fn, "__name__", "callable")
+
+    def __call__(self, case: Case, guard=None) -> dict:
+        g = case.gamma if self.norm.has_gamma else None
+        b = case.beta if self.norm.centred and self.norm.has_beta else None
+        try:
+            if self.norm.fused:
+                res = self.fn(case.x, case.residual, g, b, case.eps)
+                if not isinstance(res, (tuple, list)) or len(res) != 2:
+                    raise TypeError(f"expected (h, y) from a fused norm, got {type(res).__name__}")
+                h, y = res
+                outs = {"h": _as_format(h, self.fmt), "output": _as_format(y, self.out)}
+            else:
+                outs = {"output": _as_format(self.fn(case.x, g, b, case.eps), self.out)}
+        except Exception as e:  # the callable's failure, reported as such
+            raise KernelRaised(f"{self.label} raised {type(e).__name__}: {e}",
+                               exception=type(e).__name__) from None
+        for k, v in outs.items():
+            if v.shape != case.x.shape:
+                raise KernelRaised(f"{self.label} returned {k} of shape {v.shape} for rows of "
+                                   f"shape {case.x.shape}")
+        return outs
+
+
+def _as_format(a, fmt):
+    if hasattr(a, "detach"):  # a torch tensor
+        a = a.detach().cpu()
+        a = a.float().numpy() if str(a.dtype) in ("torch.bfloat16",) else a.numpy()
+    a = np.asarray(a)
+    if not np.issubdtype(a.dtype, np.floating) and a.dtype != formats.BF16.dtype:
+        raise TypeError(f"expected floating-point outputs, got {a.dtype}")
+    return a if a.dtype == fmt.dtype else fmt.cast(a.astype(np.float64))
