@@ -13,7 +13,7 @@ import numpy as np
 
 from normcheck import formats, oracle
 
-__all__ = ["oracle_benchmark", "backend_benchmark"]
+__all__ = ["oracle_benchmark", "backend_benchmark", "cub_benchmark"]
 
 
 def _best(fn, repeats):
@@ -169,3 +169,28 @@ def format_gpu(g: dict) -> str:
         lines.append(f"| {r['kernel']} | {r['seconds'] * 1e3:.3f} | "
                      f"{r['bandwidth'] / 1e9:,.0f} | {r['fraction_of_copy']:.0%} |")
     return "\n".join(lines) + "\n"
+
+
+def cub_benchmark(repeats=2, echo=print) -> dict:
+    """Wall time of a default ``normcheck check`` of the vLLM-style RMSNorm example written with
+    cub::BlockReduce, beside the same kernel with its reduction written with warp shuffles
+    (cuda_src/examples/vllm_cub_rms_norm.cu), warm build cache, best of ``repeats``."""
+    from normcheck import check, spec as specs
+    from normcheck.kernels import CUDA_SRC
+
+    path = CUDA_SRC / "examples" / "vllm_cub_rms_norm.toml"
+    times = {}
+    for label, entry in (("cub::BlockReduce", "vllm_like::rms_norm_kernel<__nv_bfloat16>"),
+                         ("warp shuffles", "vllm_like::rms_norm_kernel_shfl<__nv_bfloat16>")):
+        best = float("inf")
+        for _ in range(repeats + 1):  # the first run builds
+            sp = specs.load(path)
+            sp.launches[0].entry = entry
+            t = time.perf_counter()
+            r = check.check_kernel(None, spec=sp)
+            best = min(best, time.perf_counter() - t)
+        times[label] = (best, r.verdict, r.rows_checked)
+        echo(f"{label:18} {best:6.2f} s  verdict {r.verdict}, {r.rows_checked} rows")
+    ratio = times["cub::BlockReduce"][0] / times["warp shuffles"][0]
+    echo(f"CUB / shuffles: {ratio:.2f}x")
+    return {"seconds": {k: v[0] for k, v in times.items()}, "ratio": ratio}

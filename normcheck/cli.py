@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag.set_defaults(func=_agree)
 
     b = sub.add_parser("bench", help="print performance figures (oracle, backend, gpu)")
-    b.add_argument("what", choices=("oracle", "backend", "gpu"), help="what to measure")
+    b.add_argument("what", choices=("oracle", "backend", "gpu", "cub"), help="what to measure")
     b.add_argument("--cols", type=int, nargs="+", default=[1024, 4096])
     b.add_argument("--seed", type=int, default=0)
     b.set_defaults(func=_bench)
@@ -107,6 +107,8 @@ def _bench(args) -> int:
         bench.oracle_benchmark(cols=tuple(args.cols), seed=args.seed)
     elif args.what == "backend":
         bench.backend_benchmark(cols=tuple(args.cols), seed=args.seed)
+    elif args.what == "cub":
+        bench.cub_benchmark()
     else:
         bench.gpu_bandwidth(seed=args.seed)
     return 0

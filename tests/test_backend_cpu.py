@@ -201,8 +201,12 @@ def test_compile_error_points_at_the_users_file_and_line(tmp_path):
 
 def test_unsupported_features_say_so(tmp_path):
     src = tmp_path / "cub.cu"
-    src.write_text('#include <cub/cub.cuh>\nextern "C" __global__ void k(float* y) {}\n')
-    with pytest.raises(errors.CompileError, match="CUB .* not supported"):
+    src.write_text('#include <cub/cub.cuh>\nextern "C" __global__ void k(float* y) {\n'
+                   '  using S = cub::BlockScan<float, 128>;\n  S* s = nullptr; (void)s; S t; }\n')
+    with pytest.raises(errors.CompileError, match=r"cub::BlockScan is not supported"):
+        get_backend("cpu").compile(src, "k")
+    src.write_text('#include <cub/block/block_load.cuh>\nextern "C" __global__ void k(float* y) {}\n')
+    with pytest.raises(errors.CompileError, match=r"cub::BlockLoad .*is not supported"):
         get_backend("cpu").compile(src, "k")
     with pytest.raises(errors.CompileError, match="`__ldg_weird` is a CUDA feature"):
         get_backend("cpu").compile('extern "C" __global__ void k(float* y) { __ldg_weird(y); }',

@@ -717,6 +717,10 @@ INSTRUCTIONS = {
 }
 
 
+# how an operand of each constraint letter moves in and out of its register slot
+_IO = {"h": "{}<2>", "r": "{}<4>", "l": "{}<8>", "f": "{}_f", "d": "{}_d"}
+
+
 def translate_statement(body: str, where: str, basic: bool = True) -> str:
     """C++ for the asm statement whose parenthesised part is ``body`` (from ``where``,
     file:line, for messages)."""
@@ -738,13 +742,13 @@ def translate_statement(body: str, where: str, basic: bool = True) -> str:
         elif o.output and not o.inout:
             lines.append(f"::ncsimt::ptx::reg {s} = 0;")
         else:
-            fn = {"f": "in_f", "d": "in_d"}.get(o.kind, f"in<{ {'h': 2, 'r': 4, 'l': 8}[o.kind] }>")
+            fn = _IO[o.kind].format("in")
             lines.append(f"::ncsimt::ptx::reg {s} = ::ncsimt::ptx::{fn}({o.expr});")
     g.lines = lines
     for ins in instrs:
         g.emit(ins)
     for i, o in enumerate(ops):
         if o.output:
-            fn = {"f": "out_f", "d": "out_d"}.get(o.kind, f"out<{ {'h': 2, 'r': 4, 'l': 8}[o.kind] }>")
+            fn = _IO[o.kind].format("out")
             g.lines.append(f"::ncsimt::ptx::{fn}({o.expr}, __nc_o{i});")
     return "{ " + " ".join(g.lines) + " }"

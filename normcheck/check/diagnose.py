@@ -117,8 +117,11 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
     bad = np.asarray(bad, bool)
     if not bad.any():
         return None
-    if int(bad.sum()) < 4:  # too few elements off to tell one cause from another
-        return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad)
+    # a NaN matches any NaN: only finite answers tell one cause from another bit for bit
+    fin = bad & np.isfinite(yk)
+    if int(fin.sum()) < 4:  # too few finite elements off to tell causes apart bit for bit
+        return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad) or \
+            _nonfinite(norm, fmt, x, mean, var, eps, yk, ref, bad)
     d_exact = _distance(out, yk, ref.rounded.astype(np.float64))
     best, best_key = None, None
     models = _models(norm, fmt, out, x, g, b, mean, var, eps)
@@ -130,9 +133,9 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
             with np.errstate(invalid="ignore", over="ignore"):
                 pred = out.round_array(model)
         dist = _distance(out, yk, pred)
-        score = float(np.mean(dist[bad] <= 1.0))
-        mean_d = float(np.mean(np.where(np.isfinite(dist[bad]), dist[bad], 1e300)))
-        better = mean_d < float(np.mean(np.where(np.isfinite(d_exact[bad]), d_exact[bad],
+        score = float(np.mean(dist[fin] <= 1.0))
+        mean_d = float(np.mean(np.where(np.isfinite(dist[fin]), dist[fin], 1e300)))
+        better = mean_d < float(np.mean(np.where(np.isfinite(d_exact[fin]), d_exact[fin],
                                                  1e300)))
         # the most elements explained, then the closest, then the most specific cause
         k = (score, -mean_d, -rank)
@@ -140,7 +143,7 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
             best, best_key = key, k
     best_score = best_key[0] if best_key else 0.0
     if best is not None:
-        n = int(bad.sum())
+        n = int(fin.sum())
         return (f"{CAUSES[best][0]} (reproduces the kernel to within 1 ulp on "
                 f"{int(round(best_score * n))}/{n} of the elements off)")
     return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad) or \
@@ -295,8 +298,8 @@ def _nonfinite(norm, fmt, x, mean, var, eps, y, ref, bad):
     if neg.mean() < 0.6:
         return None
     with np.errstate(invalid="ignore", divide="ignore"):
-        k = float(np.median(np.abs(mean[rows]) / np.sqrt(var[rows])))
-    return (f"{CAUSES['one_pass'][0]} (on the rows answered by NaN, κ ≈ {k:.3g}, E[x²] - E[x]² "
-            f"evaluated in float comes out negative: {int(neg.sum())}/{rows.size} rows)")
-
-
+        kap = np.abs(mean[rows]) / np.sqrt(var[rows])
+    kap = kap[np.isfinite(kap)]
+    where = f"offset rows, κ ≈ {float(np.median(kap)):.3g}" if kap.size else "constant rows"
+    return (f"{CAUSES['one_pass'][0]} (on the {where} answered by NaN, E[x²] - E[x]² evaluated "
+            f"in float comes out negative: {int(neg.sum())}/{rows.size} rows)")

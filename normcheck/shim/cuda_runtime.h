@@ -1,3 +1,4 @@
-// normcheck cpu backend: the CUDA runtime API is host-side; kernels only need the shim.
+// normcheck cpu backend: the SIMT shim, which includes the CUDA runtime API's declarations
+// (host-side: a kernel's host code may name them; normcheck never calls them).
 #pragma once
 #include "normcheck_simt.h"

@@ -24,6 +24,9 @@
 #error "normcheck cpu backend: the SIMT shim's fiber switch is written for x86-64 only"
 #endif
 
+// NVIDIA's host-side headers first, before the shim's macros (threadIdx, gridDim ...) exist:
+// the runtime API's declarations (a kernel's host code may name them), fp16 and bf16.
+#include_next <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 

@@ -1,0 +1,1 @@
+#error "normcheck cpu backend: cub::DeviceTransform (<cub/device/device_transform.cuh>) is not supported; the SIMT shim provides cub::BlockReduce and cub::WarpReduce (<cub/block/block_reduce.cuh>, <cub/warp/warp_reduce.cuh>)"

@@ -1,0 +1,62 @@
+"""Every example in cuda_src/examples -- one kernel in each public style, with its spec -- runs on
+the cpu backend with `normcheck check --spec`, and its verdict is the one reading it predicts."""
+
+from pathlib import Path
+
+import pytest
+
+from normcheck import check
+from normcheck.kernels import CUDA_SRC
+
+EXAMPLES = CUDA_SRC / "examples"
+
+#: spec -> (verdicts expected, cause expected in a fail, why)
+EXPECTED = {
+    "vllm_rms_norm": ({"fail"}, "x̂ rounded to the storage format",
+                      "rounds x·rstd to fp16 before ×weight: Hugging Face's definition, judged "
+                      "here against the exact one"),
+    "vllm_cub_rms_norm": ({"pass"}, None, "cub::BlockReduce over min(hidden, 1024) threads, "
+                          "judged against the hf definition it implements"),
+    "vllm_fused_add_rms_norm": ({"pass"}, None, "in place (x -> y, residual -> h), stored "
+                                "convention, hf definition, 16-byte vectors"),
+    "flashinfer_rms_norm": ({"pass"}, None, "PTX vector loads, rsqrt.approx, bfly shuffles, "
+                            "griddepcontrol dead on the cpu backend"),
+    "llmc_layernorm3": ({"pass", "warn"}, None, "three launches; a shared-memory tree, fp32: "
+                        "sound, another order's luck on ill-conditioned rows"),
+    "llmc_layernorm_x128": ({"pass", "warn"}, None, "x128 vectors, widths multiples of 8, a null "
+                            "mean pointer"),
+    "pytorch_layernorm": ({"pass", "warn"}, None, "two launches: Welford moments, then apply"),
+    "ggml_norm": ({"fail"}, "one-pass variance", "affine-free, E[x²] - E[x]² unclamped: NaN on "
+                  "offset rows"),
+    "apex_layernorm": ({"pass"}, None, "Welford, writes mean and invvar, 2-D block"),
+    "warp_per_row": ({"pass", "warn"}, None, "one warp per row, 32 lanes summing C/32 each"),
+}
+
+
+def test_every_example_is_in_the_table():
+    assert {p.stem for p in EXAMPLES.glob("*.toml")} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_verdict(name):
+    verdicts, cause, why = EXPECTED[name]
+    r = check.check_kernel(None, spec=EXAMPLES / f"{name}.toml", search=15, timeout=30)
+    assert r.verdict in verdicts, f"{name} ({why}):\n{r.render()}"
+    if "fail" not in verdicts:
+        assert not r.failures, r.render()
+    if cause:
+        assert r.cause and cause in r.cause, r.render()
+    assert len(r.families) == len(check.CHECK_FAMILIES)
+
+
+def test_an_example_checks_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "normcheck", "check", "--spec",
+                          str(EXAMPLES / "flashinfer_rms_norm.toml"), "--search", "5",
+                          "--examples", "16", "--json"], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert '"verdict": "pass"' in out.stdout
+    assert Path(tmp_path).is_dir()
