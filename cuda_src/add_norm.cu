@@ -7,7 +7,7 @@
 // Either way the kernel writes h rounded to storage for the residual stream.  For float storage
 // the float sum is the stored sum, so only "stored" exists.
 //
-// Arguments (DESIGN.md ABI): h, y [rows, cols] outputs; x, residual [rows, cols] inputs; gamma,
+// Arguments (the ABI of docs/DESIGN.md): h, y [rows, cols] outputs; x, residual [rows, cols] inputs; gamma,
 // beta [cols] (RMSNorm: no beta); eps the float ε; rows, cols the shape.  Launch: grid = rows
 // blocks, block = 256 threads (a multiple of 32 up to 1024).  Limits: cols >= 1.
 //

@@ -2,7 +2,7 @@
 //
 //   y = γ·(x - μ)·rstd + β,   μ = Σx/D,   var = Σ(x-μ)²/D (population),   rstd = 1/√(var + ε)
 //
-// Arguments (DESIGN.md ABI): y [rows, cols] output; x [rows, cols] input; gamma, beta [cols]
+// Arguments (the ABI of docs/DESIGN.md): y [rows, cols] output; x [rows, cols] input; gamma, beta [cols]
 // (may not be null); eps the float ε as the caller passes it; rows, cols the shape.  Launch: grid
 // = rows blocks, block = 256 threads (any multiple of 32 up to 1024).  Limits: cols >= 1.
 //

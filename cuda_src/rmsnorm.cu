@@ -3,7 +3,7 @@
 //   y = γ·x·rstd            rstd = 1/√(Σx²/D + ε)      (no mean, no β)
 //   Gemma: y = (1+γ)·x·rstd
 //
-// Arguments (DESIGN.md ABI): y [rows, cols] output; x [rows, cols] input; gamma [cols]; eps the
+// Arguments (the ABI of docs/DESIGN.md): y [rows, cols] output; x [rows, cols] input; gamma [cols]; eps the
 // float ε; rows, cols the shape.  Launch: grid = rows blocks, block = 256 threads (any multiple of
 // 32 up to 1024).  Limits: cols >= 1.
 //

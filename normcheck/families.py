@@ -6,7 +6,7 @@ report feeds it a seeded numpy generator (:class:`NumpySource`), the Hypothesis 
 Hypothesis can shrink its parameters.  A recipe returns float64 values; :func:`generate` rounds
 them to the storage format (so the rows are exactly what a kernel will read).
 
-Families (DESIGN.md, "Rows built to hurt"):
+Families (the rows built to hurt of docs/DESIGN.md):
 
 ========== =====================================================================================
 gaussian    N(0, s²) with s over four decades

@@ -1,6 +1,6 @@
 """Storage formats fp32, fp16 and bf16: exact constants, correct rounding, ulp and ordinals.
 
-Semantics (DESIGN.md, "Formats" and "ULP error"):
+Semantics (docs/DESIGN.md, "Formats" and "ULP error and outcome classes"):
 
 * rounding is round-to-nearest, ties-to-even, with gradual underflow; a value at or past
   max + ½ulp rounds to ±inf (fp16: |v| >= 65520);

@@ -2,7 +2,7 @@
 
 Each variant is one ``extern "C"`` entry of a file in ``cuda_src/`` (the file's INDEX comment
 describes the ideas; ``tests/test_kernels.py`` keeps the registry, the INDEX and the entries
-equal).  :func:`run` launches a variant on rows with the DESIGN.md ABI — one block of 256
+equal).  :func:`run` launches a variant on rows with the kernel ABI of docs/DESIGN.md — one block of 256
 threads per row — in chunks of rows, with the outputs poisoned (a NaN with a payload) first so
 that an element a
 kernel never writes cannot pass for a result (:func:`unwritten` finds them).

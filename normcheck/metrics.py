@@ -1,6 +1,6 @@
 """Compare a kernel's answers with the oracle's reference: ULP errors, distances, classes, summaries.
 
-Per element (DESIGN.md, "ULP error"):
+Per element (docs/DESIGN.md, "ULP error and outcome classes"):
 
 * ``ulp``     |y - t| / ulp(t), fractional, against the exact t (≤ 0.5 when correctly rounded);
 * ``ordinal`` steps between y and the correctly rounded value (0 = correctly rounded);

@@ -1,6 +1,6 @@
 r"""The exact result of LayerNorm / RMSNorm rows, correctly rounded to the output format.
 
-Maths (DESIGN.md, "The exact function"), from the values *as stored* and the float32 ε the kernel
+Maths (docs/DESIGN.md, "The exact function"), from the values *as stored* and the float32 ε the kernel
 receives::
 
     LayerNorm   μ = Σx/D,  v = Σ(x-μ)²/D,  r = 1/√(v+ε),  y = γ·(x-μ)·r + β

@@ -4,7 +4,9 @@
   object);
 * the ``gpu`` marker: tests marked with it are skipped, with the reason, where no GPU is usable;
 * the strategies, as ``from normcheck.strategies import rows, row_cases``;
-* ``assert_accurate(...)``, a failure in normcheck's fixed layout.
+* :func:`assert_accurate`: assert that a kernel (a .cu file, with or without a spec) or a Python
+  callable passes ``normcheck check``; a failure raises AssertionError with the check's report
+  (the families, the failures with their likely causes, the worst row, how to replay it).
 
 Loaded in every pytest run of an environment where normcheck is installed, so it imports nothing
 heavy until a test asks for it."""
@@ -14,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 __all__ = ["pytest_addoption", "pytest_configure", "pytest_collection_modifyitems",
-           "normcheck_backend", "normcheck_backend_name"]
+           "normcheck_backend", "normcheck_backend_name", "assert_accurate"]
 
 
 def pytest_addoption(parser):
@@ -65,3 +67,28 @@ def normcheck_backend(normcheck_backend_name):
     from normcheck.backends import get_backend
 
     return get_backend(normcheck_backend_name)
+
+
+def assert_accurate(target, *, norm=None, dtype=None, strict=False, **kwargs):
+    """Assert that ``target`` passes ``normcheck check``; returns the CheckResult.
+
+    ``target`` is a path to a .cu file (``entry=``, ``spec=`` and the other keywords of
+    :func:`normcheck.check.check_kernel`), a KernelSpec or spec path given as ``spec=`` with
+    ``target=None``, or a Python callable (keywords of :func:`normcheck.check.check_callable`).
+    A fail raises AssertionError with the check's report; ``strict=True`` fails on warn too::
+
+        from normcheck.pytest_plugin import assert_accurate
+
+        def test_my_rmsnorm():
+            assert_accurate("kernels/rmsnorm.cu", entry="rms_norm<__half>", norm="rmsnorm",
+                            dtype="fp16")
+    """
+    from normcheck import check
+
+    if callable(target) and not isinstance(target, (str, bytes)):
+        result = check.check_callable(target, norm, dtype, **kwargs)
+    else:
+        result = check.check_kernel(target, norm=norm, dtype=dtype, **kwargs)
+    if result.exit_code(strict=strict):
+        raise AssertionError(f"normcheck check: {result.verdict.upper()}\n{result.render()}")
+    return result

@@ -179,7 +179,7 @@ def _err(where, key, value, expected, fix=None):
 
 
 def default_spec(norm, block: int = 256) -> KernelSpec:
-    """The DESIGN.md ABI: (y, x, γ, β, eps, rows, cols), RMSNorm without β, fused kernels with
+    """The kernel ABI of docs/DESIGN.md: (y, x, γ, β, eps, rows, cols), RMSNorm without β, fused kernels with
     (h, y, x, residual, ...) in front; grid = rows, block threads."""
     n = norms.get(norm)
     roles = ["output", "input"]

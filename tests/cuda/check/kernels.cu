@@ -1,5 +1,5 @@
 // Kernels written for normcheck check's tests: correct ones, and planted bugs.
-// Every kernel follows the DESIGN.md ABI with one block per row.
+// Every kernel follows the kernel ABI of docs/DESIGN.md with one block per row.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 

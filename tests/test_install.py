@@ -1,0 +1,125 @@
+"""What a user installs is what was tested: the wheel carries the kernels, shim headers and
+example specs; builds are keyed by every included file; one cache rule; one backend interface;
+the documentation's references hold."""
+
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import normcheck
+from normcheck import check
+from normcheck.backends import base, get_backend
+from normcheck.backends.cpu import CpuBackend
+from normcheck.backends.cuda import CudaBackend
+from normcheck.pytest_plugin import assert_accurate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_wheel_carries_kernels_shim_and_examples(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                        str(tmp_path), str(ROOT)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    whl = next(tmp_path.glob("normcheck-*.whl"))
+    names = set(zipfile.ZipFile(whl).namelist())
+    want = {f"normcheck/cuda_src/{p.relative_to(ROOT / 'cuda_src')}"
+            for p in (ROOT / "cuda_src").rglob("*") if p.is_file()}
+    want |= {f"normcheck/shim/{p.relative_to(ROOT / 'normcheck' / 'shim')}"
+             for p in (ROOT / "normcheck" / "shim").rglob("*") if p.is_file()}
+    missing = sorted(want - names)
+    assert not missing, f"not in the wheel: {missing}"
+
+
+def test_cache_rule(monkeypatch, tmp_path):
+    monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path / "a"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert base.cache_root() == tmp_path / "a"
+    monkeypatch.delenv("NORMCHECK_CACHE")
+    assert base.cache_root() == tmp_path / "x" / "normcheck"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert base.cache_root() == Path.home() / ".cache" / "normcheck"
+    assert base.cache_dir("cuda").parent == base.cache_dir("cpu").parent
+
+
+def test_editing_an_included_header_changes_the_verdict(tmp_path):
+    (tmp_path / "scale.cuh").write_text("#define SCALE 1.0f\n")
+    (tmp_path / "k.cu").write_text(
+        '#include "scale.cuh"\n'
+        'extern "C" __global__ void rms(float* y, const float* x, const float* g, float eps,\n'
+        '                               int rows, int cols) {\n'
+        '  if (threadIdx.x) return;\n'
+        '  const float* xr = x + (size_t)blockIdx.x * cols;\n'
+        '  float s = 0.f;\n'
+        '  for (int i = 0; i < cols; ++i) s += xr[i] * xr[i];\n'
+        '  float r = rsqrtf(s / cols + eps) * SCALE;\n'
+        '  for (int i = 0; i < cols; ++i) y[(size_t)blockIdx.x * cols + i] = xr[i] * r * g[i];\n'
+        '}\n')
+    args = dict(entry="rms", norm="rmsnorm", dtype="fp32", search=0, examples=8)
+    assert check.check_kernel(tmp_path / "k.cu", **args).verdict != "fail"
+    (tmp_path / "scale.cuh").write_text("#define SCALE 1.001f\n")  # only the header changes
+    assert check.check_kernel(tmp_path / "k.cu", **args).verdict == "fail"
+
+
+def test_cache_info_and_clear(tmp_path):
+    env = {"NORMCHECK_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    import os
+
+    env = {**os.environ, **env}
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k(float* y) { y[0] = 1; }\n')
+    code = ("from normcheck.backends import get_backend; import numpy as np; "
+            f"k = get_backend('cpu').compile({str(src)!r}, 'k'); y = np.zeros(1, np.float32); "
+            "k(1, 1, [y]); assert y[0] == 1")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    info = subprocess.run([sys.executable, "-m", "normcheck", "cache", "info"], env=env,
+                          capture_output=True, text=True, check=True).stdout
+    assert str(tmp_path / "cache") in info
+    n = int(re.search(r"cpu\s+(\d+) builds", info).group(1))
+    assert n >= 1
+    clear = subprocess.run([sys.executable, "-m", "normcheck", "cache", "clear"], env=env,
+                           capture_output=True, text=True, check=True).stdout
+    assert f"removed {n}" in clear
+    info = subprocess.run([sys.executable, "-m", "normcheck", "cache", "info"], env=env,
+                          capture_output=True, text=True, check=True).stdout
+    assert re.search(r"cpu\s+0 builds", info)
+
+
+def test_one_backend_interface():
+    for cls in (CpuBackend, CudaBackend):
+        assert issubclass(cls, base.Backend)
+        for m in ("compile", "compile_many", "provenance", "unavailable_reason"):
+            assert callable(getattr(cls, m))
+    assert CpuBackend.unavailable_reason() is None
+    assert "PyCUDA" in CudaBackend.unavailable_reason()
+    assert get_backend(get_backend("cpu")) is get_backend("cpu")
+    p = get_backend("cpu").provenance()
+    assert p["fmad"] is False and "seccomp" in p["sandbox"]
+
+
+def test_assert_accurate_passes_and_fails_with_the_checks_report():
+    src = ROOT / "tests" / "cuda" / "check" / "kernels.cu"
+    r = assert_accurate(src, entry="rms_good_fp16", norm="rmsnorm", dtype="fp16", search=0,
+                        examples=16)
+    assert r.verdict in ("pass", "warn")
+    with pytest.raises(AssertionError, match=r"(?s)FAIL.*likely cause: rstd rounded"):
+        assert_accurate(src, entry="rms_rstd_in_fp16", norm="rmsnorm", dtype="fp16", search=0,
+                        examples=16)
+
+
+def test_design_doc_exists_and_lists_every_module():
+    design = (ROOT / "docs" / "DESIGN.md").read_text()
+    mods = [p.stem for p in (ROOT / "normcheck").glob("*.py") if not p.stem.startswith("_")]
+    mods += [p.name for p in (ROOT / "normcheck").iterdir() if p.is_dir() and
+             (p / "__init__.py").exists()]
+    missing = [m for m in mods if m not in ("__init__", "__main__") and f"`{m}" not in design
+               and f" {m} " not in design and f"{m}/" not in design]
+    assert not missing, f"docs/DESIGN.md's module map lacks {missing}"
+    for p in list((ROOT / "normcheck").rglob("*.py")) + [ROOT / "README.md"]:
+        for m in re.finditer(r"(\S*)DESIGN\.md", p.read_text()):
+            assert m.group(1).endswith("docs/") or m.group(1).endswith("(docs/") or \
+                "shared" in m.group(1), f"{p}: {m.group(0)}"
+    assert normcheck.__version__
