@@ -23,6 +23,7 @@ __all__ = [
     "KernelRaised",
     "BackendUnavailable",
     "SpecError",
+    "FolderLocked",
     "invalid",
 ]
 
@@ -41,6 +42,14 @@ class SpecError(NormcheckError, ValueError):
 
 class BackendUnavailable(NormcheckError, RuntimeError):
     """The requested backend cannot run here (no PyCUDA, no GPU, not x86-64 ...)."""
+
+
+class FolderLocked(NormcheckError):
+    """Another run is writing into this output folder; ``holder`` describes it."""
+
+    def __init__(self, message: str, holder: str = ""):
+        super().__init__(message)
+        self.holder = holder
 
 
 class CompileError(NormcheckError):

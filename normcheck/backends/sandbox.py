@@ -2,7 +2,7 @@
 
 A kernel on the cpu backend is host C++, so it could open files, start processes or talk to the
 network.  The worker process that runs it enters a sandbox before any user code is loaded
-(``shim/normcheck_sandbox.cpp``, built once with the backend's compiler and cache):
+(``shim/normcheck_sandbox.c``, built once with the backend's compiler and cache):
 
 ========== ================================================================================
 rlimits     address space (``NORMCHECK_WORKER_MEMORY_MB``, default the larger of 16 GiB and
@@ -13,9 +13,14 @@ landlock    files readable only beneath the build cache, Python's library and no
             nothing writable anywhere; no TCP bind/connect; no signals to other processes
             (where the kernel has landlock: ABI 1+, net from ABI 4, scopes from ABI 6)
 seccomp     fork, vfork, clone without CLONE_THREAD, execve, sockets, opening a file for
-            writing, creating, renaming or removing files, ptrace, signals to other processes,
-            io_uring, mount ... are trapped: the launch fails with kind ``sandbox`` naming the
-            call
+            writing (or without O_CLOEXEC, as fopen and open do: the worker, dlopen and Python
+            open every file with it), creating, renaming or removing files, ptrace, signals to
+            other processes, io_uring, mount ... are trapped: the launch fails with kind
+            ``sandbox`` naming the call
+preload     the helper is also preloaded (LD_PRELOAD) in place of libc's ``system``, ``popen``
+            and ``posix_spawn(p)``, which block every signal before they start a process (so
+            seccomp's SIGSYS would kill the worker unexplained): after the sandbox is entered
+            they report the call by name
 ========== ================================================================================
 
 ``NORMCHECK_SANDBOX=off`` runs kernels without it (``provenance()["sandbox"]`` says which).
@@ -35,7 +40,8 @@ MODES = ("on", "off")
 
 #: x86-64 system call numbers of the calls the filter traps, for naming a violation.
 SYSCALLS = {
-    2: "open (for writing)", 257: "openat (for writing)", 85: "creat", 56: "clone (a new process)",
+    2: "open (a file, for writing or from kernel code)",
+    257: "openat (a file, for writing or from kernel code)", 85: "creat", 56: "clone (a new process)",
     57: "fork", 58: "vfork", 59: "execve", 322: "execveat", 41: "socket", 53: "socketpair",
     42: "connect", 49: "bind", 50: "listen", 43: "accept", 288: "accept4", 82: "rename",
     264: "renameat", 316: "renameat2", 87: "unlink", 263: "unlinkat", 83: "mkdir",

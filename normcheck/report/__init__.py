@@ -36,11 +36,18 @@ def run_report(mode="quick", backend="cpu", out="reports/quick", seed=0, kernels
     """Sweep (resuming what ``out`` already holds), audit, render.  Returns the paths written
     and the results."""
     from normcheck.backends import get_backend
-    from normcheck.report import audit, render, sweep
+    from normcheck.report import sweep
 
     be = get_backend(backend)
     out = Path(out)
     p = sweep.plan(mode, kernels_pattern=kernels, seed=seed)
+    with sweep.folder_lock(out):
+        return _sweep_audit_render(p, be, out, workers, progress, stop_after)
+
+
+def _sweep_audit_render(p, be, out, workers, progress, stop_after) -> dict:
+    from normcheck.report import audit, render, sweep
+
     results = sweep.run_sweep(p, out, backend=be, workers=workers,
                               progress=_progress_printer() if progress else None,
                               stop_after=stop_after)

@@ -13,6 +13,7 @@ the same rows; the worst row of a record is saved once per input batch under ``w
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
@@ -29,9 +30,9 @@ import numpy as np
 from normcheck import __version__, families, kernels, metrics, replay
 from normcheck.metrics import to_json
 from normcheck.backends import get_backend
-from normcheck.errors import KernelError, invalid
+from normcheck.errors import FolderLocked, KernelError, invalid
 
-__all__ = ["Plan", "plan", "run_sweep", "load_results", "HIST_BINS", "KAPPA_VARIANTS",
+__all__ = ["Plan", "plan", "run_sweep", "load_results", "folder_lock", "HIST_BINS", "KAPPA_VARIANTS",
            "MAGNITUDE_VARIANTS"]
 
 #: Histogram bin edges of the ULP error (the last bin holds everything above 64, and inf).
@@ -226,22 +227,46 @@ class ResultsFile:
     def load(self) -> dict:
         if not self.path.exists():
             return {}
-        text = self.path.read_text()
+        try:
+            text = self.path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise invalid("results file", str(self.path), f"a readable results.json ({e})",
+                          "delete it, or choose another --out") from None
         try:
             return _restore(json.loads(text))
         except json.JSONDecodeError:
             pass
         lines = text.split("\n")
-        head = json.loads(lines[0][len('{"provenance": '):-len(', "records": [')])
-        records = []
+        first = lines[0]
+        try:
+            if not (first.startswith('{"provenance": ') and first.endswith(', "records": [')):
+                raise ValueError(first[:60])
+            head = json.loads(first[len('{"provenance": '):-len(', "records": [')])
+            if not isinstance(head, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            raise invalid("results file", str(self.path),
+                          "a results.json whose first line (the sweep's provenance) is whole; "
+                          "it is cut or corrupt, so the records in it cannot be resumed",
+                          "delete it (or choose another --out) to measure again") from None
+        # a record cut by a crash is dropped; every whole record is kept, before it or after
+        records, dropped = [], 0
         for line in lines[1:]:
-            line = line.lstrip(",")
+            line = line.lstrip(",").strip()
+            if not line or line == "]}":
+                continue
             try:
-                records.append(json.loads(line))
+                rec = json.loads(line)
             except json.JSONDecodeError:
-                break
+                dropped += 1
+                continue
+            if isinstance(rec, dict) and "key" in rec:
+                records.append(rec)
+            else:
+                dropped += 1
         data = {"provenance": head, "records": records}
         self.write_all(data)
+        self.dropped = dropped
         return _restore(data)
 
     def write_all(self, data: dict):
@@ -259,6 +284,36 @@ class ResultsFile:
             f.flush()
             os.fsync(f.fileno())
         self._n += 1
+
+
+@contextlib.contextmanager
+def folder_lock(out_dir):
+    """Hold ``out_dir/.lock`` (an advisory ``flock``, released by the system however the process
+    ends) while a run writes into the folder; a second run names the holder and stops."""
+    import fcntl
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / ".lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+            raise FolderLocked(f"{out_dir}: another run is writing into this folder ({holder}); "
+                               "wait for it to finish, or choose another --out",
+                               holder=holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (f"pid {os.getpid()} on {platform.node()} since "
+                       f"{datetime.datetime.now().isoformat(timespec='seconds')}: "
+                       f"{' '.join(sys.argv)[:300]}\n").encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
 
 
 def load_results(out_dir) -> dict:

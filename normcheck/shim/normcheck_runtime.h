@@ -472,8 +472,13 @@ static void on_fatal(int sig, siginfo_t* info, void* ctx) {
       where(o);
       finish(o);
     }
+    // the guard page of a fiber stack; or, for code built without stack-clash protection, a
+    // stack pointer that has run below one
+    uintptr_t sp = uc ? (uintptr_t)uc->uc_mcontext.gregs[REG_RSP] : 0;
     for (auto& s : g_all_stacks)
-      if (addr >= (uintptr_t)s.first && addr < (uintptr_t)s.first + page) {
+      if ((addr >= (uintptr_t)s.first && addr < (uintptr_t)s.first + page) ||
+          (sp && sp < (uintptr_t)s.first + page && sp + (1u << 20) > (uintptr_t)s.first &&
+           addr + (1u << 20) > sp && addr < sp + page)) {
         o.put("kind=stack_overflow");
         o.kv("signal", sig);
         o.kv("stack_bytes", (long long)stack_size());

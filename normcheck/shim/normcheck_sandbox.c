@@ -6,11 +6,21 @@
 //    Python's library, normcheck itself); nothing may be written, created or removed anywhere;
 //    no TCP bind/connect; no signals to processes outside the sandbox;
 //  * seccomp (a BPF filter, installed on every thread with TSYNC): new processes (fork, vfork,
-//    clone without CLONE_THREAD, execve), sockets, file opens for writing, file-system changes,
-//    ptrace, and signals to other processes are trapped: SIGSYS, whose handler writes
+//    clone without CLONE_THREAD, execve), sockets, file opens for writing (or without
+//    O_CLOEXEC: fopen, open), file-system changes, ptrace, and signals to other processes are
+//    trapped: SIGSYS, whose handler writes
 //    `kind=sandbox syscall=N` to the report page and ends the process.
 // ncsb_enter returns a bit mask of what is enforced and a one-line description.
+//
+// The library is also preloaded into the worker (LD_PRELOAD), where it stands in for the libc
+// functions that start a process with every signal blocked (system, popen, posix_spawn): there
+// seccomp's SIGSYS could not be handled and would kill the worker without a word, so once the
+// sandbox is entered a kernel calling one is reported by name instead.
+// Written in C, so these definitions match libc's declarations whatever its C++ attributes.
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
+#include <spawn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stddef.h>
@@ -26,97 +36,156 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 
-#include <vector>
-
-#define NCSB_EXPORT extern "C" __attribute__((visibility("default")))
+#define NCSB_EXPORT __attribute__((visibility("default")))
 
 enum { ENFORCED_RLIMITS = 1, ENFORCED_LANDLOCK = 2, ENFORCED_SECCOMP = 4 };
 
-static char* g_report = nullptr;
+static char* g_report = NULL;
 static int g_report_len = 0;
 
-static void put_num(char*& p, long long v) {
+static char* put_num(char* p, long long v) {
   char tmp[24];
   int n = 0;
   if (v < 0) { *p++ = '-'; v = -v; }
   do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
   while (n) *p++ = tmp[--n];
+  return p;
 }
 
-// While no kernel launch has installed its own handler (e.g. while a module's static
-// constructors run at load time), a trapped call or a crash is still reported.
-static void on_signal(int sig, siginfo_t* info, void*) {
-  char buf[160];
-  char* p = buf;
-  const char* k = sig == SIGSYS ? "kind=sandbox syscall=" : (sig == SIGXFSZ ? "kind=sandbox detail=file_size" : "kind=crash detail=while_loading signal=");
-  while (*k) *p++ = *k++;
-  if (sig == SIGSYS) put_num(p, info->si_syscall);
-  else if (sig != SIGXFSZ) put_num(p, sig);
-  *p++ = '\n';
+static void report(const char* line, size_t n) {
   if (g_report && g_report_len > 0) {
-    size_t n = (size_t)(p - buf);
     if (n >= (size_t)g_report_len) n = (size_t)g_report_len - 1;
-    memcpy(g_report, buf, n);
+    memcpy(g_report, line, n);
     g_report[n] = 0;
   }
   _exit(86);
 }
 
+// A forbidden libc call, by name (see the header).
+static void forbidden(const char* name) {
+  char buf[128];
+  char* p = buf;
+  const char* k = "kind=sandbox call=";
+  while (*k) *p++ = *k++;
+  while (*name && p < buf + 100) *p++ = *name++;
+  *p++ = '\n';
+  report(buf, (size_t)(p - buf));
+}
+
+// Before ncsb_enter (the worker's own start-up) each forwards to libc's definition.
+static int g_entered = 0;
+#define NC_NEXT(NAME) ((NAME##_fn)dlsym(RTLD_NEXT, #NAME))
+typedef int (*system_fn)(const char*);
+typedef FILE* (*popen_fn)(const char*, const char*);
+typedef int (*posix_spawn_fn)(pid_t*, const char*, const posix_spawn_file_actions_t*,
+                              const posix_spawnattr_t*, char* const[], char* const[]);
+typedef posix_spawn_fn posix_spawnp_fn;
+
+NCSB_EXPORT int system(const char* c) {
+  if (!g_entered) return NC_NEXT(system)(c);
+  forbidden("system()");
+  return -1;
+}
+NCSB_EXPORT FILE* popen(const char* c, const char* m) {
+  if (!g_entered) return NC_NEXT(popen)(c, m);
+  forbidden("popen()");
+  return NULL;
+}
+NCSB_EXPORT int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* fa,
+                            const posix_spawnattr_t* at, char* const argv[], char* const envp[]) {
+  if (!g_entered) return NC_NEXT(posix_spawn)(pid, path, fa, at, argv, envp);
+  forbidden("posix_spawn()");
+  return -1;
+}
+NCSB_EXPORT int posix_spawnp(pid_t* pid, const char* path, const posix_spawn_file_actions_t* fa,
+                             const posix_spawnattr_t* at, char* const argv[], char* const envp[]) {
+  if (!g_entered) return NC_NEXT(posix_spawnp)(pid, path, fa, at, argv, envp);
+  forbidden("posix_spawnp()");
+  return -1;
+}
+
+// While no kernel launch has installed its own handler (e.g. while a module's static
+// constructors run at load time), a trapped call or a crash is still reported.
+static void on_signal(int sig, siginfo_t* info, void* ctx) {
+  (void)ctx;
+  char buf[160];
+  char* p = buf;
+  const char* k = sig == SIGSYS ? "kind=sandbox syscall=" : (sig == SIGXFSZ ? "kind=sandbox detail=file_size" : "kind=crash detail=while_loading signal=");
+  while (*k) *p++ = *k++;
+  if (sig == SIGSYS) p = put_num(p, info->si_syscall);
+  else if (sig != SIGXFSZ) p = put_num(p, sig);
+  *p++ = '\n';
+  report(buf, (size_t)(p - buf));
+}
+
 // ------------------------------------------------------------------------------------------------
 // seccomp
 // ------------------------------------------------------------------------------------------------
-struct Prog {
-  std::vector<sock_filter> f;
-  void stmt(uint16_t code, uint32_t k) { f.push_back(BPF_STMT(code, k)); }
-  void jump(uint16_t code, uint32_t k, uint8_t jt, uint8_t jf) { f.push_back(BPF_JUMP(code, k, jt, jf)); }
-  void load_nr() { stmt(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)); }
-  void load_arg_lo(int i) { stmt(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args) + 8 * i); }
-  // if nr == n: return ret
-  void ret_if(int n, uint32_t ret) {
-    jump(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 1);
-    stmt(BPF_RET | BPF_K, ret);
-  }
-  // if nr == n: return (arg_i & mask) ? trap : allow   (nr reloaded after)
-  void trap_if_bits(int n, int i, uint32_t mask) {
-    jump(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 4);
-    load_arg_lo(i);
-    jump(BPF_JMP | BPF_JSET | BPF_K, mask, 0, 1);
-    stmt(BPF_RET | BPF_K, SECCOMP_RET_TRAP);
-    stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  }
-  // if nr == n: return (arg_i & mask) ? allow : trap
-  void allow_if_bits(int n, int i, uint32_t mask) {
-    jump(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 4);
-    load_arg_lo(i);
-    jump(BPF_JMP | BPF_JSET | BPF_K, mask, 0, 1);
-    stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-    stmt(BPF_RET | BPF_K, SECCOMP_RET_TRAP);
-  }
-  // if nr == n: return arg_i == v ? allow : trap
-  void allow_if_eq(int n, int i, uint32_t v) {
-    jump(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 4);
-    load_arg_lo(i);
-    jump(BPF_JMP | BPF_JEQ | BPF_K, v, 0, 1);
-    stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-    stmt(BPF_RET | BPF_K, SECCOMP_RET_TRAP);
-  }
-};
+typedef struct {
+  struct sock_filter f[512];
+  int n;
+} Prog;
+static void stmt(Prog* p, uint16_t code, uint32_t k) {
+  struct sock_filter s = BPF_STMT(code, k);
+  if (p->n < 512) p->f[p->n++] = s;
+}
+static void jump(Prog* p, uint16_t code, uint32_t k, uint8_t jt, uint8_t jf) {
+  struct sock_filter s = BPF_JUMP(code, k, jt, jf);
+  if (p->n < 512) p->f[p->n++] = s;
+}
+static void load_nr(Prog* p) { stmt(p, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)); }
+static void load_arg_lo(Prog* p, int i) {
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args) + 8 * i);
+}
+// if nr == n: return ret
+static void ret_if(Prog* p, int n, uint32_t ret) {
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 1);
+  stmt(p, BPF_RET | BPF_K, ret);
+}
+// if nr == n: return (arg_i & mask) ? allow : trap
+static void allow_if_bits(Prog* p, int n, int i, uint32_t mask) {
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 4);
+  load_arg_lo(p, i);
+  jump(p, BPF_JMP | BPF_JSET | BPF_K, mask, 0, 1);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+}
+// if nr == n: trap when (arg_i & write_mask) or !(arg_i & need), else allow
+static void open_rule(Prog* p, int n, int i, uint32_t write_mask, uint32_t need) {
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 5);
+  load_arg_lo(p, i);
+  jump(p, BPF_JMP | BPF_JSET | BPF_K, write_mask, 2, 0);
+  jump(p, BPF_JMP | BPF_JSET | BPF_K, need, 0, 1);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+}
+// if nr == n: return arg_i == v ? allow : trap
+static void allow_if_eq(Prog* p, int n, int i, uint32_t v) {
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 4);
+  load_arg_lo(p, i);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, v, 0, 1);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+}
 
-static int install_seccomp() {
+static Prog g_prog;
+
+static int install_seccomp(void) {
   const uint32_t pid = (uint32_t)getpid();
   const uint32_t write_flags = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND | 0x400000 /* __O_TMPFILE */;
-  Prog p;
-  p.stmt(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
-  p.jump(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
-  p.stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
-  p.load_nr();
-  p.jump(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1);  // the x32 ABI
-  p.stmt(BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+  Prog* p = &g_prog;
+  p->n = 0;
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  load_nr(p);
+  jump(p, BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1);  // the x32 ABI
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_TRAP);
   // new processes; threads (clone with CLONE_THREAD) are the launch's and allowed
-  p.allow_if_bits(SYS_clone, 0, 0x00010000u /* CLONE_THREAD */);
-  p.load_nr();
-  p.ret_if(SYS_clone3, SECCOMP_RET_ERRNO | ENOSYS);  // glibc falls back to clone
-  const int trapped[] = {
+  allow_if_bits(p, SYS_clone, 0, 0x00010000u /* CLONE_THREAD */);
+  load_nr(p);
+  ret_if(p, SYS_clone3, SECCOMP_RET_ERRNO | ENOSYS);  // glibc falls back to clone
+  static const int trapped[] = {
       SYS_fork, SYS_vfork, SYS_execve, SYS_execveat,
       SYS_socket, SYS_socketpair, SYS_connect, SYS_bind, SYS_listen, SYS_accept, SYS_accept4,
       SYS_creat, SYS_rename, SYS_renameat, SYS_renameat2, SYS_unlink, SYS_unlinkat, SYS_mkdir,
@@ -132,25 +201,27 @@ static int install_seccomp() {
       SYS_pidfd_send_signal, SYS_pidfd_getfd, SYS_fanotify_init, SYS_inotify_init,
       SYS_inotify_init1, SYS_sethostname, SYS_setdomainname, SYS_swapon, SYS_swapoff,
       SYS_acct, SYS_quotactl, SYS_syslog, SYS_vhangup, SYS_iopl, SYS_ioperm};
-  for (int n : trapped) p.ret_if(n, SECCOMP_RET_TRAP);
-  p.ret_if(SYS_openat2, SECCOMP_RET_ERRNO | ENOSYS);
-  // files opened for writing, creating or truncating
-  p.trap_if_bits(SYS_open, 1, write_flags);
-  p.load_nr();
-  p.trap_if_bits(SYS_openat, 2, write_flags);
-  p.load_nr();
+  for (size_t i = 0; i < sizeof trapped / sizeof trapped[0]; ++i) ret_if(p, trapped[i], SECCOMP_RET_TRAP);
+  ret_if(p, SYS_openat2, SECCOMP_RET_ERRNO | ENOSYS);
+  // files opened for writing, creating or truncating; and reads without O_CLOEXEC (fopen, a
+  // plain open: the worker itself, dlopen and Python open every file with O_CLOEXEC) -- a
+  // read that landlock refuses anyway is reported as the attempt it is
+  open_rule(p, SYS_open, 1, write_flags, O_CLOEXEC);
+  load_nr(p);
+  open_rule(p, SYS_openat, 2, write_flags, O_CLOEXEC);
+  load_nr(p);
   // signals: to this process only (abort() and raise() use them)
-  p.allow_if_eq(SYS_kill, 0, pid);
-  p.load_nr();
-  p.allow_if_eq(SYS_tgkill, 0, pid);
-  p.load_nr();
-  p.allow_if_eq(SYS_rt_sigqueueinfo, 0, pid);
-  p.load_nr();
-  p.allow_if_eq(SYS_rt_tgsigqueueinfo, 0, pid);
-  p.stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  sock_fprog prog;
-  prog.len = (unsigned short)p.f.size();
-  prog.filter = p.f.data();
+  allow_if_eq(p, SYS_kill, 0, pid);
+  load_nr(p);
+  allow_if_eq(p, SYS_tgkill, 0, pid);
+  load_nr(p);
+  allow_if_eq(p, SYS_rt_sigqueueinfo, 0, pid);
+  load_nr(p);
+  allow_if_eq(p, SYS_rt_tgsigqueueinfo, 0, pid);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  struct sock_fprog prog;
+  prog.len = (unsigned short)p->n;
+  prog.filter = p->f;
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
   // SECCOMP_FILTER_FLAG_TSYNC: every thread of the process, not only this one
   if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 1u, &prog) != 0) return -1;
@@ -174,7 +245,7 @@ struct __attribute__((packed)) nc_path_beneath_attr {
   uint64_t allowed_access;
   int32_t parent_fd;
 };
-enum : uint64_t {
+enum {
   LL_EXECUTE = 1ull << 0, LL_WRITE_FILE = 1ull << 1, LL_READ_FILE = 1ull << 2,
   LL_READ_DIR = 1ull << 3, LL_REMOVE_DIR = 1ull << 4, LL_REMOVE_FILE = 1ull << 5,
   LL_MAKE_CHAR = 1ull << 6, LL_MAKE_DIR = 1ull << 7, LL_MAKE_REG = 1ull << 8,
@@ -186,9 +257,9 @@ enum : uint64_t {
 };
 
 static int install_landlock(const char** dirs, int ndirs) {
-  long abi = syscall(SYS_landlock_create_ruleset, nullptr, 0, 1u /* VERSION */);
+  long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1u /* VERSION */);
   if (abi < 1) return -1;
-  nc_ruleset_attr attr;
+  struct nc_ruleset_attr attr;
   memset(&attr, 0, sizeof attr);
   attr.handled_access_fs = (1ull << 13) - 1;
   if (abi >= 2) attr.handled_access_fs |= LL_REFER;
@@ -208,7 +279,7 @@ static int install_landlock(const char** dirs, int ndirs) {
   for (int i = 0; i < ndirs; ++i) {
     int fd = open(dirs[i], O_PATH | O_CLOEXEC);
     if (fd < 0) continue;
-    nc_path_beneath_attr pb;
+    struct nc_path_beneath_attr pb;
     pb.allowed_access = LL_READ_FILE | LL_READ_DIR | LL_EXECUTE;
     pb.parent_fd = fd;
     syscall(SYS_landlock_add_rule, rfd, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &pb, 0u);
@@ -226,13 +297,14 @@ NCSB_EXPORT int ncsb_enter(const char** dirs, int ndirs, unsigned long long addr
                            char* status, int status_len) {
   g_report = report;
   g_report_len = report_len;
+  g_entered = 1;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_signal;
   sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   int sigs[] = {SIGSYS, SIGXFSZ, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
-  for (int s : sigs) sigaction(s, &sa, nullptr);
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; ++i) sigaction(sigs[i], &sa, NULL);
   int mask = 0;
   struct rlimit r;
   int ok = 1;
