@@ -2,6 +2,8 @@
 
 import json
 
+import numpy as np
+
 import pytest
 
 from normcheck.report import run_report, sweep
@@ -87,3 +89,20 @@ def test_bad_pattern():
 
     with pytest.raises(InvalidArgument, match="--kernels='nope\\*'"):
         sweep.plan("quick", kernels_pattern="nope*")
+
+
+def test_audit_verdicts_follow_their_measurements(monkeypatch):
+    """No verdict is written into the code: change a measurement and the verdict follows."""
+    from normcheck.report import audit
+
+    assert audit.fp16_square("cpu")["verdict"] == "true"
+    real = audit._max_ulp
+    # a world in which square-then-upcast were accurate: the claim no longer holds
+    monkeypatch.setattr(audit, "_max_ulp", lambda *a, **k: 0.5)
+    assert audit.fp16_square("cpu")["verdict"] != "true"
+    assert audit.naive_variance("cpu")["verdict"] == "false"
+    monkeypatch.setattr(audit, "_max_ulp", real)
+    monkeypatch.setattr(audit.bounds, "within_bound", lambda ref, y, E: np.zeros(y.shape, bool))
+    assert audit.two_launches("cpu")["verdict"] == "pending"
+    for a in audit.run_audit([], "cpu"):
+        assert "Verdict rule" in a["evidence"] or a["verdict"] == "pending", a["claim"]
