@@ -1,6 +1,7 @@
 """Benchmarks: commands that print figures (never timed tests).
 
-* ``normcheck bench oracle``  — oracle rows/s beside a per-row pure-mpmath LayerNorm.
+* ``normcheck bench oracle``  — oracle rows/s beside numpy's float32 LayerNorm and a per-row
+  pure-mpmath LayerNorm.
 * ``normcheck bench backend`` — cpu-backend rows/s of a one-block-per-row LayerNorm kernel
   beside numpy's vectorised float32 two-pass LayerNorm (the ratio is how many times slower).
 """
@@ -13,7 +14,7 @@ import numpy as np
 
 from normcheck import formats, oracle
 
-__all__ = ["oracle_benchmark", "backend_benchmark", "cub_benchmark"]
+__all__ = ["numpy_layernorm", "oracle_benchmark", "backend_benchmark", "cub_benchmark"]
 
 
 def _best(fn, repeats):
@@ -25,13 +26,27 @@ def _best(fn, repeats):
     return best
 
 
+def numpy_layernorm(x, g, b, eps=np.float32(1e-5)):
+    """numpy's float32 two-pass LayerNorm of the rows x (the yardstick of the oracle benchmark)."""
+    m = x.mean(axis=1, keepdims=True)
+    d = x - m
+    v = np.mean(d * d, axis=1, keepdims=True)
+    return d / np.sqrt(v + eps) * g + b
+
+
 def oracle_benchmark(cols=(1024, 4096), fmts=("fp16", "bf16", "fp32"), elements=1 << 21,
                      mp_rows=2, seed=0, echo=print) -> list[dict]:
-    """Rows/s of :func:`normcheck.oracle.layernorm` (with γ and β) on gaussian rows, beside a
-    per-row LayerNorm in mpmath at 256 bits (:func:`normcheck.oracle.mp_reference`)."""
+    """Rows/s of :func:`normcheck.oracle.layernorm` (with γ and β) on gaussian rows, beside
+    numpy's float32 LayerNorm of the same rows and a per-row LayerNorm in mpmath at 256 bits
+    (:func:`normcheck.oracle.mp_reference`), all from one run."""
+    from normcheck import oracle_fast
+
     rng = np.random.default_rng(seed)
     out = []
-    echo(f"{'format':6} {'D':>5} {'oracle rows/s':>14} {'mpmath rows/s':>14} {'ratio':>8} "
+    echo(f"oracle: compiled tiers 1-2 on {oracle_fast.threads()} threads "
+         "(NORMCHECK_ORACLE_THREADS); numpy: float32 two-pass, one thread")
+    echo(f"{'format':6} {'D':>5} {'oracle rows/s':>14} {'numpy f32 rows/s':>17} "
+         f"{'oracle/numpy':>13} {'mpmath rows/s':>14} {'oracle/mpmath':>14} "
          f"{'not settled in float64':>23}")
     for D in cols:
         for name in fmts:
@@ -40,22 +55,28 @@ def oracle_benchmark(cols=(1024, 4096), fmts=("fp16", "bf16", "fp32"), elements=
             x = f.cast(rng.standard_normal((n, D)))
             g = f.cast(rng.standard_normal(D))
             b = f.cast(rng.standard_normal(D))
-            oracle.layernorm(x[:8], g, b)  # warm up
+            oracle.layernorm(x[:8], g, b)  # warm up (and build)
             ref = None
 
             def run():
                 nonlocal ref
                 ref = oracle.layernorm(x, g, b)
 
-            t_or = _best(run, 3) / n
+            t_or = _best(run, 5) / n
+            x32, g32, b32 = x.astype(np.float32), g.astype(np.float32), b.astype(np.float32)
+            numpy_layernorm(x32, g32, b32)
+            t_np = _best(lambda: numpy_layernorm(x32, g32, b32), 5) / n
             t_mp = _best(lambda: [oracle.mp_reference(x[i], g, b, prec=256)
                                   for i in range(mp_rows)], 1) / mp_rows
             row = {"format": name, "cols": D, "oracle_rows_per_s": 1 / t_or,
+                   "numpy_rows_per_s": 1 / t_np, "oracle_over_numpy": t_np / t_or,
                    "mpmath_rows_per_s": 1 / t_mp, "ratio": t_mp / t_or,
-                   "unsettled_fraction": float(ref.slow.mean())}
+                   "unsettled_fraction": float(ref.slow.mean()),
+                   "threads": oracle_fast.threads()}
             out.append(row)
             echo(f"{name:6} {D:5d} {row['oracle_rows_per_s']:14,.0f} "
-                 f"{row['mpmath_rows_per_s']:14,.1f} {row['ratio']:7,.0f}x "
+                 f"{row['numpy_rows_per_s']:17,.0f} {row['oracle_over_numpy']:12.2f}x "
+                 f"{row['mpmath_rows_per_s']:14,.1f} {row['ratio']:13,.0f}x "
                  f"{row['unsettled_fraction']:23.2e}")
     return out
 

@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--examples", type=int, default=64, help="rows per family (default 64)")
     c.add_argument("--search", type=int, default=40,
                    help="examples of the targeted Hypothesis search (default 40; 0 skips it)")
+    c.add_argument("--rows", type=int, default=None, metavar="N",
+                   help="a long run of N more rows (streamed in bounded memory, with progress "
+                        "on stderr), e.g. 1000000 on a GPU")
+    c.add_argument("--cols", type=int, default=None, metavar="D",
+                   help="the width of the long run (default 4096, or the nearest the spec "
+                        "allows)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--timeout", type=float, default=None,
                    help="seconds a launch may run (cpu backend; default 60)")
@@ -71,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "into the same folder resumes")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--kernels", metavar="PATTERN", help="only kernels matching this glob")
+    r.add_argument("--cluster", metavar="ADDRESS", default=None,
+                   help="measure the tasks on a Dask cluster: tcp://host:8786, a scheduler "
+                        "file (*.json) or local:N (pip install 'normcheck[cluster]')")
     r.add_argument("--workers", type=int, default=None,
                    help="threads a launch runs on (cpu backend; default: all cores)")
     r.set_defaults(func=_report, mode="quick")
@@ -132,6 +141,12 @@ def _defines(items) -> dict:
     return out
 
 
+def _long_progress(done, rows, rate):
+    left = (rows - done) / rate if rate > 0 else float("inf")
+    print(f"normcheck check: long run {done:,}/{rows:,} rows ({100 * done / rows:.0f}%), "
+          f"{rate:,.0f} rows/s, ~{left:,.0f} s left", file=sys.stderr, flush=True)
+
+
 def _check(args) -> int:
     from normcheck import check
 
@@ -140,7 +155,8 @@ def _check(args) -> int:
                                 defines=_defines(args.defines), reference=args.reference,
                                 out_dtype=args.out_dtype, examples=args.examples,
                                 search=args.search, seed=args.seed, timeout=args.timeout,
-                                save_counterexample=args.save_counterexample)
+                                save_counterexample=args.save_counterexample, rows=args.rows,
+                                cols=args.cols, progress=_long_progress)
     print(result.to_json() if args.json else result.render())
     return result.exit_code(strict=args.strict)
 
@@ -179,7 +195,7 @@ def _report(args) -> int:
     out = args.out or f"reports/{args.mode}"
     t = time.perf_counter()
     done = run_report(args.mode, backend=args.backend, out=out, seed=args.seed,
-                      kernels=args.kernels, workers=args.workers)
+                      kernels=args.kernels, workers=args.workers, cluster=args.cluster)
     recs = done["results"]["records"]
     print(f"{len(recs)} records ({done['results'].get('measured_now', 0)} measured now) in "
           f"{time.perf_counter() - t:.0f} s; wrote " +
@@ -233,6 +249,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("normcheck: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as SIGPIPE would
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 141
     except SystemExit:
         raise
     except Exception as e:  # normcheck's own failure: never reported as the kernel's

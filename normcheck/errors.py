@@ -138,5 +138,11 @@ def _show(value) -> str:
             return f"<array shape={value.shape} dtype={value.dtype}>"
     except ImportError:  # pragma: no cover
         pass
+    import os
+
+    if isinstance(value, (str, os.PathLike)):
+        # a path or a name: shown whole (its end, the file's name, matters most)
+        text = repr(os.fspath(value))
+        return text if len(text) <= 300 else text[:100] + "..." + text[-197:]
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

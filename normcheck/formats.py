@@ -122,12 +122,12 @@ class Format:
     def ulp_array(self, t) -> np.ndarray:
         """ulp at each float64 value (see :meth:`ulp`); NaN gives NaN, ±inf the top spacing."""
         t = np.asarray(t, dtype=np.float64)
-        with np.errstate(invalid="ignore"):
-            _, E = np.frexp(t)
-            e = np.clip(E - 1, self.emin, self.emax)
-            u = np.ldexp(1.0, e - self.precision + 1)
-            u = np.where(t == 0, self.min_subnormal, u)
-            u = np.where(np.isinf(t), 2.0 ** (self.emax - self.precision + 1), u)
+        # floor(log2|t|) from the exponent bits (zero and float64 subnormals give -1023, ±inf
+        # 1024: clipped to the format's range, they give min_subnormal and the top spacing)
+        e = ((np.ravel(t).view(np.int64) >> 52) & 0x7FF) - 1023
+        np.clip(e, self.emin, self.emax, out=e)
+        e += 1023 - self.precision + 1
+        u = (e << 52).view(np.float64).reshape(t.shape)  # 2^(e-p+1), built exactly
         return np.where(np.isnan(t), np.nan, u)
 
     def ordinal(self, values) -> np.ndarray:

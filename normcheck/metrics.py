@@ -21,7 +21,7 @@ import numpy as np
 from normcheck.oracle import Reference
 
 __all__ = ["CLASSES", "FAILURE_CLASSES", "Comparison", "Summary", "compare", "summarize", "ulp_stats",
-           "failure_message", "to_json"]
+           "StreamStats", "failure_message", "to_json"]
 
 #: Outcome classes, by code.
 CLASSES = (
@@ -60,8 +60,9 @@ class Comparison:
         return {k: c[k] for k in FAILURE_CLASSES}
 
 
-def compare(ref: Reference, actual) -> Comparison:
-    """Element-wise comparison of ``actual`` (in any float dtype) with the reference."""
+def compare(ref: Reference, actual, ordinal: bool = True) -> Comparison:
+    """Element-wise comparison of ``actual`` (in any float dtype) with the reference;
+    ``ordinal=False`` skips the ordinal distance and bits (None), which a judge does not need."""
     actual = np.asarray(actual)
     ulp = ref.ulp_error(actual)
     fmt = ref.fmt
@@ -79,14 +80,18 @@ def compare(ref: Reference, actual) -> Comparison:
     cls[r_fin & a_nan] = _CODE["spurious_nan"]
     cls[t_nan & a_nan] = _CODE["nan_propagated"]
     cls[t_nan & ~a_nan] = _CODE["nan_not_propagated"]
+    scaled = ref.ulp_error_scaled(actual, plain=ulp)
+    if not ordinal:
+        return Comparison(ulp=ulp, ordinal=None, bits=None, scaled=scaled, cls=cls)
     both = ~a_nan & ~np.isnan(r)
+    # ordinals of the answer as stored (values of another dtype are rounded to the format first)
+    stored = actual if actual.dtype == fmt.dtype else np.where(both, a, 0.0)
     with np.errstate(invalid="ignore"):
-        dist = np.where(both, np.abs(fmt.ordinal(np.where(both, a, 0.0)).astype(np.float64)
-                                     - fmt.ordinal(np.where(both, r, 0.0))), np.inf)
+        dist = np.where(both, np.abs(fmt.ordinal(stored) - fmt.ordinal(ref.rounded))
+                        .astype(np.float64), np.inf)
     dist = np.where(t_nan & a_nan, 0.0, dist)
     bits = np.log2(1.0 + dist)
-    return Comparison(ulp=ulp, ordinal=dist, bits=bits, scaled=ref.ulp_error_scaled(actual),
-                      cls=cls)
+    return Comparison(ulp=ulp, ordinal=dist, bits=bits, scaled=scaled, cls=cls)
 
 
 @dataclass
@@ -130,6 +135,56 @@ def ulp_stats(ulp) -> tuple[float, float, float]:
     with np.errstate(invalid="ignore", over="ignore"):
         mean = float(np.mean(ulp)) if np.all(np.isfinite(ulp)) else float("inf")
     return float(ulp.max()), float(np.percentile(ulp, 99, method="higher")), mean
+
+
+class StreamStats:
+    """max, p99 and mean of ULP errors over any number of batches in constant memory: the max and
+    the mean exactly, p99 from a histogram of 16 bins per octave (from 2^-24 to 2^64 ulp, plus
+    zero and infinity) as the upper edge of the bin holding it, so at most 4.4 % above the true
+    p99 (2^(1/16))."""
+
+    BINS_PER_OCTAVE = 16
+    LOW, HIGH = -24, 64
+
+    def __init__(self):
+        n = (self.HIGH - self.LOW) * self.BINS_PER_OCTAVE
+        self.edges = 2.0 ** (self.LOW + np.arange(n + 1) / self.BINS_PER_OCTAVE)
+        self.counts = np.zeros(n + 3, np.int64)  # [0], (edges...), above the top, inf
+        self.count = 0
+        self.total = 0.0
+        self.max = 0.0
+
+    def add(self, ulp):
+        u = np.asarray(ulp, np.float64).ravel()
+        if not u.size:
+            return
+        u = np.where(np.isnan(u), np.inf, u)
+        inf = np.isinf(u)
+        fin = u[~inf]
+        self.count += u.size
+        self.max = max(self.max, float(u.max()))
+        self.total = math.inf if inf.any() else self.total + float(fin.sum())
+        self.counts[-1] += int(inf.sum())
+        zero = fin <= self.edges[0]
+        self.counts[0] += int(zero.sum())
+        idx = np.searchsorted(self.edges, fin[~zero], side="left")  # 1..n+1
+        self.counts[: len(self.edges) + 1] += np.bincount(idx, minlength=len(self.edges) + 1)[
+            : len(self.edges) + 1]
+
+    def stats(self) -> tuple[float, float, float]:
+        """(max, p99, mean), as :func:`ulp_stats` gives them (p99 as described above)."""
+        if not self.count:
+            return 0.0, 0.0, 0.0
+        k = int(np.searchsorted(np.cumsum(self.counts), math.ceil(0.99 * self.count)))
+        if k == 0:
+            p99 = float(self.edges[0])
+        elif k <= len(self.edges) - 1:
+            p99 = float(self.edges[k])
+        elif k == len(self.edges):
+            p99 = self.max  # above the top edge: the max bounds it
+        else:
+            p99 = math.inf
+        return self.max, min(p99, self.max), self.total / self.count
 
 
 def summarize(c: Comparison) -> Summary:

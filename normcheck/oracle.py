@@ -10,10 +10,12 @@ receives::
 
 How (Ziv's strategy, as correctly rounded maths libraries do):
 
-1. **Fast path.**  Every row in float64 with a rigorous running error bound per element: sums are
-   balanced binary trees (relative error γ_L with L = ⌈log₂D⌉, so the bound stays near 13u at
-   D = 8192 where a sequential sum would give 8192u), the mean is refined by a second pass over
-   the deviations, and every rounding in the chain is charged to the bound.
+1. **Fast path** (compiled, multi-threaded: :mod:`normcheck.oracle_fast`, whose C++ header holds
+   the error analysis).  Every row in float64 with a rigorous running error bound per element:
+   sums are blocked (16 lanes, then balanced trees: every term passes through L ≈ 24 roundings at
+   D = 4096 where a sequential sum would give 4096), the mean is refined by a second pass over
+   the deviations, and every rounding in the chain is charged to the bound.  Elements it cannot
+   settle are redone in double-double (tier 2) in the same call.
 2. **Decide.**  An element is settled when its whole error interval rounds to one value of the
    output format and the bound is below 1e-6 of an ulp (so the fractional ULP error is exact to
    1e-6).  In practice all but a handful of elements are settled here.
@@ -60,10 +62,7 @@ __all__ = [
 
 DEFAULT_EPS = np.float32(1e-5)
 
-_U = 2.0**-53  # unit roundoff of float64
-_SAFETY = 1.0 + 2.0**-20  # covers the rounding of the bound computations themselves
 ULP_RESOLUTION = 1e-6  # the fractional ULP error is exact to this many ulps
-_CHUNK_ELEMENTS = 1 << 15  # rows per fast-path chunk: bounded memory whatever the row count
 
 
 # ------------------------------------------------------------------------------------------------
@@ -100,14 +99,15 @@ class Reference:
                           "pass the kernel output for the same rows as the reference")
         return formats.ulp_error(self.fmt, actual, self.exact, self.rounded)
 
-    def ulp_error_scaled(self, actual) -> np.ndarray:
+    def ulp_error_scaled(self, actual, plain=None) -> np.ndarray:
         """|actual - t| in ulps of max(|γ·x̂|, |β|): a fairer yardstick where β nearly cancels the
-        normalised term and ulp(t) is tiny."""
+        normalised term and ulp(t) is tiny.  ``plain``: :meth:`ulp_error`, if already known."""
         a = np.asarray(actual).astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             err = np.abs(a - self.exact) / self.fmt.ulp_array(np.maximum(self.scale,
                                                                          np.abs(self.exact)))
-        plain = self.ulp_error(actual)
+        if plain is None:
+            plain = self.ulp_error(actual)
         err = np.where(plain == 0, 0.0, err)  # exact answers, NaN for NaN included
         return np.where(np.isfinite(plain), err, plain)
 
@@ -158,7 +158,7 @@ def layernorm(x, gamma=None, beta=None, *, eps=DEFAULT_EPS, out=None) -> NormRef
     """Exact LayerNorm of the stored rows ``x`` (2-D, fp32/fp16/bf16), correctly rounded to
     ``out`` (default: the input's format)."""
     xin = _rows(x, "x")
-    return _normalise(_Pair(xin.astype(np.float64)), _vec(gamma, "gamma", xin.shape[1]),
+    return _normalise(_Pair(xin), _vec(gamma, "gamma", xin.shape[1]),
                       _vec(beta, "beta", xin.shape[1]), _eps(eps), True, False,
                       _out(out, xin), grid16=xin.dtype == np.float16)
 
@@ -166,7 +166,7 @@ def layernorm(x, gamma=None, beta=None, *, eps=DEFAULT_EPS, out=None) -> NormRef
 def rmsnorm(x, gamma=None, *, eps=DEFAULT_EPS, out=None, gemma=False) -> NormReference:
     """Exact RMSNorm; ``gemma=True`` scales by (1+γ) as Gemma does."""
     xin = _rows(x, "x")
-    return _normalise(_Pair(xin.astype(np.float64)), _vec(gamma, "gamma", xin.shape[1]), None,
+    return _normalise(_Pair(xin), _vec(gamma, "gamma", xin.shape[1]), None,
                       _eps(eps), False, bool(gemma), _out(out, xin),
                       grid16=xin.dtype == np.float16)
 
@@ -309,18 +309,24 @@ def _out(out, xin) -> Format:
 # Core
 # ------------------------------------------------------------------------------------------------
 class _Pair:
-    """Rows given as exact sums hi + lo of float64 (lo None: the rows are hi)."""
+    """Rows given as exact sums src + lo: ``src`` as stored (float64, float32, float16 or
+    bfloat16), ``lo`` float64 or None."""
 
-    def __init__(self, hi, lo=None):
-        self.hi = hi
+    def __init__(self, src, lo=None):
+        self.src = src
         self.lo = None if lo is None or not np.any(lo) else lo
 
-    def take(self, sl):
-        return _Pair(self.hi[sl], None if self.lo is None else self.lo[sl])
+    @property
+    def shape(self):
+        return self.src.shape
+
+    def hi(self, rows=slice(None)):
+        """The rows ``rows`` of src as float64."""
+        return np.asarray(self.src[rows], np.float64)
 
     def row(self, i):
         """Row i as (hi, lo or None)."""
-        return self.hi[i], None if self.lo is None else self.lo[i]
+        return self.hi(i), None if self.lo is None else self.lo[i]
 
 
 def _two_sum(a, b):
@@ -330,105 +336,53 @@ def _two_sum(a, b):
     return s, e
 
 
-def _gamma(n: int) -> float:
-    """γ_n = n·u/(1-n·u), the classic bound on n accumulated roundings."""
-    return n * _U / (1 - n * _U)
-
-
-def _tree_sum(a: np.ndarray, consume: bool = False) -> np.ndarray:
-    """Sum along axis 1 as a balanced binary tree of depth ⌈log₂ cols⌉ (pads with zeros, which add
-    exactly).  Works in place: on ``a`` itself when ``consume`` (it is then garbage), else on a
-    copy."""
-    rows, cols = a.shape
-    width = 1 << max(cols - 1, 0).bit_length()
-    if width == cols:
-        buf = a if consume and a.flags.c_contiguous else a.copy()
-    else:
-        buf = np.zeros((rows, width))
-        buf[:, :cols] = a
-    while width > 1:
-        width //= 2
-        np.add(buf[:, :width], buf[:, width:2 * width], out=buf[:, :width])
-    return buf[:, 0].copy()
-
-
-def _tree_sum_dd(hi: np.ndarray, lo: np.ndarray):
-    """Double-double sum along axis 1 of the exact values hi + lo: the hi parts are added as a
-    balanced tree with TwoSum, their exact errors and the lo parts accumulated alongside.
-    Returns (s_hi, s_lo); the inputs are left untouched."""
-    rows, cols = hi.shape
-    width = 1 << max(cols - 1, 0).bit_length()
-    s = np.zeros((rows, width))
-    t = np.zeros((rows, width))
-    s[:, :cols] = hi
-    t[:, :cols] = lo
-    while width > 1:
-        width //= 2
-        x1, x2 = s[:, :width], s[:, width:2 * width]
-        sm = x1 + x2
-        bb = sm - x1
-        err = x1 - (sm - bb)
-        err += x2 - bb
-        t1 = t[:, :width]
-        t1 += t[:, width:2 * width]
-        t1 += err
-        s[:, :width] = sm
-    return s[:, 0].copy(), t[:, 0].copy()
-
-
-def _depth(cols: int) -> int:
-    return max(cols - 1, 0).bit_length()
-
-
 def _normalise(pair: _Pair, g, b, eps: float, center: bool, gemma: bool, out: Format,
                cls=None, grid16=False):
     """Reference of a normalisation of the rows ``pair``; ``grid16`` says every row value is an
-    fp16 value (or a sum of two, exactly), i.e. a multiple of 2^-24 below 2^17."""
-    rows, cols = pair.hi.shape
-    exact = np.empty((rows, cols))
-    rounded = np.empty((rows, cols), out.dtype)
-    slow = np.zeros((rows, cols), bool)
+    fp16 value (or a sum of two, exactly), i.e. a multiple of 2^-24 below 2^17.  Tiers 1 and 2
+    run compiled (:mod:`normcheck.oracle_fast`), tier 3 here."""
+    from normcheck import oracle_fast
+
+    rows, cols = pair.shape
     geff = None if g is None else (1.0 + g if gemma else g)
     mode = "grid" if grid16 and pair.lo is None else ("dd" if out.precision > 16 else "tree")
-    chunk = max(1, _CHUNK_ELEMENTS // cols)
-
-    def one_chunk(r0):
-        sl = slice(r0, min(rows, r0 + chunk))
-        part = pair.take(sl)
-        fp = _fast(part, g, b, eps, center, gemma, mode)
-        r_val, ok = _decide(fp["y"], fp["ey"], out)
-        bad = fp["nonfinite"]
-        if np.any(bad):  # the IEEE value of the formula (module docstring)
-            val = _nonfinite_rows(part.hi[bad], geff, center)
-            fp["y"][bad] = val
-            r_val[bad] = val
-            ok[bad] = True
-        sc = fp["special_cols"]
-        if sc is not None:  # IEEE value of γ·x̂ + β for non-finite γ_j / β_j
-            with np.errstate(invalid="ignore", over="ignore"):
-                val = (geff[sc] if geff is not None else 1.0) * fp["xhat"][:, sc] + \
-                    (b[sc] if b is not None else 0.0)
-            val[bad] = np.nan
-            fp["y"][:, sc] = val
-            r_val[:, sc] = out.round_array(val)
-            ok[:, sc] = True
-        slow[sl] = ~ok
-        if not ok.all():  # tier 2: double-double on the rows holding unsettled elements
-            ii, jj = np.nonzero(~ok)
-            y2, e2 = _refine(part, ii, jj, g, b, eps, center, gemma)
-            r2, ok2 = _decide(y2, e2, out)
-            fp["y"][ii, jj], r_val[ii, jj], ok[ii, jj] = y2, r2, ok2
-        exact[sl] = fp["y"]
-        rounded[sl] = r_val.astype(np.float32)  # exact; float32 -> fp16/bf16 casts are fast
-        if not ok.all():  # tier 3: exact
-            rows_exact = {}
-            for i, j in zip(*np.nonzero(~ok)):
-                if i not in rows_exact:
-                    rows_exact[i] = _ExactRow(part.row(i), g, b, eps, center, gemma)
-                exact[r0 + i, j], rounded[r0 + i, j] = rows_exact[i].element(j, out)
-
-    for r0 in range(0, rows, chunk):
-        one_chunk(r0)
+    special = None  # columns with a non-finite γ_j or β_j: the IEEE value of γ·x̂ + β
+    gz, bz = g, b
+    if g is not None and not np.all(np.isfinite(g)):
+        special = ~np.isfinite(g)
+        gz = np.where(special, 0.0, g)
+    if b is not None and not np.all(np.isfinite(b)):
+        special = ~np.isfinite(b) if special is None else special | ~np.isfinite(b)
+        bz = np.where(np.isfinite(b), b, 0.0)
+    fast = oracle_fast.rows(pair.src, pair.lo, gz, bz, eps, center, gemma, mode, out,
+                            xhat=special is not None, resolution=ULP_RESOLUTION)
+    exact, rounded, status = fast["y"], fast["r"], fast["status"]
+    if fast["nonfinite"]:
+        bad = status[:, 0] == oracle_fast.STATUS["nonfinite"]
+    else:
+        bad = np.zeros(rows, bool)
+    if fast["nonfinite"]:  # the IEEE value of the formula (module docstring)
+        val = _nonfinite_rows(pair.hi(bad), geff, center)
+        exact[bad] = val
+        rounded[bad] = out.cast(val)
+    if special is not None:
+        with np.errstate(invalid="ignore", over="ignore"):
+            val = (geff[special] if geff is not None else 1.0) * fast["xhat"][:, special] + \
+                (b[special] if b is not None else 0.0)
+        val[bad] = np.nan
+        exact[:, special] = val
+        rounded[:, special] = out.cast(val)
+        status[:, special] = oracle_fast.STATUS["tier1"]
+    if fast["nonfinite"]:
+        status[bad] = oracle_fast.STATUS["tier1"]
+    slow = status != oracle_fast.STATUS["tier1"]
+    todo = np.nonzero(status == oracle_fast.STATUS["unsettled"]) if fast["unsettled"] \
+        else ((), ())
+    rows_exact = {}
+    for i, j in zip(*todo):  # tier 3: exact
+        if i not in rows_exact:
+            rows_exact[i] = _ExactRow(pair.row(i), g, b, eps, center, gemma)
+        exact[i, j], rounded[i, j] = rows_exact[i].element(j, out)
     ref = (cls or NormReference)(out, exact, rounded, slow, b)
     ref._stats_source = (pair, eps, center)
     return ref
@@ -447,318 +401,46 @@ def _nonfinite_rows(hi, geff, center):
 def _statistics(pair: _Pair, eps: float, center: bool) -> dict:
     """Exact row statistics, correctly rounded to float32: mean (LayerNorm only), var (the
     population variance, or the mean square) and rstd = 1/√(var+ε)."""
-    rows, cols = pair.hi.shape
+    from normcheck import oracle_fast
+
+    rows, cols = pair.shape
     keys = ("mean", "var", "rstd") if center else ("var", "rstd")
-    vals = {k: (np.empty(rows), np.empty(rows), np.zeros(rows, bool)) for k in keys}
-    chunk = max(1, _CHUNK_ELEMENTS // cols)
-    for r0 in range(0, rows, chunk):
-        sl = slice(r0, min(rows, r0 + chunk))
-        part = pair.take(sl)
-        fp = _fast(part, None, None, eps, center, False)
-        bad = fp["nonfinite"]
-        exact_rows = {}
-        with np.errstate(invalid="ignore", over="ignore"):
-            ieee_sum = part.hi.sum(axis=1)  # ±inf, or NaN (a NaN, or infinities of both signs)
-        nan_rows = np.isnan(ieee_sum) | center
-        for k in keys:
-            r_val, ok = _decide(fp[k], fp["e" + k], formats.FP32)
-            ex = fp[k].copy()
-            if k == "mean":  # the IEEE mean: ±inf with infinities of one sign, else NaN
+    st = oracle_fast.rows(pair.src, pair.lo, None, None, eps, center, False,
+                          "dd", formats.FP32,
+                          values=False, stats=True, resolution=ULP_RESOLUTION)["stats"]
+    bad = st[:, 6] != 0
+    out = {}
+    exact_rows = {}
+    with np.errstate(invalid="ignore", over="ignore"):
+        # the IEEE mean: ±inf with infinities of one sign, else NaN
+        ieee_sum = pair.hi(bad).sum(axis=1) if np.any(bad) else np.zeros(0)
+    for n, k in enumerate(keys):
+        col = {"mean": 0, "var": 2, "rstd": 4}[k]
+        ex = st[:, col].copy()
+        r_val, ok = _decide(ex, st[:, col + 1], formats.FP32)
+        if np.any(bad):
+            nan_rows = np.isnan(ieee_sum) | center
+            if k == "mean":
                 special = ieee_sum
             else:  # LayerNorm: x - μ is NaN; RMSNorm: Σx² = inf, rstd = 0
                 special = np.where(nan_rows, np.nan, np.inf if k == "var" else 0.0)
-            ex[bad] = special[bad]
-            r_val[bad], ok[bad] = ex[bad], True
-            vals[k][0][sl], vals[k][1][sl], vals[k][2][sl] = ex, r_val, ~ok
-            for i in np.nonzero(~ok)[0]:
-                if i not in exact_rows:  # one exact row serves all three statistics
-                    exact_rows[i] = _ExactRow(part.row(i), None, None, eps, center, False)
-                vals[k][0][r0 + i], vals[k][1][r0 + i] = exact_rows[i].stat(k, formats.FP32)
-    return {k: Reference(formats.FP32, e, r.astype(np.float32), s)
-            for k, (e, r, s) in vals.items()}
-
-
-def _fast(pair: _Pair, g, b, eps, center, gemma, mode="dd"):
-    """Float64 evaluation of a chunk of rows with a rigorous absolute error bound per value.
-
-    Deviations carry the bound k·|d_j| + e_row (k = 2u: the subtraction from the pivot and from
-    the mean correction), so per element only |p_j| and |γ_j| enter the final bound:
-    e_y = A_row·|p_j| + B_row·|γ_j| + u·|y_j|.  ``mode`` picks how the mean correction is summed:
-    "dd" in double-double (fp32 outputs), "grid" exactly (fp16 rows: every value is a multiple
-    of 2^-24), "tree" as a plain balanced tree with a γ_L bound (fp16/bf16 outputs of other rows).
-    Below fp32 outputs the bound's column terms are taken at their row maximum."""
-    hi = pair.hi
-    rows, cols = hi.shape
-    D = float(cols)
-    gL = _gamma(_depth(cols))
-    u = _U
-    k = 2.0000001 * u
-    with np.errstate(invalid="ignore", over="ignore"):
-        row_sum = hi.sum(axis=1)  # finite rows cannot overflow float64 (D·3.4e38 << 1.8e308)
-        nonfinite = ~np.isfinite(row_sum)
-    if np.any(nonfinite):
-        hi = np.where(nonfinite[:, None], 0.0, hi)
-        row_sum = hi.sum(axis=1)
-    lo = pair.lo
-    res = {"nonfinite": nonfinite}
-    e_row = np.zeros(rows)
-    if lo is not None:
-        lo = np.where(nonfinite[:, None], 0.0, lo)
-        # fl(fl(hi - m0) + lo) (or fl(hi + lo)): one more rounding, |error| <= u|d| + u·max|lo|
-        e_row += 1.0000001 * u * np.max(np.abs(lo), axis=1)
-    if center:
-        m0 = row_sum / D  # a pivot; its error is corrected below
-        L = _depth(cols)
-        if mode == "dd":
-            # a_j = x_j - m0 exactly as a_hi + a_lo (TwoSum); c = Σ a_j in double-double
-            a_hi, a_lo = _two_sum(hi, -m0[:, None])
-            if lo is not None:
-                a_lo += lo
-            Sabs = np.abs(a_hi).sum(axis=1) * (1 + _gamma(cols))  # >= Σ|a_hi|
-            c_hi, c_lo = _tree_sum_dd(a_hi, a_lo)
-            # lo accumulation: <= 2L+1 roundings of terms bounded by Σ|lo| + L·u·Σ|a_hi|
-            E_c = (_gamma(2 * L + 1) * (u * Sabs * (L + 1) + D * e_row)) * _SAFETY
-            c = c_hi + c_lo
-        elif mode == "grid":
-            # fp16 rows are multiples of 2^-24: with the pivot on that grid, x - m0 is exact and
-            # so is every partial sum while Σ|a| < 2^29 (53 bits of 2^-24 steps)
-            m0 = np.rint(m0 * 2.0**24) * 2.0**-24
-            a_hi = hi - m0[:, None]
-            Sabs = np.abs(a_hi).sum(axis=1) * (1 + _gamma(cols))
-            c = a_hi.sum(axis=1)
-            E_c = np.where(Sabs < 2.0**29, 0.0, _gamma(cols) * Sabs * _SAFETY)
-        else:  # "tree"
-            # a_j = fl(x_j - m0) (error u|a_j|), c = tree sum (error γ_L·Σ|a|)
-            a_hi = hi - m0[:, None]
-            if lo is not None:
-                a_hi += lo
-            Sabs = np.abs(a_hi).sum(axis=1) * (1 + _gamma(cols))
-            c = _tree_sum(a_hi)
-            E_c = ((u + gL) * (1 + gL) * Sabs + D * e_row) * _SAFETY
-        cD = c / D
-        e_cD = (E_c / D + 2.0000001 * u * np.abs(cD)) * _SAFETY
-        d = a_hi
-        d -= cD[:, None]
-        # |d - (x-μ)| <= |a_lo| + u|d| + e_cD <= u|a_hi| + u|d| + e_cD + e_lo,
-        # |a_hi| <= (|d| + |cD|)(1+u)
-        e_row = (e_row + e_cD + 2 * u * np.abs(cD)) * _SAFETY
-        sabs_d = Sabs + D * np.abs(cD)
-        mean = m0 + cD
-        res["mean"], res["emean"] = mean, (e_cD + u * np.abs(mean)) * _SAFETY
-    else:
-        d = hi + lo if lo is not None else hi
-        sabs_d = None
-    sq = d * d
-    S = _tree_sum(sq, consume=True)
-    del sq
-    ssq = S * (1 + gL) / (1 - u)  # >= Σd²
-    if sabs_d is None:
-        sabs_d = np.sqrt(D * ssq) * (1 + 4 * u)  # Cauchy-Schwarz: Σ|d| <= √(D·Σd²)
-    # Σ e_d(2|d| + e_d) with e_d = k|d| + e_row
-    prop = k * (2 + k) * ssq + e_row * (2 + 2 * k) * sabs_d + D * e_row * e_row
-    e_S = ((gL + u) * ssq + prop) * _SAFETY
-    v = S / D
-    e_v = (e_S / D + u * v) * _SAFETY
-    w = v + eps
-    e_w = (e_v + u * w) * _SAFETY
-    denom = w - e_w
-    hopeless = ~(denom > 0)
-    rho = np.where(hopeless, np.inf, e_w / np.where(hopeless, 1.0, denom))
-    r = 1.0 / np.sqrt(w)
-    rho_r = (rho + 2.01 * u) * (1 + rho) * _SAFETY  # |r - r*| <= rho_r·r
-    res["var"], res["evar"] = v, np.where(hopeless, np.inf, e_v)
-    res["rstd"], res["erstd"] = r, rho_r * r
-    # t1 = fl(d·r): |t1 - x̂| <= (k(1+rho_r) + rho_r + u)(1+2u)|t1| + e_row·r(1+rho_r)
-    A = (k * (1 + rho_r) + rho_r + u) * (1 + 2 * u)
-    B = e_row * r * (1 + rho_r)
-    if d is hi:
-        t1 = d * r[:, None]
-    else:
-        t1 = d
-        t1 *= r[:, None]
-    res["xhat"] = t1
-    A = A[:, None]
-    special = None
-    if g is not None:
-        gg = 1.0 + g if gemma else g
-        finite = np.isfinite(gg)
-        if not np.all(finite):
-            special = ~finite
-            gg = np.where(finite, gg, 0.0)
-        # p = fl(gg·t1): |p - γx̂| <= |gg|(A|t1| + B) + e_g(|t1|(1+A) + B) + u|p|
-        ag = np.abs(gg)
-        A = (A + (u if gemma else 0.0) * (1 + A)) * (1 + u) + u
-        Bcoef = B * (1 + (u if gemma else 0.0))
-        p = t1 * gg
-    else:
-        p = t1
-        ag = None
-        Bcoef = B
-    ap = np.abs(p)
-    bb, ab = None, None
-    if b is not None:
-        finite = np.isfinite(b)
-        bb = b
-        if not np.all(finite):
-            special = ~finite if special is None else special | ~finite
-            bb = np.where(finite, b, 0.0)
-        ab = np.abs(bb)
-    # e_y = A|p| + B|γ_j| (+ u|y| <= u(|p| + |β_j|)); below fp32 outputs the column terms are
-    # taken at their row maximum (a constant per row: two passes instead of five)
-    ey = ap
-    ey *= ((A + (u if b is not None else 0.0)) * _SAFETY)
-    if mode == "dd" and ag is not None:
-        ey += np.multiply.outer(Bcoef * _SAFETY, ag)
-    else:
-        ey += (Bcoef * (_SAFETY * (float(ag.max()) if ag is not None else 1.0)))[:, None]
-    if ab is not None:
-        if mode == "dd":
-            ey += (u * _SAFETY) * ab
-        else:
-            ey += u * _SAFETY * float(ab.max())
-    if bb is not None:
-        if p is t1:
-            p = p + bb
-        else:
-            p += bb
-    y = p
-    if np.any(hopeless):
-        ey[hopeless] = np.inf
-    res["y"], res["ey"], res["special_cols"] = y, ey, special
-    return res
-
-
-def _two_prod(a, b):
-    """a·b = p + e exactly (Dekker's product with Veltkamp splitting; numpy has no fma)."""
-    p = a * b
-    a1 = a * 134217729.0
-    a_hi = a1 - (a1 - a)
-    a_lo = a - a_hi
-    b1 = b * 134217729.0
-    b_hi = b1 - (b1 - b)
-    b_lo = b - b_hi
-    e = ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
-    return p, e
-
-
-def _refine(pair: _Pair, ii, jj, g, b, eps, center, gemma):
-    """Tier 2: y at (ii, jj) of the chunk ``pair`` in double-double, with a bound.
-
-    The rows holding those elements are redone with error-free transformations (TwoSum for
-    x - pivot, Dekker's product for the squares, double-double tree sums), r = 1/√(S/D+ε) is taken
-    from mpmath at 200 bits, and y = γ·d·r + β is evaluated in double-double.  Every
-    double-double operation used has relative error below 4u² (Joldes, Muller & Popescu 2017);
-    the bound charges 16u² per operation on the magnitudes involved, plus the propagated error of
-    the mean and of S."""
-    u = _U
-    rows_u, inv = np.unique(ii, return_inverse=True)
-    hi = pair.hi[rows_u]
-    lo = pair.lo[rows_u] if pair.lo is not None else np.zeros_like(hi)
-    n, cols = hi.shape
-    D = float(cols)
-    L = _depth(cols)
-    if center:
-        m0 = hi.sum(axis=1) / D
-        a_hi, a_lo = _two_sum(hi, -m0[:, None])
-        a_lo += lo
-        Sabs = np.abs(a_hi).sum(axis=1) * (1 + _gamma(cols))
-        c_hi, c_lo = _tree_sum_dd(a_hi, a_lo)
-        cD = (c_hi + c_lo) / D
-        d_hi, d_lo = _two_sum(a_hi, -cD[:, None])
-        d_lo += a_lo
-        # |cD - (μ - m0)|: two roundings of cD plus the double-double sum's error
-        e_mu = (2.0000001 * u * np.abs(cD) + _gamma(2 * L + 2) * (L + 2) * u * Sabs / D) \
-            * _SAFETY
-    else:
-        d_hi, d_lo = _two_sum(hi, lo)
-        e_mu = np.zeros(n)
-    e_mu += 16 * u * u * np.abs(d_hi).max(axis=1)  # the roundings inside d_lo
-    q_hi, q_lo = _two_prod(d_hi, d_hi)
-    q_lo += 2.0 * d_hi * d_lo
-    S_hi, S_lo = _tree_sum_dd(q_hi, q_lo)
-    dabs = np.abs(d_hi).sum(axis=1) * (1 + _gamma(cols))
-    # |S - Σ(x-μ)²| <= 2·e_mu·Σ|d| + D·e_mu² + (2L+8)·4u²·S
-    S = S_hi + S_lo
-    e_S = (2 * e_mu * dabs + D * e_mu * e_mu + (2 * L + 8) * 4 * u * u * np.abs(S)) * _SAFETY
-    r_hi = np.empty(n)
-    r_lo = np.empty(n)
-    rel_r = np.empty(n)
-    with mpmath.workprec(200):
-        for k in range(n):
-            w = (mpmath.mpf(float(S_hi[k])) + mpmath.mpf(float(S_lo[k]))) / cols + \
-                mpmath.mpf(eps)
-            rk = 1 / mpmath.sqrt(w)
-            r_hi[k] = float(rk)
-            r_lo[k] = float(rk - r_hi[k])
-            wl = float(w) - e_S[k] / cols * _SAFETY
-            rel_r[k] = (e_S[k] / cols / wl if wl > 0 else np.inf) + 4 * u * u
-    dh, dl = d_hi[inv, jj], d_lo[inv, jj]
-    rh, rl = r_hi[inv], r_lo[inv]
-    th, tl = _two_prod(dh, rh)
-    tl += dh * rl + dl * rh
-    ad = np.abs(dh)
-    # |t - x̂| <= r·e_mu + |d|·r·rel_r + 16u²|t|
-    e_t = (rh * e_mu[inv] + ad * rh * rel_r[inv]) * (1 + 4 * u) + 16 * u * u * np.abs(th)
-    if g is not None:
-        gj = g[jj]
-        if gemma:
-            g_hi, g_lo = _two_sum(np.ones_like(gj), gj)
-        else:
-            g_hi, g_lo = gj, np.zeros_like(gj)
-        ph, pl = _two_prod(g_hi, th)
-        pl += g_hi * tl + g_lo * th
-        e_p = np.abs(g_hi) * e_t * (1 + 4 * u) + 16 * u * u * np.abs(ph)
-    else:
-        ph, pl, e_p = th, tl, e_t
-    if b is not None:
-        bj = b[jj]
-        yh, yl = _two_sum(ph, bj)
-        yl += pl
-        e_y = e_p + 16 * u * u * (np.abs(ph) + np.abs(bj))
-    else:
-        yh, yl, e_y = ph, pl, e_p
-    y = yh + yl
-    e_y = (e_y + u * np.abs(y)) * _SAFETY
-    return y, e_y
+            ex[bad] = special
+            r_val[bad], ok[bad] = special, True
+        slow = ~ok
+        for i in np.nonzero(~ok)[0]:
+            if i not in exact_rows:  # one exact row serves all three statistics
+                exact_rows[i] = _ExactRow(pair.row(i), None, None, eps, center, False)
+            ex[i], r_val[i] = exact_rows[i].stat(k, formats.FP32)
+        out[k] = Reference(formats.FP32, ex, r_val.astype(np.float32), slow)
+    return out
 
 
 def _decide(y, e, fmt: Format):
     """Round y to fmt where [y-e, y+e] settles both the rounded value and ulp(t) and e is below
-    ULP_RESOLUTION ulp.  Returns (rounded values as float64, settled mask).
+    ULP_RESOLUTION ulp.  Returns (rounded values as float64, settled mask)."""
+    from normcheck import oracle_fast
 
-    Works in units of the quantum of y's binade: z = y/quantum has its integer part in
-    [2^(p-1), 2^p) (or below, in the subnormal range); the value is settled when
-    |z - rint(z)| + e/quantum < ½ and the interval does not leave the binade."""
-    p = fmt.precision
-    with np.errstate(invalid="ignore", over="ignore"):
-        # the binade of y from its float64 exponent bits (y is never a float64 subnormal here)
-        eb = (y.view(np.int64) >> 52) & 0x7FF
-        overflow_possible = eb.size and int(eb.max()) > fmt.emax + 1023
-        lowest = fmt.emin + 1023  # the binade of the smallest normal of fmt: subnormals share it
-        np.maximum(eb, lowest, out=eb)
-        # scale = 2^(p-1-e) for y's binade e: makes the quantum 1 (an exact power of two)
-        scale = ((p - 1 + 2 * 1023) - eb << 52).view(np.float64)
-        z = y * scale
-        ez = e * scale
-        n = np.rint(z)
-        ok = np.abs(z - n)
-        ok += ez
-        ok = ok < 0.5  # monotone rounding: safe in float64
-        ok &= ez <= ULP_RESOLUTION
-        # the ulp of t is settled too unless the interval may leave the binade: only possible
-        # where n is the binade's first or last integer (elsewhere |z-n| + ez < ½ keeps it in)
-        an = np.abs(n)
-        top, low = float(2**p), float(2 ** (p - 1))
-        edge = ok & ((an == top) | (an == low))
-        if edge.any():
-            edge = np.nonzero(edge)
-            az, ee, sub = np.abs(z[edge]), ez[edge], eb[edge] == lowest
-            ok[edge] = (az + ee < top) & ((az - ee > low) | sub | (ee == 0))
-        r = n / scale
-        if overflow_possible:
-            big = np.abs(r) > fmt.max_finite
-            r[big] = np.copysign(np.inf, y[big])
-    return r, ok
+    return oracle_fast.decide(y, e, fmt, ULP_RESOLUTION)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -39,9 +39,11 @@ def test_naive_layernorm_breaks_its_bound_on_large_offsets(backend):
              settings=BUDGET)
     print(f"\nshrunk counterexample (naive fp32): {x.shape[1]} columns, κ = {_kappa(x)}, "
           f"first values {x[0, :6]}")
-    # the offset is what breaks it: E[x²] - E[x]² loses ~κ²u of the variance, and a row of a few
-    # values shrinks to κ of order 10 already (e.g. [10, 10, 10, 10, 12]: κ = 13, 168 ulps)
-    assert np.max(_kappa(x)) >= 10
+    # the offset is what breaks it: E[x²] - E[x]² loses ~κ²u of the variance where the two-pass
+    # bound allows ~κu, so only rows with κ well above 1 can break it.  Shrunk counterexamples
+    # measured so far have κ from 9.9 (255 columns) to 13 ([10, 10, 10, 10, 12], 168 ulps): κ >= 5
+    # keeps a margin of 2x below the smallest
+    assert np.max(_kappa(x)) >= 5
 
 
 def test_fp16_square_before_upcast_breaks_from_256(backend):

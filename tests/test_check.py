@@ -270,3 +270,57 @@ def test_bad_arguments_name_the_problem():
         check.check_kernel(SRC, "rms_good_fp16", "add_rmsnorm", "fp16",
                            spec=spec.parse({"args": [{"role": "output"}, {"role": "input"},
                                                      {"role": "eps"}]}))
+
+
+def _rms32(x, gamma, beta, eps):
+    x32 = x.astype(np.float32)
+    r = 1 / np.sqrt((x32 * x32).mean(axis=1, keepdims=True) + eps)
+    return (x32 * r * gamma.astype(np.float32)).astype(x.dtype)
+
+
+def test_a_long_run_streams_in_bounded_batches():
+    seen = []
+
+    def recorded(x, gamma, beta, eps):
+        seen.append(x.shape)
+        return _rms32(x, gamma, beta, eps)
+
+    ticks = []
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        r = check.check_callable(recorded, "rmsnorm", "fp16", examples=8, search=0,
+                                 rows=20001, long_cols=512,
+                                 progress=lambda done, rows, rate: ticks.append(done))
+    long = next(f for f in r.families if f.family == "long")
+    assert long.rows == 20001 and long.cols == [512] and long.verdict == "pass"
+    batches = [s for s in seen if s[1] == 512 and s[0] > 64]
+    assert sum(s[0] for s in batches) == 20001
+    assert max(s[0] for s in batches) <= (1 << 20) // 512  # memory: one batch of ~2^20 elements
+    assert ticks and ticks[-1] == 20001  # progress ends at the total
+    # the final rounding (0.5) plus float32 arithmetic's own error: a few float32 ulps, each
+    # 2^-13 of an fp16 ulp; 2^-9 leaves a margin of 2x over 8 of them
+    assert 0 < long.p99_ulp <= long.max_ulp <= 0.5 + 2**-9
+    assert "long run: 20,001 rows of 512" in r.render()
+
+
+def test_a_long_run_fails_a_bad_kernel():
+    def rstd_in_fp16(x, gamma, beta, eps):
+        x32 = x.astype(np.float32)
+        r = np.float16(1 / np.sqrt((x32 * x32).mean(axis=1, keepdims=True) + eps))
+        return (x32 * r.astype(np.float32) * gamma.astype(np.float32)).astype(x.dtype)
+
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        r = check.check_callable(rstd_in_fp16, "rmsnorm", "fp16", examples=2, search=0,
+                                 rows=999, long_cols=300)
+    long = next(f for f in r.families if f.family == "long")
+    assert long.verdict == "fail" and "accuracy" in long.failures
+    assert r.verdict == "fail"
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"rows": 0}, r"rows=0"), ({"rows": 10**10}, r"rows=10000000000"),
+    ({"long_cols": 64}, r"cols=64.*without --rows"),
+    ({"rows": 10, "long_cols": 9000}, r"cols=9000.*from 1 to 8192"),
+])
+def test_long_run_arguments_are_checked(kw, match):
+    with pytest.raises(errors.InvalidArgument, match=match):
+        check.check_callable(_rms32, "rmsnorm", "fp16", examples=2, search=0, **kw)

@@ -150,3 +150,16 @@ def test_get_rejects_unknown_names():
         formats.get("fp8")
     with pytest.raises(InvalidArgument, match=r"dtype='float64'"):
         formats.of_dtype(np.float64)
+
+
+def test_ulp_array_keeps_the_shape_and_agrees_with_ulp():
+    from normcheck import formats
+
+    for f in formats.FORMATS.values():
+        assert np.ndim(f.ulp_array(2.0)) == 0
+        t = np.array([[0.0, -3.5, 1e-45, 7e4], [np.inf, 1e39, 2.0**-130, 1.0]])[:, ::-1]
+        got = f.ulp_array(t)
+        assert got.shape == t.shape
+        want = [[float(f.ulp(v)) if np.isfinite(v) else got[i, j] for j, v in enumerate(row)]
+                for i, row in enumerate(t)]
+        assert np.array_equal(got, np.array(want))

@@ -50,3 +50,22 @@ def test_scaled_error_is_kind_where_beta_cancels():
     c = metrics.compare(ref, y)
     assert c.ulp[0, 1] > 1e6  # harsh in ulp(t)
     assert c.scaled[0, 1] < 1e-4 * c.ulp[0, 1]  # small against max(|γx̂|, |β|)
+
+
+def test_stream_stats_match_the_whole_array():
+    """max and mean exact; p99 within the histogram's stated 2^(1/16) of the exact p99."""
+    from normcheck import metrics
+
+    rng = np.random.default_rng(4)
+    parts = [np.abs(rng.standard_normal(1000)) * 10.0 ** rng.uniform(-3, 3) for _ in range(7)]
+    parts.append(np.zeros(50))
+    s = metrics.StreamStats()
+    for p in parts:
+        s.add(p)
+    mx, p99, mean = metrics.ulp_stats(np.concatenate(parts))
+    smx, sp99, smean = s.stats()
+    assert smx == mx and abs(smean - mean) <= 1e-12 * mean
+    assert p99 <= sp99 <= p99 * 2 ** (1 / 16)
+    s.add(np.array([np.inf]))
+    assert s.stats()[0] == np.inf and s.stats()[2] == np.inf
+    assert metrics.StreamStats().stats() == (0.0, 0.0, 0.0)

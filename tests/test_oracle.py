@@ -5,7 +5,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from normcheck import formats, oracle
@@ -223,3 +223,98 @@ def test_fast_path_agrees_with_mpmath(data):
 def test_bad_input_names_the_argument(call, match):
     with pytest.raises(InvalidArgument, match=match):
         call()
+
+
+# -- the compiled fast path (normcheck.oracle_fast) ---------------------------------------------
+def _rows_strategy(data, max_cols):
+    """Rows that cross the fast path's block structure (16 lanes, blocks of 256), with offsets
+    and quantised levels that stress the mean correction."""
+    fmt = data.draw(st.sampled_from(["fp32", "fp16", "bf16"]), label="fmt")
+    f = formats.get(fmt)
+    rows = data.draw(st.integers(1, 3), label="rows")
+    cols = data.draw(st.sampled_from([1, 15, 16, 17, 255, 256, 257, 513, max_cols]),
+                     label="cols")
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    rng = np.random.default_rng(seed)
+    kind = data.draw(st.sampled_from(["gauss", "levels", "wide"]), label="kind")
+    offset = data.draw(st.sampled_from([0.0, 1.0, 1000.0, -3.5e3, 6.5e4]), label="offset")
+    if kind == "gauss":
+        v = rng.standard_normal((rows, cols))
+    elif kind == "levels":
+        v = rng.integers(0, 3, (rows, cols)) * 0.5
+    else:
+        v = rng.standard_normal((rows, cols)) * 2.0 ** rng.integers(-20, 20, (rows, cols))
+    with np.errstate(over="ignore"):
+        x = f.cast(f.cast(v).astype(np.float64) + offset)
+    assume(np.all(np.isfinite(x.astype(np.float64))))
+    g = f.cast(rng.uniform(-2, 2, cols))
+    b = f.cast(rng.uniform(-2, 2, cols))
+    return fmt, x, g, b
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_compiled_fast_path_agrees_with_mpmath_across_blocks(data):
+    """Tiers 1 and 2 as the oracle runs them, against mpmath, at widths around the lane and block
+    boundaries; every element also within its stated resolution of the exact value."""
+    fmt, x, g, b = _rows_strategy(data, 700)
+    eps = np.float32(data.draw(st.sampled_from([1e-5, 0.75]), label="eps"))
+    out = data.draw(st.sampled_from([fmt, "fp32"]), label="out")
+    ref = oracle.layernorm(x, g, b, eps=eps, out=out)
+    assert same(ref.rounded, truth(x, g, b, eps=eps, out=out))
+    ex = exact_values(x, g, b, eps=eps)
+    # the exact values to ULP_RESOLUTION of an ulp (the decision's second condition)
+    assert np.all(np.abs(ref.exact - ex) <= oracle.ULP_RESOLUTION *
+                  formats.get(out).ulp_array(ex) + 1e-300)
+    gemma = data.draw(st.booleans(), label="gemma")
+    ref = oracle.rmsnorm(x, g, eps=eps, out=out, gemma=gemma)
+    assert same(ref.rounded, truth(x, g, eps=eps, center=False, gemma=gemma, out=out))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_tier2_alone_agrees_with_mpmath(data):
+    """With tier 1 settling nothing, the double-double tier decides every element, and each
+    decision it makes is mpmath's."""
+    from normcheck import oracle_fast
+
+    fmt, x, g, b = _rows_strategy(data, 300)
+    center = data.draw(st.booleans(), label="center")
+    out = formats.get(fmt)
+    for mode in ("dd", "tree") + (("grid",) if fmt == "fp16" else ()):
+        res = oracle_fast.rows(x, None, g.astype(np.float64), b.astype(np.float64) if center
+                               else None, float(EPS), center, False, mode, out,
+                               resolution=oracle.ULP_RESOLUTION, tier1=False)
+        settled = res["status"] == oracle_fast.STATUS["tier2"]
+        want = truth(x, g, b if center else None, center=center, out=fmt)
+        assert settled.mean() > 0.9  # tier 2 settles almost everything
+        assert same(res["r"][settled], want[settled])
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fused_exact_pairs_agree_with_mpmath(data):
+    """Rows given as exact pairs hi + lo (the fused add's exact convention) in every mode."""
+    fmt, x, g, b = _rows_strategy(data, 300)
+    res = formats.get(fmt).cast(np.random.default_rng(1).standard_normal(x.shape) * 1e3)
+    for out in (fmt, "fp32"):
+        ref = oracle.add_layernorm(x, res, g, b, convention="exact", out=out)
+        hx = [[Fraction(float(a)) + Fraction(float(c)) for a, c in zip(r1, r2)]
+              for r1, r2 in zip(x, res)]
+        assert same(ref.rounded, truth(hx, g, b, out=out))
+        ref = oracle.add_rmsnorm(x, res, g, convention="exact", out=out)
+        assert same(ref.rounded, truth(hx, g, center=False, out=out))
+
+
+def test_the_fast_path_uses_its_threads(monkeypatch):
+    """One thread or several: the same bits (rows are independent, sums are not reassociated)."""
+    rng = np.random.default_rng(3)
+    x = (1000 + rng.standard_normal((64, 333))).astype(np.float32)
+    monkeypatch.setenv("NORMCHECK_ORACLE_THREADS", "1")
+    one = oracle.layernorm(x)
+    monkeypatch.setenv("NORMCHECK_ORACLE_THREADS", "3")
+    three = oracle.layernorm(x)
+    assert same(one.exact, three.exact) and same(one.rounded, three.rounded)
+    monkeypatch.setenv("NORMCHECK_ORACLE_THREADS", "0")
+    with pytest.raises(InvalidArgument, match="NORMCHECK_ORACLE_THREADS='0'"):
+        oracle.layernorm(x)

@@ -51,5 +51,6 @@ def test_oracle_benchmark_prints_figures():
     lines = []
     rows = bench.oracle_benchmark(cols=(64,), fmts=("fp16",), elements=4096, mp_rows=1,
                                   echo=lines.append)
-    assert rows[0]["ratio"] > 1 and "oracle rows/s" in lines[0]
-    assert np.isfinite(rows[0]["oracle_rows_per_s"])
+    assert rows[0]["ratio"] > 1 and "oracle rows/s" in lines[1] and "numpy" in lines[1]
+    assert np.isfinite(rows[0]["oracle_rows_per_s"]) and rows[0]["numpy_rows_per_s"] > 0
+    assert "threads" in lines[0]

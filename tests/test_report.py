@@ -106,3 +106,32 @@ def test_audit_verdicts_follow_their_measurements(monkeypatch):
     assert audit.two_launches("cpu")["verdict"] == "pending"
     for a in audit.run_audit([], "cpu"):
         assert "Verdict rule" in a["evidence"] or a["verdict"] == "pending", a["claim"]
+
+
+def test_a_cluster_run_equals_the_local_run(tmp_path):
+    """`report --cluster local:2` (a Dask cluster of two worker processes) writes the same
+    records as a local run with the same seed (all but the timing), and resumes the same way."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("distributed")
+    pattern = "rmsnorm_rms_fp16*"
+
+    def run(out, *extra):
+        r = subprocess.run([sys.executable, "-m", "normcheck", "report", "--quick", "--backend",
+                            "cpu", "--kernels", pattern, "--seed", "3", "--out", str(out),
+                            *extra], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return {rec["key"]: {k: v for k, v in rec.items() if k != "seconds"}
+                for rec in sweep.load_results(out)["records"]}
+
+    local = run(tmp_path / "local")
+    # a cluster run that starts from half the records, as after a kill: it measures the rest
+    half = tmp_path / "cluster"
+    run_report("quick", backend="cpu", out=half, kernels=pattern, seed=3, progress=False,
+               stop_after=len(local) // 2)
+    clustered = run(half, "--cluster", "local:2")
+    assert clustered.keys() == local.keys()
+    assert json.dumps(clustered, sort_keys=True) == json.dumps(local, sort_keys=True)
+    assert sorted(p.name for p in (half / "worst").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "local" / "worst").iterdir())

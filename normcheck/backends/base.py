@@ -190,10 +190,46 @@ def install_file(data: bytes | str, final: Path) -> Path:
     return final
 
 
+#: The parts of the cache: one folder each.
+CACHE_PARTS = ("cpu", "cuda", "oracle")
+
+
+def cxx() -> tuple[str, str]:
+    """The host C++ compiler ($CXX, else g++) and its version; BackendUnavailable if missing."""
+    cmd = os.environ.get("CXX", "g++")
+    v = compiler_version(cmd)
+    if v is None:
+        from normcheck.errors import BackendUnavailable
+
+        raise BackendUnavailable(f"CXX={cmd}: no such C++ compiler; normcheck needs one (the cpu "
+                                 "backend and the oracle's fast path): install g++ or set CXX")
+    return cmd, v
+
+
+def build_library(source: Path, part: str, name: str, flags: list[str], what: str,
+                  link: tuple = ()) -> Path:
+    """A shared library built once from one file of normcheck's own with the host C++ compiler
+    (``flags`` before the file, ``link`` after it), kept in the cache part ``part`` under a key of
+    the source, the flags and the compiler's version; built in a temporary folder and installed
+    atomically, so concurrent first uses are safe."""
+    cmd, version = cxx()
+    text = Path(source).read_text()
+    final = cache_dir(part) / (name + "-" + key_of(text, " ".join(flags + list(link)), version)) \
+        / (name + ".so")
+    if not final.is_file():
+        with tempfile.TemporaryDirectory(prefix="normcheck-build-") as d:
+            out = Path(d) / (name + ".so")
+            r = run_compiler([cmd, *flags, str(source), *link, "-o", str(out)], what)
+            if r.returncode != 0:
+                raise CompileError(f"{what}: {source} did not compile", r.stderr)
+            install_file(out.read_bytes(), final)
+    return final
+
+
 def cache_info() -> dict:
-    """{backend: (builds, bytes)} of the build cache."""
+    """{part: (builds, bytes)} of the build cache."""
     out = {}
-    for name in ("cpu", "cuda"):
+    for name in CACHE_PARTS:
         d = cache_dir(name)
         builds, size = 0, 0
         if d.is_dir():
@@ -208,7 +244,7 @@ def cache_info() -> dict:
 def cache_clear() -> int:
     """Remove every build (and any half-written temporary); returns how many builds."""
     n = 0
-    for name in ("cpu", "cuda"):
+    for name in CACHE_PARTS:
         d = cache_dir(name)
         if d.is_dir():
             for e in d.iterdir():

@@ -131,12 +131,7 @@ def cuda_include_dirs() -> list[Path]:
 
 
 def _compiler() -> tuple[str, str]:
-    cxx = os.environ.get("CXX", "g++")
-    v = base.compiler_version(cxx)
-    if v is None:
-        raise BackendUnavailable(f"the cpu backend needs a C++ compiler ({cxx}): not found; "
-                                 "install g++ or set CXX")
-    return cxx, v
+    return base.cxx()
 
 
 _UNDECLARED = re.compile(r"'([A-Za-z_]\w*)' was not declared in this scope|"
@@ -252,21 +247,10 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=()) ->
 def sandbox_helper() -> str:
     """The sandbox helper library, ``shim/normcheck_sandbox.c`` (built once, cached).  It is C,
     compiled by the C++ compiler's driver with ``-x c``: one compiler to configure (CXX)."""
-    cxx, version = _compiler()
-    path = SHIM_DIR / "normcheck_sandbox.c"
-    src = path.read_text()
-    flags = ["-x", "c", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden"]
-    so = base.cache_dir("cpu") / ("sandbox-" + base.key_of(src, " ".join(flags), version)) / \
-        "sandbox.so"
-    if not so.is_file():
-        with tempfile.TemporaryDirectory(prefix="normcheck-build-") as d:
-            out = Path(d) / "sandbox.so"
-            r = base.run_compiler([cxx, *flags, str(path), "-x", "none", "-o", str(out), "-ldl"],
-                                  "building the sandbox helper")
-            if r.returncode != 0:
-                raise CompileError("the cpu backend's sandbox helper did not compile", r.stderr)
-            base.install_file(out.read_bytes(), so)
-    return str(so)
+    return str(base.build_library(
+        SHIM_DIR / "normcheck_sandbox.c", "cpu", "sandbox",
+        ["-x", "c", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden"],
+        "building the cpu backend's sandbox helper", link=("-x", "none", "-ldl")))
 
 
 # ------------------------------------------------------------------------------------------------

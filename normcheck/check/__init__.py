@@ -44,7 +44,7 @@ __all__ = ["check_kernel", "check_callable", "CheckResult", "FamilyResult", "Fai
            "to_json"]
 
 #: Caps on what a check may be asked to do (memory and time stay bounded).
-LIMITS = {"examples": 4096, "search": 10000, "seed": 2**32 - 1}
+LIMITS = {"examples": 4096, "search": 10000, "seed": 2**32 - 1, "rows": 10**9}
 
 
 @dataclass
@@ -116,6 +116,31 @@ def _check_counts(examples, search, seed):
                            "seed": "any non-negative integer below 2^32"}[name])
 
 
+def _long_run(rows, cols, cols_range, multiple_of):
+    """The validated (rows, cols) of a long run, or None."""
+    if rows is None:
+        if cols is not None:
+            raise invalid("cols", cols, "no --cols without --rows (it sets the long run's width)",
+                          "add --rows N")
+        return None
+    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or \
+            not 1 <= rows <= LIMITS["rows"]:
+        raise invalid("rows", rows, f"an integer from 1 to {LIMITS['rows']}",
+                      "the number of rows of the long run, e.g. --rows 1000000")
+    lo, hi = cols_range
+    if cols is None:  # 4096 if the kernel takes it, else the nearest width it does
+        m = max(1, multiple_of)
+        cols = min(max(4096, lo), hi) // m * m
+        if cols < lo:
+            cols += m
+    if isinstance(cols, bool) or not isinstance(cols, (int, np.integer)) or \
+            not lo <= cols <= hi or cols % max(1, multiple_of):
+        raise invalid("cols", cols, f"a width from {lo} to {hi}"
+                      + (f", a multiple of {multiple_of}" if multiple_of > 1 else ""),
+                      "the spec's cols and cols_multiple_of say what the kernel takes")
+    return int(rows), int(cols)
+
+
 def _check_timeout(timeout):
     if timeout is None:
         return None
@@ -132,13 +157,20 @@ def _sha256(path) -> str:
 
 def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backend, examples,
            search_examples, seed, cols_range, cols_multiple_of, stats_roles,
-           save_counterexample, kernel_desc) -> CheckResult:
+           save_counterexample, kernel_desc, long=None, progress=None) -> CheckResult:
     t0 = time.perf_counter()
     judge = Judge(target, norm, fmt, out, convention=convention, eps=eps, backend=backend,
                   seed=seed, cols_range=cols_range, cols_multiple_of=cols_multiple_of,
                   stats_roles=stats_roles)
     fams = CHECK_FAMILIES
     results, failures, warnings, worst = judge.run_families(fams, examples)
+    if long is not None and not any(f.kind in FATAL for f in failures):
+        fr, f, w = judge.run_long(*long, progress=progress)
+        results.append(fr)
+        failures += f
+        if w is not None and (worst is None or (w.of_bound, w.scaled_ulp) >
+                              (worst.of_bound, worst.scaled_ulp)):
+            worst = w
     search_stats = None
     if search_examples and not any(f.kind in FATAL for f in failures):
         search_stats, f, w = judge.search(fams, search_examples)
@@ -171,15 +203,25 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
                                                        if search_stats else 0),
         failures=uniq, warnings=warnings, families=results, worst=worst, tolerance=judge.tol,
         seconds=time.perf_counter() - t0, baseline_note=judge.baseline_note,
-        counterexample=ce, search=search_stats, provenance=be.provenance(), cause=cause)
+        counterexample=ce, search=search_stats, provenance=be.provenance(), cause=cause,
+        extra={"peak_rss_mib": _peak_rss_mib()})
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident memory so far (MiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, spec=None,
                  backend="cpu", defines=None, reference=None, out_dtype=None, examples=64,
-                 search=40, seed=0, timeout=None, save_counterexample=None) -> CheckResult:
+                 search=40, seed=0, timeout=None, save_counterexample=None, rows=None,
+                 cols=None, progress=None) -> CheckResult:
     """Judge a CUDA C kernel (see the module docstring).  ``spec`` is a path, a KernelSpec or
     None for the default ABI; entry/norm/dtype may come from the spec; ``defines`` add to the
-    spec's."""
+    spec's.  ``rows`` adds a long run of that many rows of width ``cols`` (streamed in bounded
+    memory; ``progress(done, rows, rows_per_s)`` is called every few seconds)."""
     _check_counts(examples, search, seed)
     timeout = _check_timeout(timeout)
     if spec is not None and not isinstance(spec, specs.KernelSpec):
@@ -225,6 +267,7 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
                          backend=backend, defines=defines, timeout=timeout)
     eps = np.float32(spec.eps) if spec.eps is not None else np.float32(1e-5)
     stats_roles = [r for r in ("mean", "rstd") if spec.has(r)]
+    long = _long_run(rows, cols, spec.cols, spec.cols_multiple_of)
     if isinstance(src, (str, Path)) and "\n" not in str(src):
         desc = {"source": str(Path(src).resolve()), "sha256": _sha256(src)}
     else:
@@ -239,13 +282,14 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
                   convention=spec.convention, eps=eps, backend=backend, examples=examples,
                   search_examples=search, seed=seed, cols_range=spec.cols,
                   cols_multiple_of=spec.cols_multiple_of, stats_roles=stats_roles,
-                  save_counterexample=save_counterexample, kernel_desc=desc)
+                  save_counterexample=save_counterexample, kernel_desc=desc, long=long,
+                  progress=progress)
 
 
 def check_callable(fn, norm, dtype, *, out_dtype=None, convention="exact",
                    eps=np.float32(1e-5), reference="exact", examples=64, search=40, seed=0,
                    cols=(1, 8192), backend="cpu", save_counterexample=None,
-                   name=None) -> CheckResult:
+                   name=None, rows=None, long_cols=None, progress=None) -> CheckResult:
     """Judge a Python function on the stored rows (numpy, or torch returning tensors):
     fn(x, gamma, beta, eps) -> y; fused norms fn(x, residual, gamma, beta, eps) -> (h, y);
     β is None for RMSNorm.  An exception it raises is a failure of kind ``error``.  The
@@ -268,8 +312,10 @@ def check_callable(fn, norm, dtype, *, out_dtype=None, convention="exact",
     if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
         raise invalid("cols", cols, "(min, max) widths with 1 <= min <= max")
     label = name or getattr(fn, "__name__", "callable")
+    long = _long_run(rows, long_cols, (lo, hi), 1)
     return _judge(launch.CallableTarget(fn, n, fmt, out, label), label=label, norm=n, fmt=fmt,
                   out=out, convention=convention, eps=e, backend=backend, examples=examples,
                   search_examples=search, seed=seed, cols_range=(lo, hi), cols_multiple_of=1,
                   stats_roles=[], save_counterexample=save_counterexample,
-                  kernel_desc={"callable": label, "norm": n.name, "dtype": fmt.name})
+                  kernel_desc={"callable": label, "norm": n.name, "dtype": fmt.name},
+                  long=long, progress=progress)

@@ -22,6 +22,7 @@ best built-in order's; *pass* otherwise.  Each fail or warn on accuracy is diagn
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -176,7 +177,7 @@ class Judge:
             res = kernels.run(v, case.x, g, b, eps=case.eps, backend=self.backend,
                               residual=case.residual if v.fused else None)
             y = res[1] if v.fused else res
-            s = metrics.compare(ref, y).scaled
+            s = metrics.compare(ref, y, ordinal=False).scaled
             s = s[np.isfinite(s)]
             out[v.name] = float(s.max()) if s.size else 0.0
         return out
@@ -208,14 +209,22 @@ class Judge:
                                eps=case.eps, convention=self.convention, out=self.out)
 
     # one batch ------------------------------------------------------------------------------------
-    def measure(self, family: str, case: Case, guard="both"):
-        """Run the target on the case and measure it: (Measured or None, [Failure])."""
+    def run_target(self, family: str, case: Case, guard="both"):
+        """The target's outputs on the case, or a Failure."""
         try:
-            outs = self.target(case, guard=guard)
+            return self.target(case, guard=guard)
         except KernelError as e:
             if e.kind == "timeout":
                 self.timed_out = True
-            return None, [Failure(e.kind, family, str(e))]
+            return Failure(e.kind, family, str(e))
+
+    def measure(self, family: str, case: Case, guard="both", outs=None):
+        """Run the target on the case (unless its ``outs`` are given) and measure it:
+        (Measured or None, [Failure])."""
+        if outs is None:
+            outs = self.run_target(family, case, guard)
+        if isinstance(outs, Failure):
+            return None, [outs]
         ref = self.reference(case)
         fails = []
         y = outs.get("output")
@@ -229,7 +238,7 @@ class Judge:
                 "unwritten", family, f"{int(unw.sum())}/{y.size} output elements never written "
                 f"(they still hold the poison NaN), first at row {i}, col {j}, width "
                 f"{x.shape[1]}, {x.shape[0]} rows"))
-        c = metrics.compare(ref, y)
+        c = metrics.compare(ref, y, ordinal=False)
         bad_cls = np.isin(c.cls, [metrics.CLASSES.index(k) for k in metrics.FAILURE_CLASSES])
         bad_cls &= ~unw
         if bad_cls.any():
@@ -399,6 +408,78 @@ class Judge:
             failures += fam_fails
             results.append(fr)
         return results, failures, warnings, worst
+
+    # the long run ---------------------------------------------------------------------------------
+    def run_long(self, rows: int, cols: int, progress=None):
+        """``rows`` rows of width ``cols``, streamed in batches of about 2^20 elements (each batch
+        a family of CHECK_FAMILIES in turn): the kernel runs on batch k (in this thread, as a GPU
+        context wants) while the oracle measures batch k-1 in another, so memory stays that of
+        two batches and the oracle's threads keep up with the kernel.  Returns (FamilyResult
+        "long", [Failure], Worst or None)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        fr = FamilyResult("long", cols=[cols])
+        ulp, scaled = metrics.StreamStats(), metrics.StreamStats()
+        fails, worst = [], None
+        batch = _odd(max(1, min(rows, (1 << 20) // cols)))
+        fams = [f for f in CHECK_FAMILIES if f not in ("special", "tails")]
+        t0 = last = time.perf_counter()
+        done = 0
+
+        def collect(job):
+            nonlocal worst, done, last
+            fam, case, (m, f) = job[0], job[1], job[2].result()
+            fails.extend(f)
+            done += case.rows
+            fr.rows += case.rows
+            if m is not None:
+                ulp.add(m.ulp)
+                sc = m.scaled
+                scaled.add(sc[np.isfinite(sc)])
+                fr.max_of_bound = max(fr.max_of_bound, float(m.ratio.max()))
+                fr.unbounded_rows += m.unbounded
+                w = self._worst("long", case, m)
+                if w is not None and (worst is None or (w.of_bound, w.scaled_ulp) >
+                                      (worst[0].of_bound, worst[0].scaled_ulp)):
+                    worst = (w, case, m)
+            now = time.perf_counter()
+            if progress and (now - last >= 2.0 or done >= rows):
+                last = now
+                progress(done, rows, done / max(now - t0, 1e-9))
+            return any(x.kind in FATAL for x in f)
+
+        with ThreadPoolExecutor(1, thread_name_prefix="normcheck-oracle") as pool:
+            prev = None
+            k = 0
+            while k * batch < rows:
+                n = min(batch, rows - k * batch)
+                fam = fams[k % len(fams)]
+                case = self.case(fam, n, cols, seed=[self.seed, 1 << 20, k])
+                outs = self.run_target(fam, case, "end")
+                if prev is not None and collect(prev):
+                    prev = None
+                    break
+                if isinstance(outs, Failure):
+                    fails.append(outs)
+                    prev = None
+                    break
+                prev = (fam, case, pool.submit(self.measure, fam, case, "end", outs))
+                k += 1
+            if prev is not None:
+                collect(prev)
+        fr.max_ulp, fr.p99_ulp, fr.mean_ulp = ulp.stats()
+        fr.max_scaled = scaled.max
+        for f in fails:
+            fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
+        if worst is not None:
+            w = worst[0]
+            fr.bound_ulp = float(w.ulp / w.of_bound) if w.of_bound > 0 else None
+        if fails:
+            fr.verdict = "fail"
+            acc = [f for f in fails if f.kind in ("accuracy", "nonfinite")]
+            if acc and worst is not None:
+                fr.cause = acc[0].cause = self.diagnose(worst[1], worst[2])
+        return fr, fails, None if worst is None else worst[0]
 
     def _worst(self, fam, case, m: Measured):
         if not m.ulp.size:

@@ -78,6 +78,11 @@ def render(r) -> str:
         from normcheck import replay
 
         lines.append(f"replay: {replay.command(r.counterexample)}")
+    long = next((f for f in r.families if f.family == "long"), None)
+    if long is not None:
+        lines.append(f"long run: {long.rows:,} rows of {long.cols[0]} in batches of about 2^20 "
+                     f"elements; peak memory of this process {r.extra.get('peak_rss_mib', 0):,.0f}"
+                     " MiB; p99 from a histogram (at most 4.4% high)")
     lines.append(f"verdict: {r.verdict.upper()} -- {r.rows_checked} rows in {r.seconds:.1f} s"
                  + (f"; likely cause: {r.cause}" if r.cause and r.verdict != "pass" else ""))
     return "\n".join(lines)

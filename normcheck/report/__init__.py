@@ -32,7 +32,7 @@ def _progress_printer(stream=sys.stderr):
 
 
 def run_report(mode="quick", backend="cpu", out="reports/quick", seed=0, kernels=None,
-               workers=None, progress=True, stop_after=None) -> dict:
+               workers=None, progress=True, stop_after=None, cluster=None) -> dict:
     """Sweep (resuming what ``out`` already holds), audit, render.  Returns the paths written
     and the results."""
     from normcheck.backends import get_backend
@@ -42,15 +42,15 @@ def run_report(mode="quick", backend="cpu", out="reports/quick", seed=0, kernels
     out = Path(out)
     p = sweep.plan(mode, kernels_pattern=kernels, seed=seed)
     with sweep.folder_lock(out):
-        return _sweep_audit_render(p, be, out, workers, progress, stop_after)
+        return _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster)
 
 
-def _sweep_audit_render(p, be, out, workers, progress, stop_after) -> dict:
+def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster) -> dict:
     from normcheck.report import audit, render, sweep
 
     results = sweep.run_sweep(p, out, backend=be, workers=workers,
                               progress=_progress_printer() if progress else None,
-                              stop_after=stop_after)
+                              stop_after=stop_after, cluster=cluster)
     if stop_after is not None and results["measured_now"] >= stop_after and \
             len(results["records"]) < len(p.tasks):
         return {"results": results, "complete": False}

@@ -126,7 +126,10 @@ def _inputs(task: Task, fmt, seed):
     return x, g, b, r
 
 
-def measure(task: Task, seed: int, backend, out_dir: Path, workers=None) -> dict:
+def measure(task: Task, seed: int, backend, workers=None) -> tuple[dict, dict | None]:
+    """One task, measured: (its record, the worst row's case to save as ``case["file"]`` under
+    the output folder, or None).  Pure: it depends on the task and the seed only, writes
+    nothing, and may run anywhere (a worker of a cluster)."""
     v = kernels.get(task.kernel)
     fmt = v.fmt
     x, g, b, r = _inputs(task, fmt, seed)
@@ -143,7 +146,7 @@ def measure(task: Task, seed: int, backend, out_dir: Path, workers=None) -> dict
         rec.update({"error": {"kind": e.kind, "detail": str(e)}, "max_ulp": math.inf,
                     "p99_ulp": math.inf, "mean_ulp": math.inf, "nonfinite": {}, "worst": None,
                     "seconds": time.perf_counter() - t0})
-        return rec
+        return rec, None
     y = out[1] if v.fused else out
     ref, _ = kernels.reference(v, x, g, b if v.has_beta else None,
                                residual=r if v.fused else None)
@@ -154,13 +157,12 @@ def measure(task: Task, seed: int, backend, out_dir: Path, workers=None) -> dict
     i, j = s.worst
     fname = (f"{fmt.name}-{task.family}-{task.cols}"
              f"{''.join(f'-{k}{val:g}' for k, val in task.param)}-row{i}.npz")
-    wdir = out_dir / "worst"
-    path = wdir / fname
-    if not path.exists() and not task.param:  # the parameter sweeps only feed the plots
-        replay.save_case(path, kernel={"variant": v.name}, x=x[i:i + 1], gamma=g,
-                         beta=b if v.has_beta else None,
-                         residual=r[i:i + 1] if v.fused else None,
-                         note=f"{task.family} row {i} of the report's sweep")
+    case = None
+    if not task.param:  # the parameter sweeps only feed the plots
+        case = {"file": f"worst/{fname}", "kernel": {"variant": v.name}, "x": x[i:i + 1],
+                "gamma": g, "beta": b if v.has_beta else None,
+                "residual": r[i:i + 1] if v.fused else None,
+                "note": f"{task.family} row {i} of the report's sweep"}
     rec.update({
         "max_ulp": s.max_ulp, "p99_ulp": s.p99_ulp, "mean_ulp": s.mean_ulp,
         "max_scaled_ulp": s.max_scaled, "max_bits": s.max_bits,
@@ -175,7 +177,16 @@ def measure(task: Task, seed: int, backend, out_dir: Path, workers=None) -> dict
                             if not task.param else None},
         "seconds": time.perf_counter() - t0,
     })
-    return rec
+    return rec, case
+
+
+def _save_case(out_dir: Path, case: dict | None):
+    if case is None:
+        return
+    case = dict(case)
+    path = out_dir / case.pop("file")
+    if not path.exists():
+        replay.save_case(path, **case)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -335,9 +346,11 @@ def _restore(o):
 
 
 def run_sweep(p: Plan, out_dir, backend="cpu", workers=None, progress=None,
-              stop_after=None) -> dict:
+              stop_after=None, cluster=None) -> dict:
     """Measure every task of the plan not already in ``out_dir/results.json``; returns the
-    results.  ``stop_after`` stops after that many new records (tests use it to play a kill)."""
+    results.  ``stop_after`` stops after that many new records (tests use it to play a kill).
+    ``cluster`` (an address, see :mod:`normcheck.report.cluster`) measures the tasks on a Dask
+    cluster; this process stays the one writer of results.json, in completion order."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     be = get_backend(backend)
@@ -358,14 +371,25 @@ def run_sweep(p: Plan, out_dir, backend="cpu", workers=None, progress=None,
     todo = [t for t in p.tasks if t.key not in done]
     measured = 0
     t_start = time.perf_counter()
-    for n, task in enumerate(todo):
-        rec = measure(task, p.seed, be, out_dir, workers)
-        results["records"].append(rec)
-        rf.append(rec)
-        measured += 1
-        if progress:
-            progress(len(done) + n + 1, len(p.tasks), rec, time.perf_counter() - t_start)
-        if stop_after is not None and measured >= stop_after:
-            break
+    if cluster is None:
+        stream = ((task, measure(task, p.seed, be, workers)) for task in todo)
+    else:
+        from normcheck.report import cluster as dask_cluster
+
+        stream = dask_cluster.measure_all(cluster, todo, p.seed, be.name, workers)
+    try:
+        for n, (task, (rec, case)) in enumerate(stream):
+            _save_case(out_dir, case)
+            results["records"].append(rec)
+            rf.append(rec)
+            measured += 1
+            if progress:
+                progress(len(done) + n + 1, len(p.tasks), rec, time.perf_counter() - t_start)
+            if stop_after is not None and measured >= stop_after:
+                break
+    finally:
+        close = getattr(stream, "close", None)
+        if close:
+            close()  # a cluster's futures cancelled, its client closed
     results["measured_now"] = measured
     return results
