@@ -46,7 +46,8 @@ import numpy as np
 from normcheck.kernels import BLOCK, Variant
 
 __all__ = ["error_bound", "statistics_bound", "within_bound", "applies", "SAFETY",
-           "sound_bound", "sound_statistics", "sound_limit", "quantum", "SOUND_SAFETY"]
+           "sound_bound", "sound_statistics", "sound_limit", "quantum", "SOUND_SAFETY",
+           "sound_backward"]
 
 U = 2.0**-24
 #: Multiplies E_j: covers the second-order terms of the first-order analysis.
@@ -315,6 +316,65 @@ def sound_bound(norm, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
             E = np.where(near, np.abs(geff) * (2 * half + e_xh), np.abs(geff) * 0.0) + \
                 _U * np.abs(geff * rx)
     return E
+
+
+def sound_backward(norm, rows, dy, gamma=None, *, mean=None, rstd=None, eps=np.float32(1e-5)):
+    """{"dx": E [rows, cols], "dgamma": E [cols], "dbeta": E [cols]}: the largest error (before
+    the final rounding) a sound backward kernel may commit — float32 arithmetic, every sum in
+    the worst order (sequential, or atomics in any order), x̂ = (x - mean)·rstd and g = dy·γ'.
+
+    With ``rstd`` (and ``mean``) given, the kernel reads those saved statistics exactly; without,
+    it recomputes them, within the forward sound bound (:func:`sound_statistics`).  Per row,
+    with D columns, u = 2^-24, γ_n = nu/(1-nu), c = Σg·x̂/D::
+
+        x̂_j within γ_2|x̂_j| (+ |x̂_j|ρ_r + e_μ·r recomputed), g_j within u|g_j|
+        Σg within γ_{D+1}Σ|g|,  Σg·x̂ within γ_{D+4}Σ|g·x̂| (+ Σ|g|·δx̂)
+        dx_j = r·(g_j - Σg/D - x̂_j·c): r·[γ_{D+8}(Σ|g|/D + |x̂_j|Σ|g·x̂|/D) + γ_8(|g_j| +
+              |Σg/D| + |x̂_j·c|) + |δx̂_j|·|c| + |x̂_j|·Σ|g|·δx̂/D] + ρ_r·|dx_j| + u|dx_j|
+        dγ_j = Σ_rows dy·x̂: γ_{R+3}·Σ|dy·x̂| + Σ|dy|·δx̂;   dβ_j: γ_R·Σ|dy|
+
+    times SOUND_SAFETY for the second-order terms."""
+    from normcheck import norms
+
+    n_ = norms.get(norm)
+    x = np.asarray(rows, dtype=np.float64)
+    dyv = np.asarray(dy, dtype=np.float64)
+    R, D = x.shape
+    g_ = np.ones(D) if gamma is None or not n_.has_gamma else np.asarray(gamma, np.float64)
+    geff = 1.0 + g_ if n_.gemma else g_
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if rstd is not None:
+            r = np.asarray(rstd, np.float64)[:, None]
+            mu = np.asarray(mean, np.float64)[:, None] if n_.centred else 0.0
+            e_mu = np.zeros((R, 1))
+            rho = np.zeros((R, 1))
+        else:
+            terms = sound_statistics(n_, x, eps)
+            e_mu = np.max([t[0] for t in terms.values()], axis=0)[:, None]
+            rho = np.max([t[1] for t in terms.values()], axis=0)[:, None]
+            r = next(iter(terms.values()))[2][:, None]
+            mu = x.mean(axis=1, keepdims=True) if n_.centred else 0.0
+        xh = (x - mu) * r
+        axh = np.abs(xh)
+        dxh = _gamma_n(2) * axh + axh * rho + e_mu * r      # |δx̂_j|
+        g = dyv * geff
+        ag = np.abs(g)
+        Sg = ag.sum(axis=1, keepdims=True) / D
+        Sgx = (ag * axh).sum(axis=1, keepdims=True) / D
+        c = (g * xh).sum(axis=1, keepdims=True) / D
+        mg = g.sum(axis=1, keepdims=True) / D if n_.centred else 0.0
+        dx = r * (g - mg - xh * c)
+        Sgd = (ag * dxh).sum(axis=1, keepdims=True) / D
+        E = r * (_gamma_n(D + 8) * (Sg + axh * Sgx) + _gamma_n(8) * (ag + np.abs(mg) +
+                                                                      np.abs(xh * c)) +
+                 dxh * np.abs(c) + axh * Sgd) + (rho + _U) * np.abs(dx) + 4 * _TINY
+        E = SOUND_SAFETY * E
+        ady = np.abs(dyv)
+        Eg = SOUND_SAFETY * (_gamma_n(R + 3) * (ady * axh).sum(axis=0) + (ady * dxh).sum(axis=0)
+                             + 4 * _TINY)
+        Eb = SOUND_SAFETY * (_gamma_n(R) * ady.sum(axis=0) + 4 * _TINY)
+    return {"dx": np.where(np.isfinite(E), E, np.inf), "dgamma": Eg,
+            "dbeta": Eb if n_.centred and n_.has_beta else None}
 
 
 def sound_limit(ref, E, floor: float = 1.0) -> np.ndarray:

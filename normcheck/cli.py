@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--timeout", type=float, default=None,
                    help="seconds a launch may run (cpu backend; default 60)")
+    c.add_argument("--backward", action="store_true",
+                   help="judge a backward kernel (dx, dγ, dβ); without a spec the ABI of "
+                        "cuda_src/backward.cu's dx kernels")
+    c.add_argument("--orders", type=int, default=8,
+                   help="--backward: seeded block orders for dγ's run-to-run spread (default 8)")
     c.add_argument("--strict", action="store_true", help="exit 1 on warn too")
     c.add_argument("--json", action="store_true", help="strict JSON on stdout")
     c.add_argument("--save-counterexample", metavar="PATH",
@@ -149,6 +154,22 @@ def _long_progress(done, rows, rate):
 
 def _check(args) -> int:
     from normcheck import check
+
+    if args.backward:
+        from normcheck.check.backward import check_backward
+
+        for flag, v, default in (("--rows", args.rows, None), ("--reference", args.reference,
+                                                                None),
+                                 ("--save-counterexample", args.save_counterexample, None)):
+            if v != default:
+                raise errors.invalid(flag, v, "nothing with --backward",
+                                     "a backward check has no long run, definitions or case file")
+        result = check_backward(args.source, args.entry, args.norm, args.dtype, spec=args.spec,
+                                block=args.block, backend=args.backend,
+                                defines=_defines(args.defines), examples=args.examples,
+                                seed=args.seed, timeout=args.timeout, orders=args.orders)
+        print(result.to_json() if args.json else result.render())
+        return result.exit_code(strict=args.strict)
 
     result = check.check_kernel(args.source, args.entry, args.norm, args.dtype, block=args.block,
                                 spec=args.spec, backend=args.backend,

@@ -36,7 +36,8 @@ from normcheck import formats
 from normcheck.errors import invalid
 
 __all__ = ["Source", "NumpySource", "Family", "FAMILIES", "get", "generate", "weights",
-           "kappa_max", "kappa_quantised", "TAIL_COLS", "widths"]
+           "kappa_max", "kappa_quantised", "TAIL_COLS", "widths", "BACKWARD_FAMILIES",
+           "backward_rows"]
 
 TAIL_COLS = (1, 2, 3, 31, 33, 255, 257, 4097)
 
@@ -247,3 +248,41 @@ def weights(fmt, cols: int, seed=0):
     f = formats.get(fmt)
     rng = np.random.default_rng([seed, cols, 7])
     return f.cast(1 + 0.1 * rng.standard_normal(cols)), f.cast(0.1 * rng.standard_normal(cols))
+
+
+# ------------------------------------------------------------------------------------------------
+# Rows built to hurt the backward pass: (x, dy) pairs
+# ------------------------------------------------------------------------------------------------
+#: name -> (what it hurts, (rows, widths)): rows None = the check's examples.
+BACKWARD_FAMILIES = {
+    "gaussian": ("x and dy independent: the baseline", (None, (31, 768, 4096))),
+    "offset": ("x offset by κ its spread (1e5 in fp32, 100 in fp16, 30 in bf16): a naive "
+               "Σg·x - mean·Σg cancels", (None, (768,))),
+    "correlated": ("dy ≈ x̂: g - mean(g) and x̂·mean(g·x̂) cancel in dx", (None, (1024,))),
+    "constant_dy": ("dy the same everywhere: dx is 0 exactly when γ = 1", (None, (257,))),
+    "large_dy": ("|dy| ~ 200 over 1001 rows: dγ, dβ overflow fp16 when summed in it",
+                 (1001, (64,))),
+    "tall": ("4097 rows of 7 columns: the column sums dγ, dβ over many rows", (4097, (7,))),
+}
+
+
+def backward_rows(family, fmt, rows: int, cols: int, seed=0):
+    """(x, dy) of a backward family in the storage dtype of ``fmt``, seeded."""
+    if family not in BACKWARD_FAMILIES:
+        raise invalid("family", family, f"one of {', '.join(BACKWARD_FAMILIES)}")
+    f = formats.get(fmt)
+    rng = np.random.default_rng([seed, list(BACKWARD_FAMILIES).index(family), f.bits, cols])
+    z = rng.standard_normal((rows, cols))
+    kappa = {"fp32": 1e5, "fp16": 100.0, "bf16": 30.0}[f.name]
+    x = f.cast(z + (kappa if family == "offset" else 0.0))
+    xv = x.astype(np.float64)
+    if family == "correlated":
+        xh = (xv - xv.mean(axis=1, keepdims=True)) / (xv.std(axis=1, keepdims=True) + 1e-30)
+        dy = f.cast(xh + 1e-3 * rng.standard_normal((rows, cols)))
+    elif family == "constant_dy":
+        dy = f.cast(np.full((rows, cols), 0.5))
+    elif family == "large_dy":
+        dy = f.cast(200.0 * np.abs(rng.standard_normal((rows, cols))) * np.sign(xv))
+    else:
+        dy = f.cast(rng.standard_normal((rows, cols)))
+    return x, dy

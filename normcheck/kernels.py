@@ -21,7 +21,8 @@ from normcheck.backends import get_backend
 from normcheck.errors import invalid
 
 __all__ = ["Variant", "variants", "get", "run", "reference", "poisoned", "unwritten", "CUDA_SRC",
-           "NORMS", "ORDERS", "ALGORITHMS"]
+           "NORMS", "ORDERS", "ALGORITHMS", "BackwardVariant", "backward_variants",
+           "get_backward", "run_backward_dx", "run_backward_dparams"]
 
 def _cuda_src() -> Path:
     """The built-in kernels: normcheck/cuda_src in an installed wheel, cuda_src/ at the top of a
@@ -128,6 +129,166 @@ _VARIANTS = _build()
 _BY_NAME = {v.name: v for v in _VARIANTS}
 
 
+# ------------------------------------------------------------------------------------------------
+# Backward kernels (cuda_src/backward.cu)
+# ------------------------------------------------------------------------------------------------
+BACKWARD_DX = ("stable", "naive", "article")
+BACKWARD_DPARAMS = ("atomic", "partial", "storage")
+
+
+@dataclass(frozen=True)
+class BackwardVariant:
+    """One built-in backward kernel: ``kind`` dx (a row each) or dparams (dγ, dβ: column sums;
+    ``partial`` needs the second launch ``backward_dparams_finalize``)."""
+
+    name: str
+    norm: str          # layernorm | rmsnorm
+    kind: str          # dx | dparams | finalize
+    algorithm: str     # stable | naive | article | atomic | partial | storage | finalize
+    storage: str | None
+    source: str = "backward.cu"
+
+    @property
+    def fmt(self) -> formats.Format:
+        return formats.get(self.storage)
+
+    @property
+    def has_beta(self) -> bool:
+        return self.norm == "layernorm"
+
+    @property
+    def param_fmt(self) -> formats.Format:
+        """The format dγ and dβ are written in: float, or the storage format."""
+        return self.fmt if self.algorithm == "storage" else formats.FP32
+
+    @property
+    def path(self) -> Path:
+        return CUDA_SRC / self.source
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _build_backward() -> list[BackwardVariant]:
+    out = []
+    for st in STORAGES:
+        for algo in BACKWARD_DX:
+            out.append(BackwardVariant(f"layernorm_backward_dx_{algo}_{st}", "layernorm", "dx",
+                                       algo, st))
+        out.append(BackwardVariant(f"rmsnorm_backward_dx_stable_{st}", "rmsnorm", "dx",
+                                   "stable", st))
+        for norm in ("layernorm", "rmsnorm"):
+            for algo in BACKWARD_DPARAMS:
+                if algo == "storage" and st == "fp32":
+                    continue  # float sums in float storage: the partial kernel's
+                out.append(BackwardVariant(f"{norm}_backward_dparams_{algo}_{st}", norm,
+                                           "dparams", algo, st))
+    out.append(BackwardVariant("backward_dparams_finalize", "layernorm", "finalize", "finalize",
+                               None))
+    return out
+
+
+_BACKWARD = _build_backward()
+_BACKWARD_BY_NAME = {v.name: v for v in _BACKWARD}
+
+
+def backward_variants(*, norm=None, kind=None, algorithm=None, storage=None):
+    """Every built-in backward kernel, optionally filtered (the finalize helper has kind
+    ``finalize``)."""
+    sel = _BACKWARD
+    for key, val in (("norm", norm), ("kind", kind), ("algorithm", algorithm),
+                     ("storage", storage)):
+        if val is not None:
+            sel = [v for v in sel if getattr(v, key) == val]
+    return list(sel)
+
+
+def get_backward(name) -> BackwardVariant:
+    if isinstance(name, BackwardVariant):
+        return name
+    try:
+        return _BACKWARD_BY_NAME[name]
+    except KeyError:
+        raise invalid("variant", name, "the name of a built-in backward kernel",
+                      "list them with normcheck.kernels.backward_variants()") from None
+
+
+def run_backward_dx(variant, x, dy, gamma, mean, rstd, *, backend="cpu", block=BLOCK,
+                    **launch) -> np.ndarray:
+    """dx of a built-in backward dx kernel on the rows x with upstream gradient dy and the saved
+    statistics mean (LayerNorm) and rstd ([rows] float32)."""
+    v = get_backward(variant)
+    if v.kind != "dx":
+        raise invalid("variant", v.name, "a dx kernel", "see backward_variants(kind='dx')")
+    x, dy, g, mean, rstd = _backward_inputs(v, x, dy, gamma, mean, rstd)
+    rows, cols = x.shape
+    kern = compiled(v, backend)
+    dx = poisoned((rows, cols), v.fmt.dtype)
+    kern((rows,), (block,), [dx, dy, x, g, mean, rstd, np.int32(rows), np.int32(cols)],
+         names=["dx", "dy", "x", "gamma", "mean", "rstd", "rows", "cols"], **launch)
+    return dx
+
+
+def run_backward_dparams(variant, x, dy, mean, rstd, *, backend="cpu", block=BLOCK,
+                         rows_per_block=32, **launch):
+    """(dγ, dβ or None) of a built-in dparams kernel; ``launch`` may set the cpu backend's
+    ``schedule``/``seed`` (the atomic kernel's sum follows the blocks' order)."""
+    v = get_backward(variant)
+    if v.kind != "dparams":
+        raise invalid("variant", v.name, "a dparams kernel",
+                      "see backward_variants(kind='dparams')")
+    x, dy, _, mean, rstd = _backward_inputs(v, x, dy, None, mean, rstd)
+    rows, cols = x.shape
+    pf = v.param_fmt
+    kern = compiled(v, backend)
+    names = ["dgamma", "dbeta", "dy", "x", "mean", "rstd", "rows", "cols"]
+    if v.algorithm == "atomic":
+        dg = np.zeros(cols, np.float32)
+        db = np.zeros(cols, np.float32) if v.has_beta else None
+        kern((rows,), (block,), [dg, db, dy, x, mean, rstd, np.int32(rows), np.int32(cols)],
+             names=names, **launch)
+    elif v.algorithm == "partial":
+        nb = -(-rows // rows_per_block)
+        pg = poisoned((nb * cols,), np.float32)
+        pb = poisoned((nb * cols,), np.float32) if v.has_beta else None
+        kern((nb,), (block,), [pg, pb, dy, x, mean, rstd, np.int32(rows), np.int32(cols),
+                               np.int32(rows_per_block)],
+             names=["part_g", "part_b"] + names[2:] + ["rows_per_block"], **launch)
+        dg = poisoned((cols,), np.float32)
+        db = poisoned((cols,), np.float32) if v.has_beta else None
+        fin = compiled(get_backward("backward_dparams_finalize"), backend)
+        fin((-(-cols // block),), (block,), [dg, db, pg, pb, np.int32(nb), np.int32(cols)],
+            names=["dgamma", "dbeta", "part_g", "part_b", "nblocks", "cols"], **launch)
+    else:
+        dg = poisoned((cols,), pf.dtype)
+        db = poisoned((cols,), pf.dtype) if v.has_beta else None
+        kern((-(-cols // block),), (block,), [dg, db, dy, x, mean, rstd, np.int32(rows),
+                                              np.int32(cols)], names=names, **launch)
+    return dg, db
+
+
+def _backward_inputs(v, x, dy, gamma, mean, rstd):
+    fmt = v.fmt
+    for name, a in (("x", x), ("dy", dy)):
+        if not isinstance(a, np.ndarray) or a.ndim != 2 or a.dtype != fmt.dtype:
+            raise invalid(name, a, f"a 2-D array [rows, cols] of {fmt.dtype} for {v.name}")
+    if dy.shape != x.shape:
+        raise invalid("dy.shape", dy.shape, f"x's shape {x.shape}")
+    rows, cols = x.shape
+    g = None
+    if v.kind == "dx":
+        g = _param(gamma, "gamma", cols, fmt, 1.0)
+    r = np.ascontiguousarray(np.asarray(rstd, np.float32))
+    if r.shape != (rows,):
+        raise invalid("rstd.shape", r.shape, f"({rows},), one per row")
+    m = None
+    if v.norm == "layernorm":
+        m = np.ascontiguousarray(np.asarray(mean, np.float32))
+        if m.shape != (rows,):
+            raise invalid("mean.shape", m.shape, f"({rows},), one per row")
+    return np.ascontiguousarray(x), np.ascontiguousarray(dy), g, m, r
+
+
 def variants(*, norm=None, storage=None, algorithm=None, order=None, fast_math=None,
              convention=None) -> list[Variant]:
     """Every built-in variant, optionally filtered by attribute values."""
@@ -156,7 +317,7 @@ _modules = {}
 _lock = threading.Lock()
 
 
-def compiled(variant: Variant, backend="cpu", options=None):
+def compiled(variant: Variant | BackwardVariant, backend="cpu", options=None):
     """The compiled kernel of ``variant`` (its whole source file is built once per backend and
     options, e.g. {"fmad": True} on cuda)."""
     be = get_backend(backend)
@@ -164,7 +325,7 @@ def compiled(variant: Variant, backend="cpu", options=None):
     key = (be.name, variant.source, tuple(sorted(opts.items())))
     with _lock:
         if key not in _modules:
-            entries = [v.name for v in _VARIANTS if v.source == variant.source]
+            entries = [v.name for v in (*_VARIANTS, *_BACKWARD) if v.source == variant.source]
             _modules[key] = be.compile_many(variant.path, entries, options=opts)
     return _modules[key][variant.name]
 

@@ -138,7 +138,9 @@ class KernelTarget:
             return np.zeros(rows, fmt.dtype) if zero else kernels.poisoned((rows,), fmt.dtype)
         raise invalid(f"args.{a.label}", a.role, "a buffer role")
 
-    def __call__(self, case: Case, guard=None) -> dict:
+    def __call__(self, case: Case, guard=None, **launch) -> dict:
+        """The outputs by role; ``launch`` goes to every launch (the cpu backend's schedule,
+        seed and workers: the block order atomics arrive in)."""
         rows, cols = case.rows, case.cols
         buffers = {}
         for ln in self.spec.launches:
@@ -169,7 +171,7 @@ class KernelTarget:
             shm = specs.evaluate(ln.shared_mem, rows, cols, "launch.shared_mem")
             kern = self.kernels[ln.entry]
             kern(grid, block, args, shared_mem=shm, names=names, timeout=self.timeout,
-                 guard=guard)
+                 guard=guard, **launch)
         out = {}
         for a, buf in buffers.values():
             last = a.roles[-1]  # an in-place buffer is read as its exit role

@@ -71,7 +71,8 @@ import numpy as np
 from normcheck import formats, norms
 from normcheck.errors import SpecError
 
-__all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "default_spec", "evaluate",
+__all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "default_spec",
+           "default_backward_spec", "evaluate",
            "evaluate_dims", "ROLES", "NORMS", "INPLACE", "scalar_type"]
 
 NORMS = norms.NORMS
@@ -191,6 +192,16 @@ def default_spec(norm, block: int = 256) -> KernelSpec:
     roles += ["eps", "rows", "cols"]
     return KernelSpec(launches=[LaunchSpec([ArgSpec(r) for r in roles], block=str(int(block)))],
                       norm=n.name)
+
+
+def default_backward_spec(norm, block: int = 256) -> KernelSpec:
+    """The backward ABI of cuda_src/backward.cu's dx kernels: (dx, dy, x, γ, mean, rstd, rows,
+    cols), mean a null pointer for RMSNorm; the statistics are the saved ones."""
+    n = norms.get(norm)
+    roles = ["dx", "dy", "input", "gamma", "mean" if n.centred else "null", "rstd", "rows",
+             "cols"]
+    return KernelSpec(launches=[LaunchSpec([ArgSpec(r) for r in roles], block=str(int(block)))],
+                      norm=n.name, backward=True, stats="saved")
 
 
 def load(path) -> KernelSpec:
@@ -386,7 +397,13 @@ def _check_roles(spec: KernelSpec, where: str):
                    "in-place buffer with role = [\"input\", \"output\"])")
     if "input" not in roles:
         raise _err(where, "args", roles, "an input argument (x)")
-    if spec.eps is None and "eps" not in roles:
+    if backward and spec.stats is None:
+        spec.stats = "saved" if "rstd" in roles else "recomputed"
+    if backward and spec.stats == "saved" and "rstd" not in roles:
+        raise _err(where, "stats", "saved", "an argument with role rstd (and mean for "
+                   "LayerNorm): the saved statistics a backward kernel reads")
+    needs_eps = not (backward and spec.stats == "saved")
+    if needs_eps and spec.eps is None and "eps" not in roles:
         raise _err(where, "eps", None, "an argument with role eps, or eps = <value> when ε is "
                    "fixed inside the kernel")
     dtypes, strides = {}, {}

@@ -64,10 +64,11 @@ def test_results_json_is_strict_and_complete(tmp_path):
     assert (out / rec["worst"]["file"]).is_file()
     assert any(r["max_ulp"] == "inf" for r in data["records"])  # naive fp32 on offsets
     for name in ("report.md", "index.html", "conditioning.png", "fp16_overflow_map.png",
-                 "histograms.png"):
+                 "histograms.png", "dgamma_rows.png", "backward.json"):
         assert (out / name).is_file(), name
     html = (out / "index.html").read_text()
-    assert html.count("data:image/png;base64,") == 3
+    assert html.count("data:image/png;base64,") == 4
+    assert "## Backward" in (out / "report.md").read_text()
     assert "The seed articles, measured" in (out / "report.md").read_text()
     verdicts = {a["claim"][:30]: a["verdict"] for a in done["results"]["audit"]}
     assert "false" in verdicts.values() and "true" in verdicts.values()

@@ -28,7 +28,6 @@ start), ``"both"`` launches twice to catch either.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import importlib.util
 import mmap
 import os

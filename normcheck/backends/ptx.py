@@ -16,7 +16,7 @@ plain accesses, so guard pages still catch them, and check the vector alignment 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from normcheck.errors import CompileError
 

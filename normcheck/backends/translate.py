@@ -133,7 +133,7 @@ def _shared(text: str) -> str:
     depth = _Depth(text)
     file_scope = {}  # name -> replacement expression, for later uses
     for m in _EXTERN_SHARED.finditer(text):
-        attrs, typ, name = m.group(1), m.group(2).strip(), m.group(3)
+        typ, name = m.group(2).strip(), m.group(3)
         expr = f"(reinterpret_cast<{typ}*>(::ncsimt::dynamic_smem()))"
         out.append(text[last:m.start()])
         if depth.at(m.start()) > 0:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +140,19 @@ def _long_run(rows, cols, cols_range, multiple_of):
     return int(rows), int(cols)
 
 
+def _resolve(spec, norm, dtype):
+    """(the spec loaded or None, the Norm, the storage Format): norm and dtype from the
+    arguments, else from the spec."""
+    if spec is not None and not isinstance(spec, specs.KernelSpec):
+        spec = specs.load(spec)
+    norm = norm or (spec.norm if spec else None)
+    dtype = dtype or (spec.dtype if spec else None)
+    for name, v in (("norm", norm), ("dtype", dtype)):
+        if v is None:
+            raise invalid(name, None, f"a {name} (give --{name} or put it in the spec)")
+    return spec, norms.get(norm), formats.get(dtype)
+
+
 def _check_timeout(timeout):
     if timeout is None:
         return None
@@ -224,15 +236,7 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
     memory; ``progress(done, rows, rows_per_s)`` is called every few seconds)."""
     _check_counts(examples, search, seed)
     timeout = _check_timeout(timeout)
-    if spec is not None and not isinstance(spec, specs.KernelSpec):
-        spec = specs.load(spec)
-    norm = norm or (spec.norm if spec else None)
-    dtype = dtype or (spec.dtype if spec else None)
-    for name, v in (("norm", norm), ("dtype", dtype)):
-        if v is None:
-            raise invalid(name, None, f"a {name} (give --{name} or put it in the spec)")
-    n = norms.get(norm)
-    fmt = formats.get(dtype)
+    spec, n, fmt = _resolve(spec, norm, dtype)
     if spec is None:
         if entry is None:
             raise invalid("entry", None, "the kernel to run (give --entry or a spec)")

@@ -428,7 +428,7 @@ class Judge:
 
         def collect(job):
             nonlocal worst, done, last
-            fam, case, (m, f) = job[0], job[1], job[2].result()
+            case, (m, f) = job[1], job[2].result()
             fails.extend(f)
             done += case.rows
             fr.rows += case.rows

@@ -20,6 +20,14 @@ def _fmt(v):
 
 def render(r) -> str:
     t = r.tolerance
+    if r.extra and r.extra.get("backward"):
+        lines = [f"normcheck check --backward: {r.kernel} ({r.norm_desc}, {r.dtype}, "
+                 f"{r.backend} backend; outputs {', '.join(r.extra['backward']['outputs'])})",
+                 "fail: beyond what a sound float backward kernel can produce -- sums in any "
+                 "order, one final rounding (normcheck.bounds.sound_backward), never below "
+                 f"{t.fail_floor:g} ulp; or non-finite, unwritten, a crash, out of bounds, a "
+                 "deadlock, a timeout, a sandbox violation, an exception.  No warn."]
+        return "\n".join(lines + _body(r))
     lines = [f"normcheck check: {r.kernel} ({r.norm_desc}, {r.dtype} -> {r.out_dtype}, "
              f"{r.backend} backend)",
              "fail: beyond what a sound kernel can produce -- a float-accumulating two-pass, "
@@ -29,6 +37,11 @@ def render(r) -> str:
              "violation, an exception",
              f"warn: within that bound, but more than {t.warn_k:g}x the best built-in order and "
              f"above {t.warn_floor:g} ulp (of max(|γx̂|,|β|)) -- {t.reason}"]
+    return "\n".join(lines + _body(r))
+
+
+def _body(r) -> list:
+    lines = []
     if r.baseline_note:
         lines.append(f"note: {r.baseline_note}")
     lines.append("")
@@ -78,6 +91,12 @@ def render(r) -> str:
         from normcheck import replay
 
         lines.append(f"replay: {replay.command(r.counterexample)}")
+    bw = r.extra.get("backward") if r.extra else None
+    if bw and bw.get("races_ulp"):
+        worst = max(bw["races_ulp"].items(), key=lambda kv: kv[1])
+        lines.append(f"nondeterminism: over {bw['orders']} seeded block orders (atomics arriving "
+                     f"in each), the largest spread is {worst[1]:.3g} ulps ({worst[0]}); "
+                     + "; ".join(f"{k}: {v:.3g}" for k, v in bw["races_ulp"].items()))
     long = next((f for f in r.families if f.family == "long"), None)
     if long is not None:
         lines.append(f"long run: {long.rows:,} rows of {long.cols[0]} in batches of about 2^20 "
@@ -85,4 +104,4 @@ def render(r) -> str:
                      " MiB; p99 from a histogram (at most 4.4% high)")
     lines.append(f"verdict: {r.verdict.upper()} -- {r.rows_checked} rows in {r.seconds:.1f} s"
                  + (f"; likely cause: {r.cause}" if r.cause and r.verdict != "pass" else ""))
-    return "\n".join(lines)
+    return lines

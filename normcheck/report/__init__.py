@@ -62,7 +62,12 @@ def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster) -> d
         gpu = bench.gpu_bandwidth(echo=lambda *a: None)
         timings = {r["kernel"]: r["seconds"] for r in gpu["kernels"]}
         gpu_text = bench.format_gpu(gpu)
-    results["audit"] = audit.run_audit(results["records"], backend=be, timings=timings)
+    from normcheck.report import backward
+
+    results["backward"] = backward.measure(be, seed=p.seed, mode=p.mode)
+    (out / "backward.json").write_text(sweep._dump(results["backward"], indent=1))
+    results["audit"] = audit.run_audit(results["records"], backend=be, timings=timings,
+                                       backward=results["backward"])
     (out / "audit.json").write_text(sweep._dump(results["audit"], indent=1))
     paths = render.render(results, out, gpu=gpu_text)
     return {"results": results, "paths": paths, "complete": True}

@@ -172,6 +172,33 @@ def rsqrt_cost(records, path: Path, backend: str) -> Path | None:
     return path
 
 
+def dgamma_rows(backward, path: Path) -> Path | None:
+    """dγ's largest relative error against the number of rows summed, one line per accumulation
+    strategy and format (the report's backward section)."""
+    pts = (backward or {}).get("dgamma") or []
+    if not pts:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    lines = {}
+    for p in pts:
+        lines.setdefault((p["algorithm"], p["storage"]), []).append(p)
+    for (algo, st), ps in sorted(lines.items()):
+        ps = sorted(ps, key=lambda p: p["rows"])
+        ax.plot([p["rows"] for p in ps], [max(p["max_rel_error"], 1e-12) for p in ps],
+                marker="o", linestyle="--" if algo == "storage" else "-",
+                label=f"{algo} ({st} rows)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("rows summed")
+    ax.set_ylabel("max relative error of dγ")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def render_all(results, out_dir: Path, bins) -> dict:
     """Every plot that applies; none (and the report says so) where matplotlib is missing."""
     out_dir = Path(out_dir)
@@ -186,5 +213,6 @@ def render_all(results, out_dir: Path, bins) -> dict:
         "overflow_map": overflow_map(recs, out_dir / "fp16_overflow_map.png"),
         "histograms": histograms(recs, out_dir / "histograms.png", bins),
         "rsqrt": rsqrt_cost(recs, out_dir / "rsqrt_cost.png", backend),
+        "dgamma_rows": dgamma_rows(results.get("backward"), out_dir / "dgamma_rows.png"),
     }
     return {k: v for k, v in made.items() if v is not None}

@@ -154,7 +154,59 @@ PLOT_TEXT = {
                    "width of the gaussian family together."),
     "rsqrt": ("What rsqrtf costs", "Two-pass LayerNorm with rsqrtf against __frsqrt_rn, max ULP "
               "per format/order/family, measured on the GPU."),
+    "dgamma_rows": ("dγ against the rows summed", "RMSNorm's dγ = Σ_rows dy·x̂ (x̂ ≈ 1, dy ≈ "
+                    "0.5, so the partial sums grow with the rows) for each accumulation "
+                    "strategy: float atomics and per-block partial sums stay near float's "
+                    "rounding; summing in fp16/bf16 stagnates once the partial sum's spacing "
+                    "passes the terms (2048 in fp16, 256 in bf16)."),
 }
+
+_BACKWARD_PLOT = "dgamma_rows"
+
+
+def _plain_table(rows):
+    head, *body = rows
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def _backward_md(bw):
+    """The backward section: dx of every built-in dx kernel per family, and the dγ sweep."""
+    if not bw:
+        return []
+    out = ["## Backward\n",
+           "Built-in backward kernels (cuda_src/backward.cu) against the exact gradients "
+           "(normcheck.oracle_backward) with the saved statistics; each cell the largest ULP "
+           "error and, in brackets, the error over the sound backward bound "
+           "(normcheck.bounds.sound_backward; above 1 fails the check).\n"]
+    fams = list(dict.fromkeys(d["family"] for d in bw["dx"]))
+    kern = list(dict.fromkeys(d["kernel"] for d in bw["dx"]))
+    rows = [["dx kernel"] + fams]
+    for k in kern:
+        rows.append([k] + [next((f"{_num(d['max_ulp'])} ({_num(d['of_bound'])}x)"
+                                 for d in bw["dx"] if d["kernel"] == k and d["family"] == f),
+                                "-") for f in fams])
+    out.append(_plain_table(rows))
+    out.append("\ndγ over the rows (64 columns): largest relative error, its ratio to the sound "
+               "bound, and for the atomics the spread over seeded block orders (ulps).\n")
+    rs = sorted({d["rows"] for d in bw["dgamma"]})
+    kern = list(dict.fromkeys(d["kernel"] for d in bw["dgamma"]))
+    rows = [["dγ kernel"] + [f"{r} rows" for r in rs]]
+    for k in kern:
+        cells = []
+        for r in rs:
+            d = next((d for d in bw["dgamma"] if d["kernel"] == k and d["rows"] == r), None)
+            if d is None:
+                cells.append("-")
+                continue
+            c = f"{d['max_rel_error']:.2g} ({_num(d['of_bound'])}x)"
+            if d["orders"] > 1:
+                c += f" ±{_num(d['spread_ulp'])}"
+            cells.append(c)
+        rows.append([k] + cells)
+    out.append(_plain_table(rows))
+    return out
 
 
 def render(results, out_dir, gpu=None) -> dict:
@@ -193,6 +245,8 @@ def render(results, out_dir, gpu=None) -> dict:
     for fam, note, widths, rows in tables:
         md.append(f"### {fam}: {note}\n\nwidths {', '.join(map(str, widths))}\n")
         md.append(_md_table(rows) + "\n")
+    md += _backward_md(results.get("backward"))
+    md.append("")
     md.append("## The seed articles, measured\n")
     md.append(_audit_md(audit) if audit else "(not run)\n")
     if gpu:
@@ -223,6 +277,9 @@ def render(results, out_dir, gpu=None) -> dict:
     for fam, note, widths, rows in tables:
         body.append(f"<h3>{html.escape(fam)}: {html.escape(note)}</h3><p>widths "
                     f"{', '.join(map(str, widths))}</p>" + _html_table(rows, out_dir))
+    bw_md = _backward_md(results.get("backward"))
+    if bw_md:
+        body.append("<h2>Backward</h2><pre>" + html.escape("\n".join(bw_md[1:])) + "</pre>")
     body.append("<h2>The seed articles, measured</h2>")
     for a in audit:
         body.append(f"<h3 class='{a['verdict'].replace(' ', '-')}'>"

@@ -561,13 +561,30 @@ static void alt_stack() {
 // ------------------------------------------------------------------------------------------------
 // Launch
 // ------------------------------------------------------------------------------------------------
+// schedule 2's block order: a seeded permutation of [0, total), without a table (grids may hold
+// 2^40 blocks): an invertible mix on the next power of two, walked until it lands in range.
+static unsigned long long permuted_block(unsigned long long b, unsigned long long total,
+                                         unsigned long long seed) {
+  int k = 1;
+  while (k < 63 && (1ull << k) < total) ++k;
+  const unsigned long long mask = (1ull << k) - 1;
+  const unsigned long long mul = ((seed * 0x9E3779B97F4A7C15ull) | 1ull) & mask;
+  const unsigned long long add = (seed * 0xBF58476D1CE4E5B9ull + 0x94D049BB133111EBull) & mask;
+  do {
+    b = (b * mul + add) & mask;           // odd multiplier: a bijection mod 2^k
+    b ^= b >> ((k + 1) / 2);              // xorshift: a bijection
+    b = (b * (mul | 5ull) + (add >> 1)) & mask;
+  } while (b >= total);
+  return b;
+}
+
 struct LaunchParams {
   unsigned grid[3];
   unsigned block[3];
   unsigned long long shared_mem;
   void** args;
   int nworkers;
-  int schedule;  // 0 forward, 1 reverse (warps and lanes), 2 warps in a seeded random order
+  int schedule;  // 0 forward, 1 reverse (warps and lanes), 2 blocks and warps in seeded orders
   unsigned long long seed;
   char* err;
   int errlen;
@@ -694,6 +711,7 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
     if (S->failed) break;
     unsigned long long b = S->next.fetch_add(1);
     if (b >= total) break;
+    if (p->schedule == 2) b = permuted_block(b, total, p->seed);
     tls_blockIdx.x = (unsigned)(b % p->grid[0]);
     tls_blockIdx.y = (unsigned)((b / p->grid[0]) % p->grid[1]);
     tls_blockIdx.z = (unsigned)(b / ((unsigned long long)p->grid[0] * p->grid[1]));
