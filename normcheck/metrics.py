@@ -21,7 +21,7 @@ import numpy as np
 from normcheck.oracle import Reference
 
 __all__ = ["CLASSES", "FAILURE_CLASSES", "Comparison", "Summary", "compare", "summarize", "ulp_stats",
-           "StreamStats", "failure_message", "to_json"]
+           "StreamStats", "failure_message", "to_json", "short"]
 
 #: Outcome classes, by code.
 CLASSES = (
@@ -236,6 +236,17 @@ def failure_message(title: str, kernel: str, ref: Reference, actual, bad, x=None
     if replay:
         lines.append(f"  replay     {replay}")
     return "\n".join(lines)
+
+
+def short(v) -> str:
+    """A figure for a table: 3 significant digits, inf/nan spelled, None as "-", ints whole."""
+    if v is None:
+        return "-"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
 def to_json(obj) -> str:

@@ -58,6 +58,7 @@ __all__ = [
     "add_layernorm",
     "add_rmsnorm",
     "mp_reference",
+    "saved_statistics",
 ]
 
 DEFAULT_EPS = np.float32(1e-5)
@@ -208,6 +209,20 @@ def for_norm(norm, x, gamma=None, beta=None, *, residual=None, eps=DEFAULT_EPS,
     if n.centred:
         return layernorm(x, g, b, eps=eps, out=out)
     return rmsnorm(x, g, eps=eps, out=out, gemma=n.gemma)
+
+
+def saved_statistics(norm, x, *, eps=DEFAULT_EPS):
+    """(mean or None, rstd): each row's exact statistics correctly rounded to float32 — what a
+    sound forward kernel saves for the backward pass — without computing y."""
+    from normcheck import norms
+
+    n = norms.get(norm)
+    if n.fused:
+        raise invalid("norm", n.name, "a norm without the fused add (the statistics of h: pass "
+                      "h = x + residual as x)")
+    xin = _rows(x, "x")
+    st = _statistics(_Pair(xin), _eps(eps), n.centred)
+    return (st["mean"].rounded if n.centred else None), st["rstd"].rounded
 
 
 def _hf(n, x, gamma, residual, eps, convention, out):

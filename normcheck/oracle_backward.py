@@ -39,7 +39,7 @@ import numpy as np
 from normcheck import formats, norms
 from normcheck.errors import invalid
 from normcheck.formats import Format
-from normcheck.oracle import Reference, _decide, _ziv
+from normcheck.oracle import Reference, _decide, _eps, _two_sum, _ziv
 
 __all__ = ["BackwardReference", "backward", "STATS", "mp_backward"]
 
@@ -91,10 +91,6 @@ def _scaled(values, K_from, K_to):
     return values * (1 << (K_to - K_from)) if K_to > K_from else values
 
 
-def _frac_of_float(v) -> Fraction:
-    return Fraction(float(v))
-
-
 # ------------------------------------------------------------------------------------------------
 # Public entry point
 # ------------------------------------------------------------------------------------------------
@@ -128,12 +124,7 @@ def backward(norm, x, dy, gamma=None, *, residual=None, dh=None, eps=np.float32(
         if g.shape != (cols,):
             raise invalid("gamma.shape", g.shape, f"({cols},)")
         formats.of_dtype(g.dtype, "gamma.dtype")
-    try:
-        e32 = np.float32(eps)
-    except (TypeError, ValueError):
-        raise invalid("eps", eps, "a positive finite float32") from None
-    if not (np.isfinite(e32) and e32 > 0):
-        raise invalid("eps", eps, "a positive finite float32 (ε > 0)")
+    eps_q = Fraction(_eps(eps))
     out_fmt = formats.get(out) if out is not None else fmt
     p_fmt = formats.get(param_out) if param_out is not None else formats.FP32
     b_fmt = formats.get(dbeta_out) if dbeta_out is not None else p_fmt
@@ -146,8 +137,7 @@ def backward(norm, x, dy, gamma=None, *, residual=None, dh=None, eps=np.float32(
     # the rows the norm normalises (exact values as ints), and the gradient's integer form
     if n.fused:
         if convention == "stored":
-            hx = formats.get(fmt.name).round_pair(*_two_sum(x.astype(np.float64),
-                                                             res.astype(np.float64)))
+            hx = fmt.round_pair(*_two_sum(x.astype(np.float64), res.astype(np.float64)))
             H, KH = _ints(hx)
         else:
             X1, K1 = _ints(x.astype(np.float64))
@@ -165,13 +155,11 @@ def backward(norm, x, dy, gamma=None, *, residual=None, dh=None, eps=np.float32(
         GM, KGM = np.full(cols, 1, dtype=object), 0
     G = DY * GM[None, :]
     KG = KDY + KGM
-    eps_q = Fraction(float(e32))
     DH = None
     if dh is not None:
         dhv = _like(dh, "dh", x)
         DH, KDH = _ints(dhv.astype(np.float64))
-    dx_t, dx_e, exact_dx = [], [], []
-    xhat_terms = []  # per row: (numerators of dy·x̂ over a common denominator, den, w or None)
+    dx_t, dx_e, exact_rows = [], [], []  # per row: float64 dx, its bound, the exact quantities
     for i in range(rows):
         row = _Row(H[i], KH, G[i], KG, DY[i], KDY, n.centred, eps_q,
                    stats, None if mean is None else mean[i], None if rstd is None else rstd[i])
@@ -181,8 +169,7 @@ def backward(norm, x, dy, gamma=None, *, residual=None, dh=None, eps=np.float32(
             e = e + _U * np.abs(y)
         dx_t.append(y)
         dx_e.append(e)
-        exact_dx.append(row)
-        xhat_terms.append(row)
+        exact_rows.append(row)
     y = np.array(dx_t)
     e = np.array(dx_e)
     r, ok = _decide(y, e, out_fmt)
@@ -191,17 +178,11 @@ def backward(norm, x, dy, gamma=None, *, residual=None, dh=None, eps=np.float32(
     rounded = r.copy()
     for i, j in zip(*np.nonzero(~ok)):
         extra = Fraction(int(DH[i, j]), 1 << KDH) if DH is not None else Fraction(0)
-        exact[i, j], rounded[i, j] = exact_dx[i].dx_exact(j, out_fmt, extra)
+        exact[i, j], rounded[i, j] = exact_rows[i].dx_exact(j, out_fmt, extra)
     dx_ref = Reference(out_fmt, exact, rounded.astype(out_fmt.dtype), slow)
-    dgamma = _dgamma(xhat_terms, p_fmt) if g is not None else None
+    dgamma = _dgamma(exact_rows, p_fmt) if g is not None else None
     dbeta = _dbeta(DY, KDY, b_fmt) if (n.centred and n.has_beta) else None
     return BackwardReference(dx_ref, dgamma, dbeta)
-
-
-def _two_sum(a, b):
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
 
 
 class _Row:
@@ -341,7 +322,6 @@ def _dgamma(rows_, fmt: Format) -> Reference:
 def _column_exact(rows_, j, fmt: Format):
     """Σ_rows dy·x̂ of column j, exactly: Fractions when every r is rational (saved statistics,
     or perfect squares), else intervals at rising precision."""
-    parts = []
     rational = Fraction(0)
     irr = []
     for r in rows_:
@@ -356,11 +336,10 @@ def _column_exact(rows_, j, fmt: Format):
             irr.append((num, r.w))
     if not irr:
         return float(rational), fmt.round(rational)
-    parts = irr
 
     def expr(ctx):
         acc = ctx.mpf(rational)
-        for num, w in parts:
+        for num, w in irr:
             acc = acc + ctx.mpf(num) / ctx.sqrt(ctx.mpf(w))
         return acc
 

@@ -131,6 +131,15 @@ inline void two_prod(double a, double b, double& p, double& e) {
   e = ((ah * bh - p) + ah * bl + al * bh) + al * bl;
 }
 
+// (s, t) += (s2, t2): the float sums added by TwoSum, its error and the t parts into t.
+inline void dd_combine(double& s, double& t, double s2, double t2) {
+  double sm, e;
+  two_sum(s, s2, sm, e);
+  s = sm;
+  t += t2;
+  t += e;
+}
+
 // Σ (hi + lo) in double-double, blocked like bsum; the TwoSum errors and the lo parts accumulate
 // in t.  tmp holds >= 4·nblocks doubles.
 inline void ddsum(const double* hi, const double* lo, const Layout& L, double* tmp, double& sh,
@@ -151,13 +160,7 @@ inline void ddsum(const double* hi, const double* lo, const Layout& L, double* t
         t[l] += q[i + l];
       }
     for (int w = LANES / 2; w >= 1; w /= 2)
-      for (int l = 0; l < w; ++l) {
-        double sm, e;
-        two_sum(s[l], s[l + w], sm, e);
-        s[l] = sm;
-        t[l] += t[l + w];
-        t[l] += e;
-      }
+      for (int l = 0; l < w; ++l) dd_combine(s[l], t[l], s[l + w], t[l + w]);
     bs[b] = s[0];
     bt[b] = t[0];
   }
@@ -166,13 +169,7 @@ inline void ddsum(const double* hi, const double* lo, const Layout& L, double* t
   for (int b = L.nblocks; b < w; ++b) bs[b] = bt[b] = 0;
   while (w > 1) {
     w /= 2;
-    for (int b = 0; b < w; ++b) {
-      double sm, e;
-      two_sum(bs[b], bs[b + w], sm, e);
-      bs[b] = sm;
-      bt[b] += bt[b + w];
-      bt[b] += e;
-    }
+    for (int b = 0; b < w; ++b) dd_combine(bs[b], bt[b], bs[b + w], bt[b + w]);
   }
   sh = bs[0];
   sl = bt[0];

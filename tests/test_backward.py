@@ -81,9 +81,7 @@ def test_gradients_match_mpmath(fmt, norm, kind):
     else:
         assert ref.dbeta is None
     # with the forward pass's saved statistics
-    fw = oracle.for_norm(norm, x, g)
-    m = fw.mean.rounded if centred else None
-    r = fw.rstd.rounded
+    m, r = oracle.saved_statistics(norm, x)
     ref = ob.backward(norm, x, dy, g, stats="saved", mean=m, rstd=r, param_out=fmt)
     dx, dg, _ = _truth(x, dy, g, fmt=fmt, pfmt=fmt, centred=centred, gemma=gemma, mean=m, rstd=r)
     assert _same(ref.dx.rounded, dx) and _same(ref.dgamma.rounded, dg)
@@ -150,9 +148,15 @@ def test_bad_arguments():
 
 
 # -- the built-in backward kernels ----------------------------------------------------------------
-def _saved(norm, x):
-    fw = oracle.for_norm(norm, x)
-    return (fw.mean.rounded if norm == "layernorm" else None), fw.rstd.rounded
+def test_saved_statistics_are_the_forward_oracles():
+    x, _ = _rows("fp16", 5, 77, "offset")
+    for norm in ("layernorm", "rmsnorm"):
+        fw = oracle.for_norm(norm, x)
+        m, r = oracle.saved_statistics(norm, x)
+        assert _same(r, fw.rstd.rounded) and r.dtype == np.float32
+        assert (m is None) if norm == "rmsnorm" else _same(m, fw.mean.rounded)
+    with pytest.raises(errors.InvalidArgument, match="norm='add_rmsnorm'"):
+        oracle.saved_statistics("add_rmsnorm", x)
 
 
 @pytest.mark.parametrize("v", kernels.backward_variants(kind="dx"), ids=lambda v: v.name)
@@ -162,7 +166,7 @@ def test_dx_kernels_against_the_sound_bound(v):
     f = v.fmt
     x, dy = _rows(v.storage, 9, 300, "gaussian")
     g = f.cast(1 + 0.3 * np.random.default_rng(3).standard_normal(300))
-    m, r = _saved(v.norm, x)
+    m, r = oracle.saved_statistics(v.norm, x)
     dx = kernels.run_backward_dx(v, x, dy, g, m, r)
     ref = ob.backward(v.norm, x, dy, g, stats="saved", mean=m, rstd=r)
     E = bounds.sound_backward(v.norm, x, dy, g, mean=m, rstd=r)["dx"]
@@ -172,7 +176,7 @@ def test_dx_kernels_against_the_sound_bound(v):
 
 def test_the_naive_dx_fails_on_offset_rows():
     x, dy = _rows("fp32", 9, 768, "offset")
-    m, r = _saved("layernorm", x)
+    m, r = oracle.saved_statistics("layernorm", x)
     g = np.ones(768, np.float32)
     E = bounds.sound_backward("layernorm", x, dy, g, mean=m, rstd=r)["dx"]
     ref = ob.backward("layernorm", x, dy, g, stats="saved", mean=m, rstd=r)
@@ -188,7 +192,7 @@ def test_dparams_kernels_against_the_sound_bound(v):
     4097 rows of dy ≈ 0.5 (the partial sums reach 2048, where fp16 steps by 2 and adding 0.5
     rounds away)."""
     x, dy = _rows(v.storage, 4097, 7, "biased")
-    m, r = _saved(v.norm, x)
+    m, r = oracle.saved_statistics(v.norm, x)
     dg, db = kernels.run_backward_dparams(v, x, dy, m, r)
     ref = ob.backward(v.norm, x, dy, np.ones(7, x.dtype), stats="saved", mean=m, rstd=r,
                       param_out=v.param_fmt.name)
@@ -204,7 +208,7 @@ def test_dparams_kernels_against_the_sound_bound(v):
 def test_atomics_race_and_partials_do_not():
     """Seeded block orders change the atomic kernel's dγ, never the two-launch partial sums."""
     x, dy = _rows("fp32", 257, 64, "gaussian")
-    m, r = _saved("layernorm", x)
+    m, r = oracle.saved_statistics("layernorm", x)
     outs = {}
     for algo in ("atomic", "partial"):
         outs[algo] = [kernels.run_backward_dparams(f"layernorm_backward_dparams_{algo}_fp32",

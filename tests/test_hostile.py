@@ -20,7 +20,7 @@ SRC = Path(__file__).parent / "cuda" / "hostile.cu"
 CHECK_SRC = Path(__file__).parent / "cuda" / "check" / "kernels.cu"
 ENTRIES = ["write_file", "read_passwd", "read_cloexec", "run_command", "fork_bomb", "fork_abort",
            "network", "remove_file", "stack_overflow", "read_before_start", "read_past_end",
-           "spin"]
+           "spin", "vector_load"]
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +95,25 @@ def test_faults_keep_their_names(k):
     with pytest.raises(errors.KernelTimeout):
         k["spin"](1, 1, [y], timeout=1)
     k["read_past_end"](1, 32, [y, np.ones(8, np.float32), np.int32(7)])  # and it carries on
+
+
+def test_vector_loads_of_an_odd_sized_array_run_aligned(k, monkeypatch):
+    """An array whose size is not a multiple of 16 bytes first ends exactly at its guard page;
+    a kernel whose 16-byte loads then fault as misaligned runs again aligned — and remembers it,
+    so later launches are not run twice."""
+    kern = k["vector_load"]
+    x = np.arange(1, 7, dtype=np.float32)
+    y = np.zeros(1, np.float32)
+    launches = []
+    real = type(kern)._launch
+    monkeypatch.setattr(type(kern), "_launch",
+                        lambda self, *a: (launches.append(a[-1]), real(self, *a))[1])
+    kern(1, 1, [y, x, np.int32(6)])
+    assert y[0] == 1 + 2 + 3 + 4 + 6
+    assert launches == ["tight", "end"] and kern.needs_alignment
+    launches.clear()
+    kern(1, 1, [y, x, np.int32(6)])
+    assert launches == ["end"]
 
 
 def test_nothing_in_dev_shm(k):

@@ -306,7 +306,7 @@ def test_fused_exact_pairs_agree_with_mpmath(data):
         assert same(ref.rounded, truth(hx, g, center=False, out=out))
 
 
-def test_the_fast_path_uses_its_threads(monkeypatch):
+def test_the_fast_path_gives_the_same_bits_on_any_number_of_threads(monkeypatch):
     """One thread or several: the same bits (rows are independent, sums are not reassociated)."""
     rng = np.random.default_rng(3)
     x = (1000 + rng.standard_normal((64, 333))).astype(np.float32)

@@ -540,31 +540,30 @@ def _mem_type(g, ins):
     return t, v
 
 
-def _ld(g: _Gen, ins: Instr) -> str:
+def _access(g: _Gen, ins: Instr, store: bool):
+    """(type, the registers, the C++ pointer declaration) of an ld (store False) or st: the
+    address checked for the alignment a GPU demands of the whole vector."""
     _nargs(g, ins, 2)
     t, v = _mem_type(g, ins)
     size = _SIZES[re.sub(r"\D", "", t)] if t not in ("f32", "f64") else (4 if t == "f32" else 8)
-    dst = g.vec(ins.args[0])
-    if len(dst) != v:
-        g.fail(f"expected {v} destination registers")
-    addr = g.addr(ins.args[1])
-    ct = _ALL_TYPES[t]
-    code = [f"const {ct}* __nc_a = (const {ct}*)::ncsimt::ptx::aligned({addr}, {size * v}, 0);"]
-    code += [g.put(d, t, f"__nc_a[{k}]") for k, d in enumerate(dst)]
+    regs = g.vec(ins.args[1 if store else 0])
+    if len(regs) != v:
+        g.fail(f"expected {v} {'source' if store else 'destination'} registers")
+    addr = g.addr(ins.args[0 if store else 1])
+    ct = ("" if store else "const ") + _ALL_TYPES[t]
+    decl = f"{ct}* __nc_a = ({ct}*)::ncsimt::ptx::aligned({addr}, {size * v}, {int(store)});"
+    return t, regs, decl
+
+
+def _ld(g: _Gen, ins: Instr) -> str:
+    t, dst, decl = _access(g, ins, store=False)
+    code = [decl] + [g.put(d, t, f"__nc_a[{k}]") for k, d in enumerate(dst)]
     return "{ " + " ".join(code) + " }"
 
 
 def _st(g: _Gen, ins: Instr) -> str:
-    _nargs(g, ins, 2)
-    t, v = _mem_type(g, ins)
-    size = _SIZES[re.sub(r"\D", "", t)] if t not in ("f32", "f64") else (4 if t == "f32" else 8)
-    src = g.vec(ins.args[1])
-    if len(src) != v:
-        g.fail(f"expected {v} source registers")
-    addr = g.addr(ins.args[0])
-    ct = _ALL_TYPES[t]
-    code = [f"{ct}* __nc_a = ({ct}*)::ncsimt::ptx::aligned({addr}, {size * v}, 1);"]
-    code += [f"__nc_a[{k}] = {g.val(s, t)};" for k, s in enumerate(src)]
+    t, src, decl = _access(g, ins, store=True)
+    code = [decl] + [f"__nc_a[{k}] = {g.val(s, t)};" for k, s in enumerate(src)]
     return "{ " + " ".join(code) + " }"
 
 

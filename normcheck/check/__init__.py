@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import formats, launch, norms, replay, spec as specs
+from normcheck import formats, launch, norms, oracle, replay, spec as specs
 from normcheck.backends import get_backend
 from normcheck.check.judge import (CHECK_FAMILIES, FATAL, Baseline, Failure, FamilyResult, Judge,
                                    Worst)
@@ -306,12 +306,7 @@ def check_callable(fn, norm, dtype, *, out_dtype=None, convention="exact",
     out = formats.get(out_dtype or dtype)
     if convention not in ("exact", "stored"):
         raise invalid("convention", convention, '"exact" or "stored"')
-    try:
-        e = np.float32(eps)
-    except (TypeError, ValueError):
-        raise invalid("eps", eps, "a positive float") from None
-    if not (np.isfinite(e) and e > 0):
-        raise invalid("eps", eps, "a positive, finite float32")
+    e = np.float32(oracle._eps(eps))
     lo, hi = cols
     if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
         raise invalid("cols", cols, "(min, max) widths with 1 <= min <= max")

@@ -46,9 +46,7 @@ def _case(fam, fmt, rows, cols, seed, norm, formats_, stats, eps, reads_gamma):
     g = g if g.dtype == gf.dtype else gf.cast(np.asarray(g, np.float64))
     mean = rstd = None
     if stats == "saved":
-        fw = oracle.for_norm(norm.with_affine(False, False), x, eps=eps)
-        rstd = fw.rstd.rounded
-        mean = fw.mean.rounded if norm.centred else None
+        mean, rstd = oracle.saved_statistics(norm, x, eps=eps)
     return launch.Case(x=x, gamma=g if norm.has_gamma else None, beta=None, eps=np.float32(eps),
                        dy=dy, mean=mean, rstd=rstd)
 

@@ -3,19 +3,9 @@ causes, the worst row, how to replay it."""
 
 from __future__ import annotations
 
-import math
+from normcheck.metrics import short as _fmt
 
 __all__ = ["render"]
-
-
-def _fmt(v):
-    if v is None:
-        return "-"
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
-    if isinstance(v, float) and math.isnan(v):
-        return "nan"
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
 def render(r) -> str:
@@ -65,20 +55,14 @@ def _body(r) -> list:
     lines.append("  ".join("-" * x for x in w))
     lines += ["  ".join(c.ljust(x) for c, x in zip(row, w)) for row in table]
     lines.append("")
-    if r.failures:
-        lines.append("failures:")
-        for f in r.failures:
-            lines.append(f"  [{f.kind}] {f.family}: {f.detail}")
-            if f.cause:
-                lines.append(f"      likely cause: {f.cause}")
-        lines.append("")
-    if r.warnings:
-        lines.append("warnings:")
-        for f in r.warnings:
-            lines.append(f"  [warn] {f.family}: {f.detail}")
-            if f.cause:
-                lines.append(f"      likely cause: {f.cause}")
-        lines.append("")
+    for title, items in (("failures", r.failures), ("warnings", r.warnings)):
+        if items:
+            lines.append(f"{title}:")
+            for f in items:
+                lines.append(f"  [{f.kind}] {f.family}: {f.detail}")
+                if f.cause:
+                    lines.append(f"      likely cause: {f.cause}")
+            lines.append("")
     if r.worst:
         wst = r.worst
         lines.append(f"worst row: family {wst.family}, width {wst.cols}, row {wst.row_index}: "

@@ -21,11 +21,6 @@ DX_FAMILIES = (("gaussian", "x and dy independent"),
                ("correlated", "dy ≈ x̂: dx's terms cancel"))
 
 
-def _saved(norm, x):
-    fw = oracle.for_norm(norm, x)
-    return (fw.mean.rounded if norm == "layernorm" else None), fw.rstd.rounded
-
-
 def _dx_table(backend, seed, cols):
     from normcheck import families
 
@@ -35,7 +30,7 @@ def _dx_table(backend, seed, cols):
             x, dy = families.backward_rows(fam, v.storage, 15, cols, seed=[seed, 3])
             g = formats.get(v.storage).cast(1 + 0.3 * np.random.default_rng(
                 [seed, cols]).standard_normal(cols))
-            m, r = _saved(v.norm, x)
+            m, r = oracle.saved_statistics(v.norm, x)
             dx = kernels.run_backward_dx(v, x, dy, g, m, r, backend=backend)
             ref = oracle_backward.backward(v.norm, x, dy, g, stats="saved", mean=m, rstd=r)
             E = bounds.sound_backward(v.norm, x, dy, g, mean=m, rstd=r)["dx"]
@@ -57,7 +52,7 @@ def _dgamma_sweep(backend, seed, cols, rows_sweep, orders):
             # x̂ ≈ 1 and dy ≈ 0.5: the column sums grow with the rows, as dβ's do
             x = f.cast(2 + 0.1 * rng.standard_normal((R, cols)))
             dy = f.cast(0.5 + 0.1 * rng.standard_normal((R, cols)))
-            m, r = _saved("rmsnorm", x)
+            m, r = oracle.saved_statistics("rmsnorm", x)
             ref = oracle_backward.backward("rmsnorm", x, dy, np.ones(cols, x.dtype),
                                            stats="saved", rstd=r, param_out=v.param_fmt.name)
             E = bounds.sound_backward("rmsnorm", x, dy, None, rstd=r)["dgamma"]

@@ -12,7 +12,10 @@ import html
 import math
 from pathlib import Path
 
+import numpy as np
+
 from normcheck import families
+from normcheck.metrics import short
 from normcheck.report import plots
 from normcheck.report.sweep import HIST_BINS
 
@@ -34,13 +37,8 @@ def _row_label(r):
 
 
 def _num(v):
-    if v is None:
-        return "-"
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
-    if isinstance(v, float) and math.isnan(v):
-        return "nan"
-    return f"{v:.3g}"
+    return short(float(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                 else v)
 
 
 def _cell(recs):

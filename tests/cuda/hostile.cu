@@ -56,3 +56,14 @@ extern "C" __global__ void spin(float* y) {
   volatile int k = 0;
   while (k == 0) {}
 }
+// a 16-byte vector load from the start of an array of 6 floats (24 bytes): a GPU allocation is
+// 256-byte aligned, so this is a sound kernel the tight layout must not blame
+// (inline PTX, whose v4 load checks the alignment as a GPU does)
+extern "C" __global__ void vector_load(float* y, const float* x, int n) {
+  if (threadIdx.x == 0) {
+    float a, b, c, d;
+    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(x));
+    y[0] = a + b + c + d + x[n - 1];
+  }
+}
