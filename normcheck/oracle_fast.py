@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from normcheck import formats
-from normcheck.backends import base
+from normcheck.backends import confine
 from normcheck.errors import invalid
 from normcheck.formats import Format
 
@@ -62,8 +62,8 @@ def library():
     global _lib
     with _lock:
         if _lib is None:
-            path = base.build_library(SOURCE, "oracle", "oracle_fast", FLAGS,
-                                      "building the oracle's fast path")
+            path = confine.build_library(SOURCE, "oracle", "oracle_fast", FLAGS,
+                                         "building the oracle's fast path")
             lib = ctypes.CDLL(str(path))
             if lib.nc_job_size() != ctypes.sizeof(_Job):
                 raise RuntimeError("oracle_fast.cpp and oracle_fast.py disagree on the job layout")

@@ -14,10 +14,13 @@ Files are written under a name no other run uses (``.normcheck/counterexample-<k
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import re
 import time
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -87,28 +90,143 @@ def _bad(path, why):
                    f"{why}; save it again with normcheck check --save-counterexample")
 
 
+#: What a case file may hold: its size, each array's elements, its metadata's bytes and depth.
+CASE_LIMITS = {"file_bytes": 64 << 20, "elements": 1 << 24, "meta_bytes": 1 << 16,
+               "meta_depth": 8, "members": 16}
+_MEMBER = re.compile(r"^[a-z_]{1,16}\.npy$")
+
+
+def _read_npz(path: Path) -> tuple[dict, dict]:
+    """(metadata, {name: array}) of a case file, read as hostile data: the file's size, each
+    member's name and declared size, each array's header (dtype and shape, checked before any
+    byte of data is read), and the metadata's size and depth are checked against CASE_LIMITS;
+    no pickle, no object array."""
+    from normcheck.backends.base import read_limited
+
+    raw = read_limited(path, "case", CASE_LIMITS["file_bytes"],
+                       "a case file written by normcheck (.npz)")
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(raw))
+    except (zipfile.BadZipFile, ValueError, EOFError) as e:
+        raise _bad(path, f"it is not a zip archive ({e})") from None
+    infos = zf.infolist()
+    if len(infos) > CASE_LIMITS["members"]:
+        raise _bad(path, f"it has {len(infos)} members")
+    meta, arrays = None, {}
+    for info in infos:
+        if not _MEMBER.match(info.filename):
+            raise _bad(path, f"it holds {info.filename[:40]!r}, which a case file does not")
+        name = info.filename[:-4]
+        if info.file_size > 8 * CASE_LIMITS["elements"] + 4096:
+            raise _bad(path, f"its member {name!r} declares {info.file_size} bytes")
+        try:
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                else:
+                    raise ValueError(f"npy version {version}")
+                if dtype.hasobject or fortran:
+                    raise ValueError("an object or Fortran-ordered array")
+                count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+                if len(shape) > 2 or count > CASE_LIMITS["elements"] or count < 0:
+                    raise ValueError(f"an array of shape {shape}")
+                if name == "meta":
+                    if dtype.kind != "U" or shape != () or \
+                            dtype.itemsize > 4 * CASE_LIMITS["meta_bytes"]:
+                        raise ValueError("metadata that is not one short string")
+                elif dtype not in (np.dtype(np.uint16), np.dtype(np.uint32)):
+                    raise ValueError(f"an array of {dtype}, not the bits of fp16/bf16/fp32")
+                data = f.read(count * dtype.itemsize + 1)
+                if len(data) != count * dtype.itemsize:
+                    raise ValueError(f"{len(data)} bytes of data for {count} elements")
+                a = np.frombuffer(data, dtype=dtype, count=count).reshape(shape).copy()
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error,
+                RuntimeError) as e:
+            raise _bad(path, f"its member {name!r} cannot be read ({e})") from None
+        if name == "meta":
+            meta = str(a[()])
+        else:
+            arrays[name] = a
+    if meta is None:
+        raise _bad(path, "it has no metadata")
+    if _json_depth(meta) > CASE_LIMITS["meta_depth"]:
+        raise _bad(path, f"its metadata nests more than {CASE_LIMITS['meta_depth']} deep")
+    try:
+        return json.loads(meta), arrays
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise _bad(path, f"its metadata is not JSON ({type(e).__name__})") from None
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of [ and { outside strings of a JSON text, without recursion."""
+    depth = top = 0
+    in_str = esc = False
+    for c in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "[{":
+            depth += 1
+            top = max(top, depth)
+        elif c in "]}":
+            depth -= 1
+    return top
+
+
+def _str(v):
+    return isinstance(v, str) and len(v) <= 4096
+
+
+#: The keys of a case file's kernel description and what each must be.
+_KERNEL_KEYS = {
+    "variant": _str, "source": _str, "sha256": _str, "source_text": lambda v: isinstance(v, str),
+    "entries": lambda v: isinstance(v, list) and 0 < len(v) <= 64 and all(map(_str, v)),
+    "entry": _str, "norm": _str, "reference": lambda v: v is None or _str(v), "dtype": _str,
+    "out_dtype": lambda v: v is None or _str(v),
+    "defines": lambda v: v is None or (isinstance(v, dict) and len(v) <= 64 and all(
+        _str(k) and (x is None or isinstance(x, (str, int, float))) for k, x in v.items())),
+    "spec": lambda v: v is None or _str(v), "spec_sha256": lambda v: v is None or _str(v),
+    "block": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+    "callable": _str,
+}
+
+
+def _check_kernel(k: dict, path):
+    """A case file's kernel description, checked key by key (its values reach the compiler:
+    the entries and defines are checked again by their own grammars when used)."""
+    for key, ok in ((k_, _KERNEL_KEYS.get(k_)) for k_ in k):
+        if ok is None or not ok(k[key]):
+            raise _bad(path, f"its kernel description has a bad {key[:40]!r}")
+    if "variant" not in k and "callable" not in k and not ("norm" in k and "dtype" in k):
+        raise _bad(path, "its kernel description names no norm and dtype")
+
+
 def load_case(path) -> dict:
     """Read a case file: {"kernel", "x", "gamma", "beta", "residual", "eps", "note", ...}; a
-    missing, truncated or corrupt file is an InvalidArgument naming it."""
+    missing, truncated, corrupt or hostile file is an InvalidArgument naming it (see
+    :func:`_read_npz` for what is checked)."""
     path = Path(path)
     if path.is_dir():
         raise invalid("case", str(path), "a case file, not a folder")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            if "meta" not in data.files:
-                raise _bad(path, "it has no metadata")
-            meta = json.loads(str(data["meta"]))
-            arrays = {k: data[k] for k in data.files if k != "meta"}
-    except InvalidArgument:
-        raise
-    except FileNotFoundError:
-        raise invalid("case", str(path), "an existing case file", "check the path") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError,
-            json.JSONDecodeError) as e:
-        raise _bad(path, f"it cannot be read ({type(e).__name__}: {e})") from None
+    if not path.exists():
+        raise invalid("case", str(path), "an existing case file", "check the path")
+    meta, arrays = _read_npz(path)
     if not isinstance(meta, dict) or not isinstance(meta.get("kernel"), dict) or \
             not isinstance(meta.get("formats"), dict) or "x" not in meta["formats"]:
         raise _bad(path, "its metadata is incomplete")
+    _check_kernel(meta["kernel"], path)
+    if not all(isinstance(k, str) and isinstance(v, str) and v in formats.FORMATS
+               for k, v in meta["formats"].items()):
+        raise _bad(path, "its formats are not fp32, fp16 or bf16")
     try:
         out = {"kernel": meta["kernel"], "eps": np.float32(meta["eps"]),
                "note": str(meta.get("note", ""))}

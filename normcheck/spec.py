@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,8 +175,17 @@ class KernelSpec:
         return role in self.roles()
 
 
+def _show(value) -> str:
+    """repr of a value from a spec, cut short (and safe on a value nested without end)."""
+    try:
+        text = repr(value)
+    except (RecursionError, MemoryError):
+        return f"<a {type(value).__name__} nested too deep>"
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 def _err(where, key, value, expected, fix=None):
-    msg = f"{where}: {key}={value!r}: expected {expected}"
+    msg = f"{where}: {key}={_show(value)}: expected {expected}"
     return SpecError(msg + (f". {fix}" if fix else ""))
 
 
@@ -206,28 +216,78 @@ def default_backward_spec(norm, block: int = 256) -> KernelSpec:
 
 def load(path) -> KernelSpec:
     """Read and validate a spec file; every problem is a SpecError naming the file."""
+    from normcheck.backends.base import read_limited
+    from normcheck.errors import InvalidArgument
+
     path = Path(path)
     if path.is_dir():
         raise SpecError(f"{path}: a folder, not a spec file; give the .toml file")
+    if not path.exists():
+        raise SpecError(f"{path}: no such spec file")
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such spec file") from None
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read the spec ({e.strerror})") from None
+        raw = read_limited(path, "spec", SPEC_BYTES, "a TOML spec file")
+    except InvalidArgument as e:
+        raise SpecError(str(e)) from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a text file; a spec is TOML (see normcheck.spec)") from None
+    if _nesting(text) > SPEC_DEPTH or _dotted_depth(text) > SPEC_DEPTH:
+        raise SpecError(f"{path}: arrays, tables or dotted keys nested more than {SPEC_DEPTH} "
+                        "deep; a spec needs three levels (see normcheck.spec)")
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: not valid TOML ({e}); see normcheck.spec for the format") \
             from None
+    except (RecursionError, MemoryError):
+        raise SpecError(f"{path}: nested too deep to be a spec (see normcheck.spec)") from None
     spec = parse(data, str(path))
     spec.path = path
     if "source" in data:
         spec.source = (path.parent / data["source"]).resolve()
     spec.include_dirs = tuple(str((path.parent / d).resolve()) for d in spec.include_dirs)
     return spec
+
+
+#: A spec file's limits: its size, and how deep its arrays and inline tables nest.
+SPEC_BYTES = 1 << 20
+SPEC_DEPTH = 16
+
+
+def _nesting(text: str) -> int:
+    """The deepest nesting of [ and { outside strings and comments (an upper bound of what
+    tomllib recurses into), measured without recursion."""
+    depth = top = 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "\"'":
+            triple = text.startswith(c * 3, i)
+            end = text.find(c * 3 if triple else c, i + (3 if triple else 1))
+            while c == '"' and end > 0 and text[end - 1] == "\\" and not triple:
+                end = text.find(c, end + 1)
+            i = (end + (3 if triple else 1)) if end >= 0 else n
+            continue
+        if c == "#":
+            nl = text.find("\n", i)
+            i = nl if nl >= 0 else n
+            continue
+        if c in "[{":
+            depth += 1
+            top = max(top, depth)
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return top
+
+
+_KEY_PART = re.compile(r"^\s*(\[\[?[^\]\n]*|[^=\n\"']*=)", re.M)
+
+
+def _dotted_depth(text: str) -> int:
+    """The most dots in a key or a table header (tomllib's time grows with their square)."""
+    return max((m.group(1).count(".") for m in _KEY_PART.finditer(text)), default=0)
 
 
 def _parse_arg(a, w) -> ArgSpec:
@@ -283,8 +343,16 @@ def _parse_launch(tab, where, entry=None) -> LaunchSpec:
         if k in tab:
             check_expression(str(tab[k]), f"{where}: {k}", dims=k != "shared_mem")
             setattr(ln, k, str(tab[k]))
-    if ln.entry is not None and not isinstance(ln.entry, str):
-        raise _err(where, "entry", ln.entry, "a kernel name")
+    if ln.entry is not None:
+        if not isinstance(ln.entry, str):
+            raise _err(where, "entry", ln.entry, "a kernel name")
+        from normcheck.backends.base import parse_entry
+        from normcheck.errors import InvalidArgument
+
+        try:
+            parse_entry(ln.entry)
+        except InvalidArgument as e:
+            raise SpecError(f"{where}: {e}") from None
     return ln
 
 
@@ -442,10 +510,18 @@ _FUNCS = {"min": min, "max": max, "ceil_div": lambda a, b: -(-a // b)}
 _LIMIT = 1 << 62
 
 
+#: The longest launch expression (a real one is a few dozen characters).
+EXPRESSION_CHARS = 300
+
+
 def _tree(expr, where):
+    expr = str(expr)
+    if len(expr) > EXPRESSION_CHARS:
+        raise SpecError(f"{where}={expr[:40]!r}...: an expression of {len(expr)} characters; at "
+                        f"most {EXPRESSION_CHARS}")
     try:
-        return ast.parse(str(expr), mode="eval")
-    except SyntaxError:
+        return ast.parse(expr, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise SpecError(f"{where}={expr!r}: not an expression of rows and cols") from None
 
 

@@ -293,16 +293,16 @@ def test_concurrent_cold_builds_of_one_file(tmp_path):
 
 
 def test_a_report_folder_has_one_writer(tmp_path):
-    from normcheck.report import sweep
+    from normcheck.report import folder
 
     out = tmp_path / "r"
-    with sweep.folder_lock(out):
+    with folder.lock(out):
         r = _cli("report", "--backend", "cpu", "--quick", "--kernels", "rmsnorm_rms_fp32",
                  "--out", str(out))
         assert r.returncode == 2 and "another run is writing into this folder" in r.stderr
         assert f"pid {os.getpid()}" in r.stderr  # the holder, named
         assert not (out / "results.json").exists()
-    with sweep.folder_lock(out):  # released when the holder ends, whichever way
+    with folder.lock(out):  # released when the holder ends, whichever way
         pass
 
 

@@ -3,38 +3,41 @@
 A kernel may crash, hang, touch memory it does not own or try to leave its sandbox; it does so
 here, not in the caller.  The worker:
 
-* dies with its parent (``PR_SET_PDEATHSIG`` plus a watchdog thread that polls the parent's
-  pid), lives in its own process group (the parent kills the group on every exit path), and
-  opens no file of its own: the arena it shares with the parent is an already-unlinked file
-  whose descriptor it inherits (``NORMCHECK_ARENA_FD``);
+* is started by ``normcheck-launch`` in a PID namespace (or process group) that dies with
+  normcheck whatever runs here; also dies with its parent (``PR_SET_PDEATHSIG``, which the
+  sandbox then forbids changing, plus a watchdog thread that polls the parent's pid); opens no
+  file of its own: the arena it shares with the parent is an already-unlinked file whose
+  descriptor it inherits (``NORMCHECK_ARENA_FD``);
 * sandboxes itself before any user code is loaded (:mod:`normcheck.backends.sandbox`);
 * maps each array of a launch from the arena between inaccessible pages, launches, then checks
   the canaries around each array.
 
-Protocol on stdin/stdout: length-prefixed pickles.  Request::
+Protocol on stdin/stdout: messages of :mod:`normcheck.backends.wire` (never pickles: what the
+worker sends is untrusted, since a kernel can write into the pipe).  Request::
 
-    {"op": "launch", "so": path, "index": i, "grid": (x,y,z), "block": (x,y,z),
-     "shared_mem": n, "args": [("array", offset, region, start, nbytes, itemsize) |
-                               ("scalar", dtype_str, value_bytes) | ("null",)],
-     "workers": n, "schedule": 0|1|2, "seed": s, "cpu_seconds": t}
+    {"op": "launch", "so": path, "index": i, "grid": [x,y,z], "block": [x,y,z],
+     "shared_mem": n, "args": [["array", offset, region, start, nbytes, itemsize] |
+                               ["scalar", dtype_str, value_bytes] | ["null"]],
+     "workers": n, "schedule": 0|1|2, "seed": s}
 
 Array i lives in the arena region [offset, offset+region) with its data at ``start`` bytes into
 the region; every other byte of the region is a 0xA5 canary.  Page 0 of the arena is the report
 page: when the kernel kills the process, the signal handler writes one line there first (what,
-where, which argument) and the parent reads it.  Replies: {"ok": True, "seconds": t} or
-{"ok": False, "kind": ..., "message": ...}.
+where, which argument) and the parent reads it.  Replies: {"ok": True, "seconds": t, "cpu": c}
+or {"ok": False, "kind": ..., "message": ..., "cpu": c} (``cpu``: the worker's CPU time so far,
+which the parent uses to start a fresh worker before the lifetime limit is reached).
 
 Imports nothing heavy, so it starts in tens of milliseconds.
 """
 
 import ctypes
 import os
-import pickle
 import resource
-import struct
 import sys
 import threading
 import time
+
+from normcheck.backends import wire
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 REPORT_BYTES = 1024
@@ -159,7 +162,6 @@ def launch(req):
         p.buf_begin, p.buf_end, p.buf_arg, p.buf_itemsize = begins, ends, argi, items
         p.report = ctypes.cast(_report_page(), ctypes.c_char_p)
         p.report_len = REPORT_BYTES
-        _cpu_budget(req.get("cpu_seconds"))
         t0 = time.perf_counter()
         rc = fn(ctypes.byref(p))
         seconds = time.perf_counter() - t0
@@ -191,21 +193,9 @@ def launch(req):
             _libc.munmap(b[2], b[3])
 
 
-def _cpu_budget(seconds):
-    """Let this launch use ``seconds`` more CPU time than the process has used so far (the
-    parent's wall-clock timeout is the real limit; this is the backstop)."""
-    if not seconds:
-        return
+def _cpu() -> float:
     used = resource.getrusage(resource.RUSAGE_SELF)
-    spent = used.ru_utime + used.ru_stime
-    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    want = int(spent + seconds) + 1
-    if hard != resource.RLIM_INFINITY:
-        want = min(want, hard)
-    try:
-        resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
-    except (ValueError, OSError):
-        pass
+    return used.ru_utime + used.ru_stime
 
 
 def signatures(req):
@@ -232,7 +222,8 @@ def _read(stream, n):
 
 
 def _die_with_parent(parent: int):
-    """SIGKILL when the parent dies (the kernel delivers it)."""
+    """SIGKILL when the parent (normcheck-launch, or its namespace's init) dies: the kernel
+    delivers it, and the sandbox forbids changing it afterwards."""
     PR_SET_PDEATHSIG = 1
     _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
     if os.getppid() != parent:
@@ -252,9 +243,14 @@ def _watchdog(parent: int):
     threading.Thread(target=watch, daemon=True, name="normcheck-watchdog").start()
 
 
+def _send(out, value):
+    out.write(wire.encode(value))
+    out.flush()
+
+
 def main():
     global _ARENA
-    parent = int(os.environ.get("NORMCHECK_PARENT_PID", os.getppid()))
+    parent = os.getppid()
     _ARENA = int(os.environ["NORMCHECK_ARENA_FD"])
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     # keep the protocol stream clean: the kernel's printf goes to stderr
@@ -266,25 +262,25 @@ def main():
     state = sandbox.enter(os.environ.get("NORMCHECK_SANDBOX", "on"),
                           read_dirs=[d for d in os.environ.get("NORMCHECK_SANDBOX_READ", "").split(
                               os.pathsep) if d], report_page=_report_page(),
-                          report_len=REPORT_BYTES)
+                          report_len=REPORT_BYTES,
+                          address_space=int(os.environ.get("NORMCHECK_WORKER_AS", "0")),
+                          cpu_seconds=int(os.environ.get("NORMCHECK_WORKER_CPU", "0")))
     _watchdog(parent)  # after the sandbox: the thread inherits it
     while True:
-        head = _read(inp, 8)
+        head = _read(inp, wire.HEADER)
         if head is None:
             return
-        (n,) = struct.unpack("<Q", head)
-        req = pickle.loads(_read(inp, n))
+        req = wire.decode(_read(inp, wire.header_length(head)) or b"")
         op = req.get("op")
         if op == "ping":
-            rep = {"ok": True, "pid": os.getpid(), "sandbox": state}
+            rep = {"ok": True, "sandbox": state}
         elif op == "signatures":
             rep = signatures(req)
         else:
             rep = launch(req)
-        data = pickle.dumps(rep, protocol=pickle.HIGHEST_PROTOCOL)
-        proto.write(struct.pack("<Q", len(data)))
-        proto.write(data)
-        proto.flush()
+        rep["cpu"] = _cpu()
+        rep["seq"] = req.get("seq")
+        _send(proto, rep)
 
 
 if __name__ == "__main__":

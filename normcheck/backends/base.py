@@ -35,12 +35,131 @@ import numpy as np
 from normcheck.errors import CompileError, invalid
 
 __all__ = ["Backend", "Param", "Source", "load_source", "define_flags", "check_defines",
-           "cache_root", "cache_dir", "cache_info", "cache_clear", "install_file", "compiler_version", "parse_signature",
-           "check_args", "check_launch", "dim3", "scalar_dtype", "ENTRY_RE", "LIMITS"]
+           "cache_root", "cache_dir", "cache_info", "cache_clear", "install_file", "compiler_version",
+           "cxx", "key_of", "parse_signature",
+           "check_args", "check_launch", "dim3", "scalar_dtype", "parse_entry", "LIMITS",
+           "read_limited", "SOURCE_BYTES"]
 
-#: An entry: a C identifier, optionally namespaced and with template arguments.
-ENTRY_RE = re.compile(r"^\s*(?:::)?[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*\s*(?:<.*>)?\s*$", re.S)
-_IDENT = re.compile(r"^[A-Za-z_]\w*$")
+# An entry (a kernel's name, pasted into the launcher normcheck generates) is parsed, never
+# matched: a qualified C++ name with template arguments made of names, integers and types.
+_ENTRY_TOKEN = re.compile(r"\s*(?:(::)|([<>,*&])|(-?(?:0[xX][0-9a-fA-F]+|\d+)[uUlL]{0,3})|"
+                          r"([A-Za-z_]\w*))")
+_CV = ("const", "volatile")
+_BUILTIN = ("unsigned", "signed", "short", "long", "int", "char", "float", "double", "bool",
+            "void")
+ENTRY_LIMITS = {"length": 512, "depth": 8}
+
+
+def parse_entry(entry) -> str:
+    """``entry`` checked against the grammar of a kernel name and returned in a canonical
+    spelling: ``[::]name(::name)*[<arg, ...>]``, each template argument an integer (``256``,
+    ``-1``, ``8u``), ``true``/``false``, or a type (a qualified name with its own template
+    arguments, a builtin such as ``unsigned int``, cv-qualifiers, ``*`` and ``&``).  Anything
+    else -- a parenthesis, a brace, a quote, a semicolon, a newline -- is an InvalidArgument naming
+    the first character that does not fit."""
+    if not isinstance(entry, str):
+        raise invalid("entry", entry, "a kernel name (a string)", "e.g. --entry rms_norm<__half>")
+    if len(entry) > ENTRY_LIMITS["length"]:
+        raise invalid("entry", entry, f"a kernel name of at most {ENTRY_LIMITS['length']} "
+                      "characters")
+    toks, pos = [], 0
+    text = entry.strip()
+    while pos < len(text):
+        m = _ENTRY_TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            bad = text[pos:].lstrip()[:1]
+            raise invalid("entry", entry, "a C++ kernel name: names, ::, and template arguments "
+                          "made of names, integers and types", f"{bad!r} at character "
+                          f"{len(text) - len(text[pos:].lstrip()) + 1} does not belong in one; "
+                          "give e.g. rms_norm_kernel<c10::Half, 8>")
+        toks.append(m.group(0).strip())
+        pos = m.end()
+    out, i = _Entry(toks, entry).parse()
+    return out
+
+
+class _Entry:
+    """A recursive-descent parser of :func:`parse_entry`'s grammar (depth-limited)."""
+
+    def __init__(self, toks, original):
+        self.t, self.i, self.original = toks, 0, original
+
+    def fail(self, what):
+        found = self.t[self.i] if self.i < len(self.t) else "the end"
+        return invalid("entry", self.original, f"a C++ kernel name ({what}, found {found!r})",
+                       "give e.g. rms_norm_kernel<c10::Half, 8>")
+
+    def peek(self):
+        return self.t[self.i] if self.i < len(self.t) else None
+
+    def take(self, tok=None):
+        if tok is not None and self.peek() != tok:
+            raise self.fail(f"expected {tok!r}")
+        self.i += 1
+        return self.t[self.i - 1]
+
+    def ident(self):
+        t = self.peek()
+        if t is None or not (t[0].isalpha() or t[0] == "_"):
+            raise self.fail("expected a name")
+        return self.take()
+
+    def qname(self, depth):
+        parts = []
+        if self.peek() == "::":
+            parts.append(self.take())
+        parts.append(self.ident())
+        while self.peek() == "::":
+            parts.append(self.take())
+            parts.append(self.ident())
+        s = "".join(parts)
+        if self.peek() == "<":
+            s += self.targs(depth + 1)
+        return s
+
+    def targs(self, depth):
+        if depth > ENTRY_LIMITS["depth"]:
+            raise self.fail(f"template arguments nested at most {ENTRY_LIMITS['depth']} deep")
+        self.take("<")
+        args = []
+        if self.peek() != ">":
+            args.append(self.targ(depth))
+            while self.peek() == ",":
+                self.take()
+                args.append(self.targ(depth))
+        self.take(">")
+        return "<" + ", ".join(args) + ">"
+
+    def targ(self, depth):
+        t = self.peek()
+        if t is None:
+            raise self.fail("expected a template argument")
+        if t[0].isdigit() or t[0] == "-":
+            return self.take()
+        if t in ("true", "false"):
+            return self.take()
+        words = []
+        while self.peek() in _CV:
+            words.append(self.take())
+        if self.peek() in _BUILTIN:
+            while self.peek() in _BUILTIN:
+                words.append(self.take())
+        else:
+            words.append(self.qname(depth))
+        while self.peek() in _CV + ("*", "&"):
+            words.append(self.take())
+        return " ".join(words).replace(" *", "*").replace(" &", "&")
+
+    def parse(self):
+        name = self.qname(0)
+        if self.i != len(self.t):
+            raise self.fail("nothing after the name and its template arguments")
+        return name, self.i
+_IDENT = re.compile(r"^[A-Za-z_]\w{0,127}$")
+# A macro's value is pasted into the user's code by the preprocessor: the alphabet of
+# expressions and type names only, so a value from a spec or a case file can add no declaration,
+# statement or string of its own.
+_DEFINE_VALUE = re.compile(r"[A-Za-z0-9_.:+\-*/%<>=!&|^~?,()\[\] ]{0,200}")
 
 #: CUDA's launch limits (compute capability 9.0), checked before any launch on any backend.
 LIMITS = {
@@ -111,11 +230,7 @@ def load_source(source, include_dirs=()) -> Source:
         if path.is_dir():
             raise invalid("source", str(source), "a .cu file, not a folder",
                           "name the file that holds the kernel")
-        try:
-            raw = path.read_bytes()
-        except OSError as e:
-            raise invalid("source", str(source), "a readable .cu file",
-                          f"check the path ({e.strerror})") from None
+        raw = read_limited(path, "source", SOURCE_BYTES, "a readable .cu file")
         if b"\0" in raw:
             raise invalid("source", str(source), "a text file of CUDA C (it holds NUL bytes)",
                           "pass the .cu source, not a compiled object")
@@ -133,6 +248,49 @@ def load_source(source, include_dirs=()) -> Source:
     raise invalid("source", source, "a path or a string of CUDA C")
 
 
+#: The largest kernel source normcheck reads (headers it includes are the compiler's business).
+SOURCE_BYTES = 16 << 20
+
+
+def read_limited(path, what: str, limit: int, expected: str) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, read without following it into
+    a device or a FIFO (opened non-blocking, checked with fstat before a byte is read); anything
+    else is an InvalidArgument naming ``what``, the path and the fix."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        raise invalid(what, str(path), expected, f"check the path ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if
+                    stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or
+                    stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                    else "not a regular file")
+            raise invalid(what, str(path), f"{expected} (this is {kind})",
+                          "name a regular file")
+        if st.st_size > limit:
+            raise invalid(what, str(path), f"{expected} of at most {limit >> 20} MiB (it has "
+                          f"{st.st_size >> 20} MiB)", "name the right file")
+        chunks, n = [], 0
+        while True:
+            b = os.read(fd, min(1 << 20, limit + 1 - n))
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+            if n > limit:
+                raise invalid(what, str(path), f"{expected} of at most {limit >> 20} MiB",
+                              "name the right file")
+        return b"".join(chunks)
+    except OSError as e:
+        raise invalid(what, str(path), expected, f"it cannot be read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+
+
 def check_defines(defines) -> dict:
     """Validate ``{NAME: value or None}``: C identifiers, values that fit on a command line."""
     out = {}
@@ -143,9 +301,10 @@ def check_defines(defines) -> dict:
         if v is not None:
             if isinstance(v, bool):
                 v = int(v)
-            if not isinstance(v, (str, int, float)) or "\n" in str(v) or "\0" in str(v):
-                raise invalid(f"defines.{k}", v, "a number or a one-line string",
-                              "e.g. -D floatX=float")
+            if not isinstance(v, (str, int, float)) or not _DEFINE_VALUE.fullmatch(str(v)):
+                raise invalid(f"defines.{k}", v, "a value made of names, numbers and operators "
+                              "(no quotes, braces, semicolons, # or backslashes; at most 200 "
+                              "characters)", "e.g. -D floatX=float or -D BLOCK=256")
             v = str(v)
         out[k] = v
     return out
@@ -173,13 +332,16 @@ def cache_dir(backend: str) -> Path:
     return cache_root() / backend
 
 
-def install_file(data: bytes | str, final: Path) -> Path:
-    """Write ``data`` to ``final`` atomically (a temporary file in the same folder, renamed)."""
+def install_file(data: bytes | str, final: Path, mode: int | None = None) -> Path:
+    """Write ``data`` to ``final`` atomically (a temporary file in the same folder, given
+    ``mode``, then renamed)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, final)
     except BaseException:
         try:
@@ -204,26 +366,6 @@ def cxx() -> tuple[str, str]:
         raise BackendUnavailable(f"CXX={cmd}: no such C++ compiler; normcheck needs one (the cpu "
                                  "backend and the oracle's fast path): install g++ or set CXX")
     return cmd, v
-
-
-def build_library(source: Path, part: str, name: str, flags: list[str], what: str,
-                  link: tuple = ()) -> Path:
-    """A shared library built once from one file of normcheck's own with the host C++ compiler
-    (``flags`` before the file, ``link`` after it), kept in the cache part ``part`` under a key of
-    the source, the flags and the compiler's version; built in a temporary folder and installed
-    atomically, so concurrent first uses are safe."""
-    cmd, version = cxx()
-    text = Path(source).read_text()
-    final = cache_dir(part) / (name + "-" + key_of(text, " ".join(flags + list(link)), version)) \
-        / (name + ".so")
-    if not final.is_file():
-        with tempfile.TemporaryDirectory(prefix="normcheck-build-") as d:
-            out = Path(d) / (name + ".so")
-            r = run_compiler([cmd, *flags, str(source), *link, "-o", str(out)], what)
-            if r.returncode != 0:
-                raise CompileError(f"{what}: {source} did not compile", r.stderr)
-            install_file(out.read_bytes(), final)
-    return final
 
 
 def cache_info() -> dict:
@@ -280,17 +422,6 @@ def compiler_version(cmd: str) -> str | None:
                 v = None
         _versions[cmd] = v
     return _versions[cmd]
-
-
-def run_compiler(cmd: list[str], what: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run a compiler; a missing one or a compile past ``timeout`` is a CompileError."""
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "LC_ALL": "C", "LANG": "C"})
-    except FileNotFoundError:
-        raise CompileError(f"{what}: {cmd[0]} was not found") from None
-    except subprocess.TimeoutExpired:
-        raise CompileError(f"{what}: the compiler ran past {timeout:g} s") from None
 
 
 # ------------------------------------------------------------------------------------------------

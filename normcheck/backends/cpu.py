@@ -31,12 +31,10 @@ import atexit
 import importlib.util
 import mmap
 import os
-import pickle
 import platform
 import re
 import select
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -47,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck.backends import base, sandbox, translate
+from normcheck.backends import base, confine, sandbox, translate, wire
 from normcheck.errors import (
     BackendUnavailable,
     CompileError,
@@ -103,6 +101,7 @@ _PP_FLAGS = ["-std=c++17", "-pthread", "-E"]
 _SCHEDULES = {"forward": 0, "reverse": 1, "random": 2}
 _PAGE = mmap.PAGESIZE
 _REPORT_PAGE = _PAGE  # page 0 of the arena
+_REPORT_LINE = 1024  # the worker's REPORT_BYTES: the crash report's line
 OPTIONS = ("timeout", "workers", "schedule", "flags", "guard")
 
 
@@ -176,6 +175,13 @@ def _translation_unit(src: base.Source, entries: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _roots(cxx: str, src: base.Source, incs) -> list:
+    """What the compiler may read for ``src``: the toolchain, the shim, the CUDA headers, the
+    source's folder and its include folders."""
+    return [*confine.toolchain_roots(cxx), str(SHIM_DIR), *[str(d) for d in incs],
+            *src.include_dirs]
+
+
 def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=()) -> str:
     """The rewritten, preprocessed translation unit of ``src`` with launchers for ``entries``."""
     cxx, _ = _compiler()
@@ -184,11 +190,12 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
     flags = [*_PP_FLAGS, *base.define_flags(defines), f"-I{SHIM_DIR}",
              *[f"-I{d}" for d in src.include_dirs], *[f"-isystem{d}" for d in incs],
              *extra_flags]
-    with tempfile.TemporaryDirectory(prefix="normcheck-pp-") as d:
+    with confine.temporary_folder("pp") as d:
         tu_path = Path(d) / "normcheck_tu.cpp"
         tu_path.write_text(tu)
-        r = base.run_compiler([cxx, *flags, "-x", "c++", str(tu_path), "-o", "-"],
-                              f"preprocessing {src.origin}")
+        r = confine.run_compiler([cxx, *flags, "-x", "c++", str(tu_path), "-o", "-"],
+                                 f"preprocessing {src.origin}", read=_roots(cxx, src, incs),
+                                 write=[d, os.devnull], cleanup=d)
         if r.returncode != 0:
             raise CompileError(f"g++ could not preprocess {src.origin} for the cpu backend",
                                _explain(r.stderr, str(tu_path)))
@@ -202,12 +209,14 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
     return translate.rewrite(text, user_file)
 
 
+#: The largest build normcheck keeps (a kernel module is well under a MiB; the limit stops a
+#: source whose static data would fill the cache).
+MAX_BUILD_BYTES = 64 << 20
+
+
 def build(src: base.Source, entries: list[str], defines=None, extra_flags=()) -> Module:
     """Compile ``src`` exporting ``entries`` (cached; see the module docstring)."""
-    for e in entries:
-        if not isinstance(e, str) or not base.ENTRY_RE.match(e):
-            raise invalid("entry", e, "a kernel name or a template instantiation such as "
-                          "rms_norm<__half>", "give the name of a __global__ function")
+    entries = [base.parse_entry(e) for e in entries]
     cxx, version = _compiler()
     extra = [str(f) for f in extra_flags]
     text = preprocess(src, entries, defines, extra)
@@ -215,12 +224,14 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=()) ->
     key = base.key_of(text, " ".join(flags), version)
     so = base.cache_dir("cpu") / key / "kernel.so"
     if not so.is_file():
-        with tempfile.TemporaryDirectory(prefix="normcheck-build-") as d:
+        with confine.temporary_folder("build") as d:
             ii = Path(d) / "kernel.ii"
             ii.write_text(text)
             out = Path(d) / "kernel.so"
-            r = base.run_compiler([cxx, *flags, "-x", "c++-cpp-output", str(ii), "-o", str(out)],
-                                  f"compiling {src.origin}")
+            r = confine.run_compiler([cxx, *flags, "-x", "c++-cpp-output", str(ii), "-o",
+                                      str(out)], f"compiling {src.origin}",
+                                     read=confine.toolchain_roots(cxx), write=[d, os.devnull],
+                                     cleanup=d)
             if r.returncode != 0:
                 missing = [e for e in entries if re.search(
                     rf"<normcheck launch wrappers>:\d+:\d+: error: '{re.escape(e.split('<')[0])}' "
@@ -230,14 +241,28 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=()) ->
                         else f"g++ could not compile {src.origin} for the cpu backend "
                              f"(entries: {', '.join(entries)})")
                 raise CompileError(head, _explain(r.stderr, str(ii)))
+            size = out.stat().st_size
+            if size > MAX_BUILD_BYTES:
+                raise CompileError(f"{src.origin}: the build is {size >> 20} MiB, over "
+                                   f"normcheck's limit of {MAX_BUILD_BYTES >> 20} MiB (large "
+                                   "static data?); it is not kept")
             base.install_file(out.read_bytes(), so)
     mod = Module(str(so), list(entries), src.origin)
     # the signatures are read in the worker: the caller's process never loads user code
-    rep = _worker.request({"op": "signatures", "so": str(so), "n": len(entries)}, 60.0)
-    if isinstance(rep, tuple) or not rep.get("ok"):
+    rep = _worker.request({"op": "signatures", "so": str(so), "n": len(entries)}, 60.0,
+                          _signatures_reply(len(entries)))
+    if isinstance(rep, tuple) and rep[0] == "malformed":
+        raise SandboxViolation(f"{src.origin}: while the module loaded, the worker sent "
+                               f"something that is not normcheck's protocol ({rep[1]}): code in "
+                               "the kernel's file (a static constructor?) wrote into the reply "
+                               "pipe; the worker was stopped and nothing it sent was used",
+                               call="forged reply")
+    if isinstance(rep, tuple):
         raise CompileError(f"{src.origin}: the compiled module could not be loaded",
-                           rep.get("message", "") if isinstance(rep, dict) else
                            _worker.describe_death(rep))
+    if not rep["ok"]:
+        raise CompileError(f"{src.origin}: the compiled module could not be loaded",
+                           rep["message"])
     for e, raw in zip(entries, rep["signatures"]):
         mod.signatures[e] = base.parse_signature(raw)
     return mod
@@ -246,7 +271,7 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=()) ->
 def sandbox_helper() -> str:
     """The sandbox helper library, ``shim/normcheck_sandbox.c`` (built once, cached).  It is C,
     compiled by the C++ compiler's driver with ``-x c``: one compiler to configure (CXX)."""
-    return str(base.build_library(
+    return str(confine.build_library(
         SHIM_DIR / "normcheck_sandbox.c", "cpu", "sandbox",
         ["-x", "c", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden"],
         "building the cpu backend's sandbox helper", link=("-x", "none", "-ldl")))
@@ -256,8 +281,11 @@ def sandbox_helper() -> str:
 # Worker process
 # ------------------------------------------------------------------------------------------------
 class _Worker:
-    """One worker process; restarted after a crash or a timeout.  The arena it shares with this
-    process is an unlinked file: nothing is left in /dev/shm whatever happens."""
+    """One worker process, started by normcheck-launch (:mod:`normcheck.backends.confine`);
+    restarted after a crash, a timeout, a malformed reply, or before a launch whose CPU budget
+    would not fit in the worker's lifetime limit.  The arena it shares with this process is an
+    unlinked file: nothing is left in /dev/shm whatever happens.  Everything it sends is
+    untrusted (:mod:`normcheck.backends.wire`)."""
 
     def __init__(self):
         self.proc = None
@@ -267,6 +295,9 @@ class _Worker:
         self.map = None
         self.size = 0
         self.state = None
+        self.cpu_used = 0.0
+        self.cpu_limit = 0
+        self.seq = 0
 
     def arena(self, size: int):
         """The shared arena grown to at least ``size`` bytes (page 0 is the report page)."""
@@ -283,38 +314,49 @@ class _Worker:
             self.map = mmap.mmap(self.fd, self.size)
         return self.map
 
-    def _start(self):
+    def _start(self, cpu_need: float = 0.0):
         if self.stderr is not None:
             self.stderr.close()
         self.stderr = tempfile.TemporaryFile()
         self.arena(4 * _PAGE)
-        env = dict(os.environ)
-        # static TLS for the shim's initial-exec variables, 64 bytes a loaded module
-        env["GLIBC_TUNABLES"] = ":".join(
-            t for t in (env.get("GLIBC_TUNABLES"), "glibc.rtld.optional_static_tls=262144") if t)
-        env["NORMCHECK_ARENA_FD"] = str(self.fd)
-        env["NORMCHECK_PARENT_PID"] = str(os.getpid())
         mode = os.environ.get("NORMCHECK_SANDBOX", "on")
         if mode not in sandbox.MODES:
             raise invalid("NORMCHECK_SANDBOX", mode, "on or off")
+        self.cpu_limit = int(max(sandbox.cpu_seconds(), 2 * cpu_need + 60))
+        pkg_root = str(Path(__file__).resolve().parent.parent.parent)
+        extra = {
+            # static TLS for the shim's initial-exec variables, 64 bytes a loaded module
+            "GLIBC_TUNABLES": "glibc.rtld.optional_static_tls=262144",
+            "NORMCHECK_ARENA_FD": str(self.fd),
+            "NORMCHECK_SANDBOX": mode,
+            "NORMCHECK_WORKER_AS": str(sandbox.address_space()),
+            "NORMCHECK_WORKER_CPU": str(self.cpu_limit),
+            "PYTHONPATH": pkg_root,
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         if mode == "on":
             lib = sandbox_helper()
-            env["NORMCHECK_SANDBOX_LIB"] = lib
+            extra["NORMCHECK_SANDBOX_LIB"] = lib
             # preloaded: its system/popen/posix_spawn report a kernel's call by name (see there)
-            env["LD_PRELOAD"] = " ".join(p for p in (lib, env.get("LD_PRELOAD")) if p)
-            env["NORMCHECK_SANDBOX_READ"] = os.pathsep.join(
+            extra["LD_PRELOAD"] = lib
+            extra["NORMCHECK_SANDBOX_READ"] = os.pathsep.join(
                 sandbox.read_dirs(str(base.cache_dir("cpu").resolve())))
-        pkg_root = str(Path(__file__).resolve().parent.parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen([sys.executable, "-m", "normcheck.backends._worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, env=env, bufsize=0,
-                                     pass_fds=(self.fd,), start_new_session=True)
+        cmd = confine.command([sys.executable, "-m", "normcheck.backends._worker"])
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, env=sandbox.worker_environment(extra),
+                                     bufsize=0, pass_fds=(self.fd,), start_new_session=True)
+        self.cpu_used = 0.0
         rep = self._exchange({"op": "ping"}, 60.0)
+        if not isinstance(rep, tuple):
+            try:
+                rep = _ping_reply(rep)
+            except wire.WireError as e:
+                self._kill()
+                rep = ("malformed", str(e))
         if isinstance(rep, tuple):
             raise BackendUnavailable("the cpu backend's worker process did not start: "
                                      + self.describe_death(rep))
-        self.state = rep.get("sandbox")
+        self.state = rep["sandbox"]
 
     def _kill(self):
         if self.proc is not None:
@@ -334,35 +376,59 @@ class _Worker:
                     pass
         self.proc = None
 
-    def stderr_tail(self, n=2000) -> str:
+    def messages(self, lines: int = 5, width: int = 300) -> str:
+        """normcheck's own messages among the worker's last stderr output (lines that start with
+        "normcheck"): only those are ever quoted, never what a kernel printed (which may hold
+        anything it could read)."""
         if self.stderr is None:
             return ""
         self.stderr.seek(0, os.SEEK_END)
         size = self.stderr.tell()
-        self.stderr.seek(max(0, size - n))
-        return self.stderr.read().decode(errors="replace").strip()
+        self.stderr.seek(max(0, size - 16384))
+        tail = self.stderr.read().decode("utf-8", "replace").splitlines()
+        own = [ln[:width] for ln in tail if ln.startswith("normcheck")]
+        return "\n".join(own[-lines:])
+
+    def undefined_symbol(self) -> str | None:
+        """The symbol of a "symbol lookup error" in the worker's stderr (the dynamic loader's
+        message), or None."""
+        if self.stderr is None:
+            return None
+        self.stderr.seek(0, os.SEEK_END)
+        size = self.stderr.tell()
+        self.stderr.seek(max(0, size - 4096))
+        m = re.search(rb"symbol lookup error: .*?undefined symbol: ([A-Za-z_][\w.@]{0,200})",
+                      self.stderr.read())
+        return m.group(1).decode() if m else None
 
     def report(self) -> str:
-        """The report page: what the kernel did when it killed the process."""
+        """The report page: what the kernel did when it killed the process (untrusted text)."""
         if self.map is None:
             return ""
-        raw = bytes(self.map[:_REPORT_PAGE])
-        return raw.split(b"\0", 1)[0].decode(errors="replace").strip()
+        raw = bytes(self.map[:_REPORT_LINE])
+        return raw.split(b"\0", 1)[0].decode("ascii", "replace").strip()
 
     def clear_report(self):
         if self.map is not None:
-            self.map[:64] = b"\0" * 64
+            self.map[:_REPORT_LINE] = b"\0" * _REPORT_LINE
 
     def describe_death(self, rep) -> str:
         if rep[0] == "timeout":
             return "timed out"
-        tail = self.stderr_tail()
-        return f"the worker process died (exit code {rep[1]})" + (f": {tail}" if tail else "")
+        if rep[0] == "malformed":
+            return f"its reply was malformed ({rep[1]})"
+        own = self.messages()
+        return f"the worker process died (exit code {rep[1]})" + (f": {own}" if own else "")
 
     def _exchange(self, req, timeout):
-        data = pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)
+        """Send ``req``; the reply (decoded, not yet checked against its schema), or ("died",
+        returncode) / ("timeout", None) / ("malformed", what was wrong).  Each request carries a
+        sequence number the reply must echo, so a reply forged ahead of the real one puts the
+        stream out of step and is caught at the next exchange."""
+        self.seq += 1
+        data = wire.encode({**req, "seq": self.seq})
         try:
-            self.proc.stdin.write(struct.pack("<Q", len(data)) + data)
+            self.proc.stdin.write(data)
         except (BrokenPipeError, OSError):
             rc = self.proc.wait()
             self._kill()
@@ -370,7 +436,7 @@ class _Worker:
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
         buf = b""
-        need = 8
+        need = wire.HEADER
         header = True
         while True:
             left = deadline - time.monotonic()
@@ -380,27 +446,51 @@ class _Worker:
             ready, _, _ = select.select([fd], [], [], min(left, 1.0))
             if not ready:
                 continue
-            chunk = os.read(fd, need - len(buf) if header else max(need - len(buf), 1 << 16))
+            chunk = os.read(fd, min(need - len(buf), 1 << 16))
             if not chunk:
                 rc = self.proc.wait()
                 self._kill()
                 return ("died", rc)
             buf += chunk
-            if header and len(buf) >= 8:
-                need = struct.unpack("<Q", buf[:8])[0]
-                buf = buf[8:]
-                header = False
-            if not header and len(buf) >= need:
-                return pickle.loads(buf[:need])
+            try:
+                if header and len(buf) == wire.HEADER:
+                    need = wire.header_length(buf)
+                    buf = b""
+                    header = False
+                if not header and len(buf) == need:
+                    rep = wire.decode(buf)
+                    if not isinstance(rep, dict) or rep.pop("seq", None) != self.seq:
+                        raise wire.WireError("a reply out of step with the requests (a forged "
+                                             "reply before the real one?)")
+                    cpu = rep.pop("cpu", None)
+                    if not isinstance(cpu, float):
+                        raise wire.WireError("a reply without the worker's CPU time")
+                    self.cpu_used = max(self.cpu_used, cpu)
+                    return rep
+            except wire.WireError as e:
+                self._kill()  # a worker that forges replies is not used again
+                return ("malformed", str(e))
 
-    def request(self, req: dict, timeout: float):
-        """Send a request; returns the reply, or ("died", returncode) / ("timeout", None)."""
+    def request(self, req: dict, timeout: float, schema=None, cpu_need: float = 0.0):
+        """Send a request; returns the reply checked against ``schema`` (a callable raising
+        WireError), or ("died", returncode) / ("timeout", None) / ("malformed", what).
+        ``cpu_need``: the CPU seconds the request may use (a fresh worker is started first when
+        they would not fit in this one's lifetime limit)."""
         with self.lock:
+            if self.proc is not None and self.cpu_used + cpu_need > 0.9 * self.cpu_limit:
+                self._kill()
             if self.proc is None or self.proc.poll() is not None:
                 self._kill()
-                self._start()
+                self._start(cpu_need)
             self.clear_report()
-            return self._exchange(req, timeout)
+            rep = self._exchange(req, timeout)
+            if isinstance(rep, tuple) or schema is None:
+                return rep
+            try:
+                return schema(rep)
+            except wire.WireError as e:
+                self._kill()
+                return ("malformed", str(e))
 
     def sandbox_state(self):
         with self.lock:
@@ -427,13 +517,69 @@ _worker = _Worker()
 atexit.register(_worker.close)
 
 
-def _parse_report(text: str) -> dict:
+# ------------------------------------------------------------------------------------------------
+# What the worker sends, checked (it is untrusted: see normcheck.backends.wire)
+# ------------------------------------------------------------------------------------------------
+_INT = r"-?\d{1,19}"
+#: The crash report's keys and the form of their values (shim/normcheck_runtime.h writes it).
+_REPORT_KEYS = {
+    "kind": r"out_of_bounds|misaligned|stack_overflow|null_pointer|sandbox|abort|trap|"
+            r"arithmetic|crash",
+    "signal": _INT, "addr": r"0x[0-9a-f]{1,16}", "access": r"read|write", "bytes": _INT,
+    "arg": r"\d{1,3}", "elem_offset_bytes": _INT, "past_end_bytes": _INT,
+    "before_start_bytes": _INT, "size_bytes": _INT, "itemsize": r"\d{1,3}", "syscall": _INT,
+    "block": r"\d{1,10},\d{1,10},\d{1,10}", "thread": r"\d{1,10},\d{1,10},\d{1,10}",
+    "detail": r"[a-z_]{1,40}", "stack_bytes": _INT, "call": r"[A-Za-z_]\w{0,40}\(\)",
+}
+_REPORT_INTS = {"signal", "bytes", "arg", "elem_offset_bytes", "past_end_bytes",
+                "before_start_bytes", "size_bytes", "itemsize", "syscall", "stack_bytes"}
+
+
+def parse_report(text: str, args=None) -> dict:
+    """A crash report (``key=value`` words) checked word by word against :data:`_REPORT_KEYS`;
+    ``arg`` must name an array of ``args``.  WireError on anything else: a kernel can write any
+    bytes into the report page."""
     out = {}
     for tok in text.split():
-        if "=" in tok:
-            k, v = tok.split("=", 1)
-            out[k] = v
+        k, eq, v = tok.partition("=")
+        rule = _REPORT_KEYS.get(k)
+        if not eq or rule is None:
+            raise wire.WireError(f"crash report: unexpected word {tok[:40]!r}")
+        if k in out or not re.fullmatch(rule, v):
+            raise wire.WireError(f"crash report: {k}={v[:40]!r} is not of the form {k} takes")
+        out[k] = int(v) if k in _REPORT_INTS else v
+    if out and "kind" not in out:
+        raise wire.WireError("crash report: no kind")
+    if "arg" in out and args is not None:
+        i = out["arg"]
+        if i >= len(args) or not isinstance(args[i], np.ndarray):
+            raise wire.WireError(f"crash report: arg={i} is not an array argument of the launch")
     return out
+
+
+def _ping_reply(rep):
+    wire.check(rep, {"ok": (True,), "sandbox": dict}, "the worker's greeting")
+    wire.check(rep["sandbox"], {"mode": str, "enforced": lambda v: None if isinstance(v, list)
+                                and all(isinstance(x, str) for x in v) else "a list of names",
+                                "detail": str}, "the worker's sandbox state")
+    return rep
+
+
+def _signatures_reply(n):
+    def check(rep):
+        if rep.get("ok") is False:
+            return wire.check(rep, {"ok": (False,), "message": str}, "the signatures reply")
+        return wire.check(rep, {"ok": (True,), "signatures": lambda v: None if isinstance(v, list)
+                                and len(v) == n and all(isinstance(x, str) for x in v) else
+                                f"a list of {n} strings"}, "the signatures reply")
+    return check
+
+
+def _launch_reply(rep):
+    if rep.get("ok") is True:
+        return wire.check(rep, {"ok": (True,), "seconds": float}, "the launch reply")
+    return wire.check(rep, {"ok": (False,), "kind": ("deadlock", "launch", "out_of_bounds"),
+                            "message": str}, "the launch reply")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -441,23 +587,23 @@ def _parse_report(text: str) -> dict:
 # ------------------------------------------------------------------------------------------------
 def _layout(args, guard):
     """Where each array goes in the arena: (wire records, [(array, data offset)], size)."""
-    wire, layout = [], []
+    records, layout = [], []
     size = _REPORT_PAGE
     for a in args:
         if a is None:
-            wire.append(("null",))
+            records.append(["null"])
         elif isinstance(a, np.ndarray):
             # "end": the data 16-byte aligned at its start, ending at most 15 bytes before the
             # guard page; "tight": ending exactly at it (aligned only as its size allows)
             span = max(a.nbytes, 1) if guard == "tight" else -(-max(a.nbytes, 1) // 16) * 16
             region = -(-span // _PAGE) * _PAGE
             start = region - span if guard in ("end", "tight") else 0
-            wire.append(("array", size, region, start, a.nbytes, a.dtype.itemsize))
+            records.append(["array", size, region, start, a.nbytes, a.dtype.itemsize])
             layout.append((a, size, region, start))
             size += region
         else:
-            wire.append(("scalar", a.dtype.str, a.tobytes()))
-    return wire, layout, size
+            records.append(["scalar", a.dtype.str, a.tobytes()])
+    return records, layout, size
 
 
 class CpuKernel:
@@ -516,7 +662,7 @@ class CpuKernel:
         self._launch(g, b, shm, args, names, float(timeout), schedule, workers, int(seed), guard)
 
     def _launch(self, g, b, shm, args, names, timeout, schedule, workers, seed, guard):
-        wire, layout, size = _layout(args, guard)
+        records, layout, size = _layout(args, guard)
         threads = b[0] * b[1] * b[2]
         with _worker.lock:
             mm = _worker.arena(size)
@@ -525,11 +671,11 @@ class CpuKernel:
                 for a, off, region, start in layout:
                     view[off:off + region] = 0xA5
                     view[off + start:off + start + a.nbytes] = a.reshape(-1).view(np.uint8)
-                req = {"op": "launch", "so": self.module.path, "index": self.index, "grid": g,
-                       "block": b, "shared_mem": shm, "args": wire, "workers": workers,
-                       "schedule": _SCHEDULES[schedule], "seed": seed,
-                       "cpu_seconds": timeout * min(workers, max(1, g[0] * g[1] * g[2])) + 30}
-                rep = _worker.request(req, timeout)
+                req = {"op": "launch", "so": self.module.path, "index": self.index,
+                       "grid": list(g), "block": list(b), "shared_mem": shm, "args": records,
+                       "workers": workers, "schedule": _SCHEDULES[schedule], "seed": seed}
+                rep = _worker.request(req, timeout, _launch_reply,
+                                      cpu_need=timeout * min(workers, max(1, g[0] * g[1] * g[2])))
                 if isinstance(rep, tuple):
                     self._raise_dead(rep, args, names, timeout, threads)
                 if not rep["ok"]:
@@ -551,6 +697,9 @@ class CpuKernel:
         return {"arg": i, "name": names[i] if names and i < len(names) else None}
 
     def _oob(self, info, args, names, where=""):
+        if "arg" not in info or ("past_end_bytes" not in info and
+                                 "before_start_bytes" not in info):
+            return self._malformed("an out-of-bounds report without its argument and offset")
         i = int(info["arg"])
         a = args[i]
         item = int(info.get("itemsize", a.dtype.itemsize)) or 1
@@ -567,27 +716,38 @@ class CpuKernel:
         return OutOfBounds(f"{self.entry}: out-of-bounds {detail}{where}", access=access,
                            **self._arg(info, names))
 
+    def _malformed(self, what: str):
+        return SandboxViolation(f"{self.entry}: the worker sent something that is not normcheck's "
+                                f"protocol ({what}): the kernel wrote into the reply pipe or the "
+                                "crash report; the worker was stopped and nothing it sent was "
+                                "used", call="forged reply")
+
     def _raise_dead(self, rep, args, names, timeout, threads):
         if rep[0] == "timeout":
             raise KernelTimeout(f"{self.entry}: the launch ran past its {timeout:g} s limit (an "
                                 "endless loop, or a wait for something that never happens); "
                                 "raise it with timeout=... / --timeout if the kernel is just slow",
                                 seconds=timeout)
-        info = _parse_report(_worker.report())
+        if rep[0] == "malformed":
+            raise self._malformed(rep[1])
+        try:
+            info = parse_report(_worker.report(), args)
+        except wire.WireError as e:
+            raise self._malformed(str(e)) from None
         where = ""
         if "block" in info:
             where = f" in block ({info['block']}), thread ({info.get('thread', '?')})"
         kind = info.get("kind")
-        tail = _worker.stderr_tail()
-        extra = f"\n{tail}" if tail else ""
+        own = _worker.messages()
+        extra = f"\n{own}" if own else ""
         if kind == "out_of_bounds":
             raise self._oob(info, args, names, where)
         if kind == "misaligned":
             what = f"{info.get('bytes', '?')}-byte {'store' if info.get('access') == 'write' else 'load'}"
-            if "arg" in info:
-                i = int(info["arg"])
-                item = int(info.get("itemsize", 1)) or 1
-                off = int(info["elem_offset_bytes"])
+            if "arg" in info and "elem_offset_bytes" in info:
+                i = info["arg"]
+                item = info.get("itemsize", 1) or 1
+                off = info["elem_offset_bytes"]
                 detail = (f"misaligned {what} of {self._name(i, names)} at element {off // item}"
                           + (f" (+{off % item} bytes)" if off % item else "")
                           + f", address {info.get('addr')}")
@@ -596,7 +756,7 @@ class CpuKernel:
                                        f"{info.get('bytes')} bytes)", **self._arg(info, names))
             raise MisalignedAccess(f"{self.entry}: misaligned {what} at {info.get('addr')}{where}")
         if kind == "stack_overflow":
-            kb = int(info.get("stack_bytes", 0)) // 1024
+            kb = info.get("stack_bytes", 0) // 1024
             raise StackOverflow(f"{self.entry}: stack overflow{where} (each thread has {kb} KiB of "
                                 "stack; set NORMCHECK_STACK_KB for more, or look for deep "
                                 "recursion or large local arrays)", stack_kib=kb)
@@ -611,7 +771,7 @@ class CpuKernel:
             if info.get("detail") == "file_size":
                 what = "wrote more than the file-size limit (64 MiB) to its output"
             elif info.get("detail") == "cpu_time":
-                what = "used more CPU time than its launch allows"
+                what = "used more CPU time than the worker may"
             elif info.get("detail") == "blocked":
                 what = "made a forbidden system call with every signal blocked (which call is unknown)"
             elif "call" in info:
@@ -619,8 +779,8 @@ class CpuKernel:
             else:
                 what = f"made a forbidden system call: {sandbox.syscall_name(info.get('syscall'))}"
             raise SandboxViolation(f"{self.entry}: {what}{where}; the sandbox allows a kernel no "
-                                   "new processes, network, file writes or signals to other "
-                                   "processes (normcheck.backends.sandbox)",
+                                   "new processes, network, file writes, limits, or signals to "
+                                   "other processes (normcheck.backends.sandbox)",
                                    call=info.get("call", info.get("syscall")))
         if kind in ("abort", "trap", "arithmetic", "crash"):
             what = {"abort": "aborted (a failed assert?)", "trap": "trapped (__trap or an illegal "
@@ -630,9 +790,10 @@ class CpuKernel:
                     f"{', ' + info['detail'] if 'detail' in info else ''})"}[kind]
             raise KernelCrash(f"{self.entry}: {what}{where}{extra}",
                               signal=int(info.get("signal", 0) or 0))
-        if "symbol lookup error" in tail:
+        sym = _worker.undefined_symbol()
+        if sym:
             raise KernelCrash(f"{self.entry}: the kernel called a function that is declared but "
-                              f"never defined{extra}", signal=0)
+                              f"never defined ({sym}){extra}", signal=0)
         rc = rep[1]
         if rc is not None and rc < 0:
             sig = -rc
@@ -644,10 +805,14 @@ class CpuKernel:
 
     def _raise_failed(self, rep, args, names):
         if rep["kind"] == "deadlock":
-            raise KernelDeadlock(f"{self.entry}: {rep['message']}")
+            raise KernelDeadlock(f"{self.entry}: {rep['message'][:2000]}")
         if rep["kind"] == "out_of_bounds":
-            raise self._oob(_parse_report(rep["message"]), args, names)
-        raise KernelError(f"{self.entry}: {rep['message']}")
+            try:
+                info = parse_report(rep["message"], args)
+            except wire.WireError as e:
+                raise self._malformed(str(e)) from None
+            raise self._oob(info, args, names)
+        raise KernelError(f"{self.entry}: {rep['message'][:2000]}")
 
 
 class CpuBackend(base.Backend):
@@ -687,8 +852,9 @@ class CpuBackend(base.Backend):
             raise invalid("options.fmad", True, "False on the cpu backend (it never contracts "
                           "a*b+c, like nvcc --fmad=false)", "use the cuda backend for --fmad")
         src = base.load_source(source, include_dirs)
-        mod = build(src, list(entries), defines, options.get("flags", ()))
-        return {e: CpuKernel(mod, e, options) for e in entries}
+        canon = [base.parse_entry(e) for e in entries]
+        mod = build(src, canon, defines, options.get("flags", ()))
+        return {e: CpuKernel(mod, c, options) for e, c in zip(entries, canon)}
 
     def provenance(self, options=None) -> dict:
         cxx, version = _compiler()
@@ -696,4 +862,5 @@ class CpuBackend(base.Backend):
         return {"backend": "cpu", "compiler": version.split(" Copyright")[0],
                 "flags": " ".join(_CXX_FLAGS), "fmad": False,
                 "device": platform.processor() or platform.machine(),
-                "sandbox": st.get("detail", "?"), "cpu_vs_gpu": CPU_VS_GPU}
+                "sandbox": st.get("detail", "?"), "lifetime": confine.describe(),
+                "cpu_vs_gpu": CPU_VS_GPU}

@@ -23,12 +23,11 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from normcheck.backends import base
+from normcheck.backends import base, confine
 from normcheck.errors import BackendUnavailable, CompileError, KernelCrash, invalid
 
 __all__ = ["CudaBackend", "CudaKernel", "unavailable_reason", "ptx_entries", "find_entry",
@@ -265,11 +264,9 @@ class CudaBackend(base.Backend):
         options = dict(options or {})
         fmad = bool(options.get("fmad", False))
         src = base.load_source(source, include_dirs)
-        for e in entries:
-            if not base.ENTRY_RE.match(e):
-                raise invalid("entry", e, "a kernel name or a template instantiation")
+        canon = [base.parse_entry(e) for e in entries]
         tail = "\n".join(f"void* __normcheck_entry_{i} = (void*)&{e};"
-                         for i, e in enumerate(entries))
+                         for i, e in enumerate(canon))
         text = src.text + "\n" + tail + "\n"
         flags = [f"-arch={self.arch}", f"--fmad={'true' if fmad else 'false'}",
                  *base.define_flags(defines), *[f"-I{i}" for i in src.include_dirs],
@@ -280,9 +277,9 @@ class CudaBackend(base.Backend):
         module = self.drv.module_from_buffer(ptx.encode())
         self.fmad = fmad
         out = {}
-        for e in entries:
-            m = find_entry(e, list(ents))
-            out[e] = CudaKernel(self, module, m, e, ents[m], {**options, "fmad": fmad})
+        for e, c in zip(entries, canon):
+            m = find_entry(c, list(ents))
+            out[e] = CudaKernel(self, module, m, c, ents[m], {**options, "fmad": fmad})
         return out
 
     def provenance(self, options=None) -> dict:
@@ -299,19 +296,22 @@ def _nvcc_ptx(text: str, flags: list[str], origin: str) -> str:
     and the flags; entries are written atomically."""
     nvcc = os.environ.get("NVCC", "nvcc")
     version = base.compiler_version(nvcc) or "nvcc"
-    with tempfile.TemporaryDirectory(prefix="normcheck-nvcc-") as d:
+    # nvcc runs with normcheck-launch's lifetime, limits and environment (no landlock: where
+    # a CUDA toolkit keeps its files varies too much to list)
+    with confine.temporary_folder("build") as d:
         src = Path(d) / "kernel.cu"
         src.write_text(text)
-        pre = base.run_compiler([nvcc, *flags, "-E", str(src), "-o", "-"],
-                                f"preprocessing {origin}")
+        pre = confine.run_compiler([nvcc, *flags, "-E", str(src), "-o", "-"],
+                                   f"preprocessing {origin}", cleanup=d)
         if pre.returncode != 0:
             raise CompileError(f"nvcc could not preprocess {origin}", pre.stderr)
         key = base.key_of(pre.stdout.replace(str(src), "<kernel>"), " ".join(flags), version)
         ptx = base.cache_dir("cuda") / key / "kernel.ptx"
         if ptx.is_file():
             return ptx.read_text()
-        r = base.run_compiler([nvcc, *flags, "--ptx", str(src), "-o", str(Path(d) / "kernel.ptx")],
-                              f"compiling {origin}")
+        r = confine.run_compiler([nvcc, *flags, "--ptx", str(src), "-o",
+                                  str(Path(d) / "kernel.ptx")], f"compiling {origin}",
+                                 cleanup=d)
         if r.returncode != 0:
             raise CompileError(f"nvcc could not compile {origin}",
                                r.stderr.replace(str(src), origin))

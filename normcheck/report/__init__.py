@@ -38,15 +38,18 @@ def run_report(mode="quick", backend="cpu", out="reports/quick", seed=0, kernels
     from normcheck.backends import get_backend
     from normcheck.report import sweep
 
+    from normcheck.report import folder
+
     be = get_backend(backend)
-    out = Path(out)
+    out = folder.prepare(out)
     p = sweep.plan(mode, kernels_pattern=kernels, seed=seed)
-    with sweep.folder_lock(out):
+    with folder.lock(out):
+        folder.refuse_links(out)
         return _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster)
 
 
 def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster) -> dict:
-    from normcheck.report import audit, render, sweep
+    from normcheck.report import audit, folder, render, sweep
 
     results = sweep.run_sweep(p, out, backend=be, workers=workers,
                               progress=_progress_printer() if progress else None,
@@ -65,9 +68,9 @@ def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster) -> d
     from normcheck.report import backward
 
     results["backward"] = backward.measure(be, seed=p.seed, mode=p.mode)
-    (out / "backward.json").write_text(sweep._dump(results["backward"], indent=1))
+    folder.write(out / "backward.json", sweep._dump(results["backward"], indent=1))
     results["audit"] = audit.run_audit(results["records"], backend=be, timings=timings,
                                        backward=results["backward"])
-    (out / "audit.json").write_text(sweep._dump(results["audit"], indent=1))
+    folder.write(out / "audit.json", sweep._dump(results["audit"], indent=1))
     paths = render.render(results, out, gpu=gpu_text)
     return {"results": results, "paths": paths, "complete": True}

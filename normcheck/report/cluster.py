@@ -19,6 +19,9 @@ worker processes on this machine.
 
 from __future__ import annotations
 
+import json
+import re
+
 from normcheck.errors import BackendUnavailable, invalid
 
 __all__ = ["measure_all", "connect"]
@@ -53,14 +56,36 @@ def connect(address: str):
         client = Client(lc)
         client._normcheck_cluster = lc
         return client
+    if address.endswith(".json"):
+        address = _scheduler_address(address)
+    elif not re.fullmatch(r"(tcp|tls|inproc|ucx)://[\w.\-\[\]:]{1,200}", address):
+        raise invalid("--cluster", address, "a scheduler address such as tcp://host:8786, a "
+                      "scheduler file (*.json) or local:N")
     try:
-        if address.endswith(".json"):
-            return Client(scheduler_file=address, timeout="30s")
         return Client(address, timeout="30s")
     except (OSError, TimeoutError, ValueError) as e:
         raise invalid("--cluster", address, f"a reachable Dask scheduler ({e})",
                       "start one with `dask scheduler` and workers with `dask worker ADDRESS`"
                       ) from None
+
+
+def _scheduler_address(path: str) -> str:
+    """The address in a scheduler file, read now (Dask itself would wait for a missing file
+    without end): the file must exist and hold {"address": "tcp://..."}."""
+    from normcheck.backends.base import read_limited
+
+    raw = read_limited(path, "--cluster", 1 << 20, "a scheduler file written by `dask scheduler "
+                       "--scheduler-file`")
+    try:
+        info = json.loads(raw)
+        addr = info["address"]
+        if not isinstance(addr, str) or not re.fullmatch(
+                r"(tcp|tls|inproc|ucx)://[\w.\-\[\]:]{1,200}", addr):
+            raise ValueError(addr)
+    except (ValueError, KeyError, TypeError, RecursionError):
+        raise invalid("--cluster", path, "a scheduler file holding the scheduler's address",
+                      "start the scheduler with --scheduler-file and pass that file") from None
+    return addr
 
 
 def measure_all(address: str, tasks, seed: int, backend: str, workers=None):

@@ -14,6 +14,18 @@ _ORDER_COLORS = {"upcast_square": "#1f77b4", "square_upcast": "#d62728",
                  "storage_accumulate": "#ff7f0e"}
 
 
+
+def _save(fig, path, dpi):
+    """The figure as PNG, written safely (normcheck.report.folder.write: no write through a
+    link)."""
+    import io
+
+    from normcheck.report import folder
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    folder.write(path, buf.getvalue())
+
 def _plt():
     import matplotlib
 
@@ -66,7 +78,7 @@ def conditioning(records, path: Path) -> Path | None:
         ax.legend(fontsize=7)
     fig.suptitle("Error against conditioning (Chan, Golub & LeVeque bound shapes dashed)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path, 110)
     plt.close(fig)
     return path
 
@@ -107,7 +119,7 @@ def overflow_map(records, path: Path) -> Path | None:
         ax.legend(fontsize=7)
     fig.suptitle("fp16 overflow map: the precision order decides")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path, 110)
     plt.close(fig)
     return path
 
@@ -136,7 +148,7 @@ def histograms(records, path: Path, bins) -> Path | None:
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / fig.get_figheight()))
     fig.suptitle("ULP error histograms on gaussian rows (share of elements per bin)",
                  y=1 - 0.15 / fig.get_figheight())
-    fig.savefig(path, dpi=90)
+    _save(fig, path, 90)
     plt.close(fig)
     return path
 
@@ -167,7 +179,7 @@ def rsqrt_cost(records, path: Path, backend: str) -> Path | None:
     ax.set_ylabel("max ULP")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    _save(fig, path, 100)
     plt.close(fig)
     return path
 
@@ -194,7 +206,7 @@ def dgamma_rows(backward, path: Path) -> Path | None:
     ax.set_ylabel("max relative error of dγ")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    _save(fig, path, 100)
     plt.close(fig)
     return path
 

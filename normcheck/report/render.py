@@ -16,7 +16,7 @@ import numpy as np
 
 from normcheck import families
 from normcheck.metrics import short
-from normcheck.report import plots
+from normcheck.report import folder, plots
 from normcheck.report.sweep import HIST_BINS
 
 __all__ = ["render", "COLUMNS"]
@@ -250,7 +250,7 @@ def render(results, out_dir, gpu=None) -> dict:
     if gpu:
         md.append("## GPU\n")
         md.append(gpu)
-    (out_dir / "report.md").write_text("\n".join(md))
+    folder.write(out_dir / "report.md", "\n".join(md))
 
     # index.html: the same, self-contained
     def img(path):
@@ -293,6 +293,6 @@ def render(results, out_dir, gpu=None) -> dict:
            "h3.true{color:#060}")
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>normcheck report</title>"
             f"<style>{css}</style></head><body>{''.join(body)}</body></html>")
-    (out_dir / "index.html").write_text(page)
+    folder.write(out_dir / "index.html", page)
     return {"report.md": out_dir / "report.md", "index.html": out_dir / "index.html",
             **{k: v for k, v in made.items()}}

@@ -13,7 +13,6 @@ the same rows; the worst row of a record is saved once per input batch under ``w
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import math
@@ -30,9 +29,11 @@ import numpy as np
 from normcheck import __version__, families, kernels, metrics, replay
 from normcheck.metrics import to_json
 from normcheck.backends import get_backend
-from normcheck.errors import FolderLocked, KernelError, invalid
+from normcheck.backends.base import read_limited
+from normcheck.errors import KernelError, invalid
+from normcheck.report import folder
 
-__all__ = ["Plan", "plan", "run_sweep", "load_results", "folder_lock", "HIST_BINS", "KAPPA_VARIANTS",
+__all__ = ["Plan", "plan", "run_sweep", "load_results", "check_record", "HIST_BINS", "KAPPA_VARIANTS",
            "MAGNITUDE_VARIANTS"]
 
 #: Histogram bin edges of the ULP error (the last bin holds everything above 64, and inf).
@@ -236,17 +237,22 @@ class ResultsFile:
         self.path = Path(path)
 
     def load(self) -> dict:
-        if not self.path.exists():
+        if not self.path.exists() and not self.path.is_symlink():
             return {}
         try:
-            text = self.path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
+            text = read_limited(self.path, "results file", RESULTS_BYTES,
+                                "a results.json written by normcheck").decode("utf-8")
+        except UnicodeDecodeError as e:
             raise invalid("results file", str(self.path), f"a readable results.json ({e})",
                           "delete it, or choose another --out") from None
         try:
-            return _restore(json.loads(text))
+            data = json.loads(text)
         except json.JSONDecodeError:
-            pass
+            data = None
+        except RecursionError:
+            raise self._bad("it nests too deep") from None
+        if data is not None:
+            return self._check(_restore(data))
         lines = text.split("\n")
         first = lines[0]
         try:
@@ -275,21 +281,39 @@ class ResultsFile:
                 records.append(rec)
             else:
                 dropped += 1
-        data = {"provenance": head, "records": records}
+        data = self._check(_restore({"provenance": head, "records": records}))
         self.write_all(data)
         self.dropped = dropped
-        return _restore(data)
+        return data
+
+    def _bad(self, why):
+        return invalid("results file", str(self.path), "a results.json written by normcheck",
+                       f"{why}; delete it (or choose another --out) to measure again")
+
+    def _check(self, data) -> dict:
+        """The results checked against their schema (:func:`check_record`): a file of the
+        wrong shape is an error naming what is wrong, never an internal error later."""
+        if not isinstance(data, dict) or not isinstance(data.get("provenance"), dict) or \
+                not isinstance(data.get("records"), list):
+            raise self._bad("it is not {provenance: {...}, records: [...]}")
+        for i, rec in enumerate(data["records"]):
+            why = check_record(rec)
+            if why:
+                raise self._bad(f"record {i}: {why}")
+        prov = data["provenance"]
+        for k, t in (("seed", int), ("backend", str), ("mode", str)):
+            if k in prov and not isinstance(prov[k], t):
+                raise self._bad(f"provenance.{k} is not a {t.__name__}")
+        return data
 
     def write_all(self, data: dict):
-        tmp = self.path.with_suffix(".json.tmp")
         body = ",\n".join(_dump(r) for r in data["records"])
-        tmp.write_text(self.HEAD % _dump(data["provenance"]) + body + self.TAIL)
-        os.replace(tmp, self.path)
+        folder.write(self.path, self.HEAD % _dump(data["provenance"]) + body + self.TAIL)
         self._n = len(data["records"])
 
     def append(self, rec: dict):
         line = ("\n," if self._n else "") + _dump(rec)
-        with open(self.path, "r+b") as f:
+        with folder.open_append(self.path) as f:
             f.seek(-len(self.TAIL), os.SEEK_END)
             f.write((line + self.TAIL).encode())
             f.flush()
@@ -297,34 +321,39 @@ class ResultsFile:
         self._n += 1
 
 
-@contextlib.contextmanager
-def folder_lock(out_dir):
-    """Hold ``out_dir/.lock`` (an advisory ``flock``, released by the system however the process
-    ends) while a run writes into the folder; a second run names the holder and stops."""
-    import fcntl
+#: The largest results.json normcheck reads (a full sweep writes a few MiB).
+RESULTS_BYTES = 1 << 30
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / ".lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
-            raise FolderLocked(f"{out_dir}: another run is writing into this folder ({holder}); "
-                               "wait for it to finish, or choose another --out",
-                               holder=holder) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (f"pid {os.getpid()} on {platform.node()} since "
-                       f"{datetime.datetime.now().isoformat(timespec='seconds')}: "
-                       f"{' '.join(sys.argv)[:300]}\n").encode(), 0)
-        try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)
+_NUM = (int, float)
+#: A record's keys and their types (what the audit and the renderer read).
+RECORD_TYPES = {
+    "key": str, "kernel": str, "family": str, "cols": int, "rows": int, "norm": str,
+    "storage": str, "algorithm": str, "order": (str, type(None)),
+    "convention": (str, type(None)), "fast_math": bool, "param": dict,
+    "max_ulp": _NUM, "p99_ulp": _NUM, "mean_ulp": _NUM, "max_scaled_ulp": _NUM,
+    "max_bits": _NUM, "max_abs_x": _NUM, "seconds": _NUM, "nonfinite": dict,
+    "classes": dict, "histogram": list, "worst": (dict, type(None)),
+    "error": (dict, type(None)),
+}
+_REQUIRED = ("key", "kernel", "family", "cols", "rows", "max_ulp")
+
+
+def check_record(rec) -> str | None:
+    """What is wrong with a record of results.json, or None."""
+    if not isinstance(rec, dict):
+        return "not an object"
+    for k in _REQUIRED:
+        if k not in rec:
+            return f"no {k!r}"
+    for k, t in RECORD_TYPES.items():
+        if k in rec and (not isinstance(rec[k], t) or (t is int and isinstance(rec[k], bool))):
+            return f"{k}={str(rec[k])[:40]!r} is not of its type"
+    for k in ("nonfinite", "classes", "param"):
+        if k in rec and not all(isinstance(v, _NUM) for v in rec[k].values()):
+            return f"{k} holds a value that is not a number"
+    if "histogram" in rec and not all(isinstance(v, int) for v in rec["histogram"]):
+        return "histogram holds a value that is not a count"
+    return None
 
 
 def load_results(out_dir) -> dict:
@@ -351,8 +380,7 @@ def run_sweep(p: Plan, out_dir, backend="cpu", workers=None, progress=None,
     results.  ``stop_after`` stops after that many new records (tests use it to play a kill).
     ``cluster`` (an address, see :mod:`normcheck.report.cluster`) measures the tasks on a Dask
     cluster; this process stays the one writer of results.json, in completion order."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = folder.prepare(out_dir)
     be = get_backend(backend)
     rf = ResultsFile(out_dir / "results.json")
     results = rf.load()

@@ -110,10 +110,13 @@ static void on_signal(int sig, siginfo_t* info, void* ctx) {
   (void)ctx;
   char buf[160];
   char* p = buf;
-  const char* k = sig == SIGSYS ? "kind=sandbox syscall=" : (sig == SIGXFSZ ? "kind=sandbox detail=file_size" : "kind=crash detail=while_loading signal=");
+  const char* k = sig == SIGSYS ? "kind=sandbox syscall=" :
+                  sig == SIGXFSZ ? "kind=sandbox detail=file_size" :
+                  sig == SIGXCPU ? "kind=sandbox detail=cpu_time" :
+                  "kind=crash detail=while_loading signal=";
   while (*k) *p++ = *k++;
   if (sig == SIGSYS) p = put_num(p, info->si_syscall);
-  else if (sig != SIGXFSZ) p = put_num(p, sig);
+  else if (sig != SIGXFSZ && sig != SIGXCPU) p = put_num(p, sig);
   *p++ = '\n';
   report(buf, (size_t)(p - buf));
 }
@@ -167,6 +170,31 @@ static void allow_if_eq(Prog* p, int n, int i, uint32_t v) {
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
   stmt(p, BPF_RET | BPF_K, SECCOMP_RET_TRAP);
 }
+// if nr == n: return (arg_i == 0 || arg_i == self) ? allow : trap -- a pid or thread argument
+// naming this process (0 or its own pid), never another one
+static void allow_if_self(Prog* p, int n, int i, uint32_t self) {
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 5);
+  load_arg_lo(p, i);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, 0, 2, 0);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, self, 1, 0);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+}
+// if nr == n: allow only (which == process_kind && (who == 0 || who == self)): one process
+// named, and it is this one (never a process group or every process of the user)
+static void allow_who_self(Prog* p, int n, uint32_t process_kind, uint32_t self) {
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)n, 0, 7);
+  load_arg_lo(p, 0);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, process_kind, 0, 3);
+  load_arg_lo(p, 1);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, 0, 2, 0);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, self, 1, 0);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+}
+static void load_arg_hi(Prog* p, int i) {
+  stmt(p, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args) + 8 * i + 4);
+}
 
 static Prog g_prog;
 
@@ -200,7 +228,19 @@ static int install_seccomp(void) {
       SYS_add_key, SYS_request_key, SYS_keyctl, SYS_userfaultfd, SYS_pidfd_open,
       SYS_pidfd_send_signal, SYS_pidfd_getfd, SYS_fanotify_init, SYS_inotify_init,
       SYS_inotify_init1, SYS_sethostname, SYS_setdomainname, SYS_swapon, SYS_swapoff,
-      SYS_acct, SYS_quotactl, SYS_syslog, SYS_vhangup, SYS_iopl, SYS_ioperm};
+      SYS_acct, SYS_quotactl, SYS_syslog, SYS_vhangup, SYS_iopl, SYS_ioperm,
+      // limits are set once, before any user code; none may be raised or set afterwards
+      SYS_setrlimit,
+      // leaving the process group normcheck kills, or the session
+      SYS_setsid, SYS_setpgid,
+      // the clock
+      SYS_settimeofday, SYS_clock_settime, SYS_clock_adjtime, SYS_adjtimex,
+      // another kernel, the new mount API, other processes' memory and files
+      SYS_kexec_file_load, 428 /* open_tree */, 429 /* move_mount */, 430 /* fsopen */,
+      431 /* fsconfig */, 432 /* fsmount */, 433 /* fspick */, 442 /* mount_setattr */,
+      440 /* process_madvise */, SYS_kcmp, SYS_migrate_pages, SYS_move_pages,
+      // the arena shared with normcheck: shrinking it would fault normcheck's reads
+      SYS_ftruncate, SYS_fallocate};
   for (size_t i = 0; i < sizeof trapped / sizeof trapped[0]; ++i) ret_if(p, trapped[i], SECCOMP_RET_TRAP);
   ret_if(p, SYS_openat2, SECCOMP_RET_ERRNO | ENOSYS);
   // files opened for writing, creating or truncating; and reads without O_CLOEXEC (fopen, a
@@ -209,6 +249,41 @@ static int install_seccomp(void) {
   open_rule(p, SYS_open, 1, write_flags, O_CLOEXEC);
   load_nr(p);
   open_rule(p, SYS_openat, 2, write_flags, O_CLOEXEC);
+  load_nr(p);
+  // prlimit64: only to read this process's limits (glibc's getrlimit); never to set a limit,
+  // nor on another process
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)SYS_prlimit64, 0, 9);
+  load_arg_lo(p, 0);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, pid, 0, 5);
+  load_arg_lo(p, 2);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 3);
+  load_arg_hi(p, 2);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+  load_nr(p);
+  // prctl: PR_SET_PDEATHSIG (dying with the parent) and PR_SET_CHILD_SUBREAPER stay as set
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)SYS_prctl, 0, 5);
+  load_arg_lo(p, 0);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, 1 /* PR_SET_PDEATHSIG */, 2, 0);
+  jump(p, BPF_JMP | BPF_JEQ | BPF_K, 36 /* PR_SET_CHILD_SUBREAPER */, 1, 0);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  stmt(p, BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+  load_nr(p);
+  // priorities, scheduling and I/O priority: this process's own threads only (arg: 0 or pid;
+  // setpriority's and ioprio_set's `who` is the second argument)
+  allow_who_self(p, SYS_setpriority, 0 /* PRIO_PROCESS */, pid);
+  load_nr(p);
+  allow_who_self(p, SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, pid);
+  load_nr(p);
+  allow_if_self(p, SYS_sched_setaffinity, 0, pid);
+  load_nr(p);
+  allow_if_self(p, SYS_sched_setscheduler, 0, pid);
+  load_nr(p);
+  allow_if_self(p, SYS_sched_setparam, 0, pid);
+  load_nr(p);
+  allow_if_self(p, SYS_sched_setattr, 0, pid);
   load_nr(p);
   // signals: to this process only (abort() and raise() use them)
   allow_if_eq(p, SYS_kill, 0, pid);
@@ -292,9 +367,20 @@ static int install_landlock(const char** dirs, int ndirs) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// Every capability gone (bounding set, ambient, effective/permitted/inheritable): a worker run
+// as root keeps none.  (normcheck-launch has dropped them already; this is the second lock.)
+static int drop_capabilities(void) {
+  prctl(PR_CAP_AMBIENT, 4 /* PR_CAP_AMBIENT_CLEAR_ALL */, 0, 0, 0);
+  for (int c = 0; c <= 63; ++c) prctl(PR_CAPBSET_DROP, c, 0, 0, 0);
+  struct { uint32_t version; int pid; } hdr = {0x20080522 /* _LINUX_CAPABILITY_VERSION_3 */, 0};
+  struct { uint32_t eff, perm, inh; } data[2];
+  memset(data, 0, sizeof data);
+  return (int)syscall(SYS_capset, &hdr, data);
+}
+
 NCSB_EXPORT int ncsb_enter(const char** dirs, int ndirs, unsigned long long address_space,
-                           unsigned long long file_size, char* report, int report_len,
-                           char* status, int status_len) {
+                           unsigned long long file_size, unsigned long long cpu_seconds,
+                           char* report, int report_len, char* status, int status_len) {
   g_report = report;
   g_report_len = report_len;
   g_entered = 1;
@@ -303,7 +389,7 @@ NCSB_EXPORT int ncsb_enter(const char** dirs, int ndirs, unsigned long long addr
   sa.sa_sigaction = on_signal;
   sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
-  int sigs[] = {SIGSYS, SIGXFSZ, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  int sigs[] = {SIGSYS, SIGXFSZ, SIGXCPU, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; ++i) sigaction(sigs[i], &sa, NULL);
   int mask = 0;
   struct rlimit r;
@@ -318,6 +404,11 @@ NCSB_EXPORT int ncsb_enter(const char** dirs, int ndirs, unsigned long long addr
     r.rlim_cur = r.rlim_max = address_space;
     ok &= setrlimit(RLIMIT_AS, &r) == 0;
   }
+  if (cpu_seconds) {  // the worker's whole life: normcheck restarts it before it runs out
+    r.rlim_cur = r.rlim_max = cpu_seconds;
+    ok &= setrlimit(RLIMIT_CPU, &r) == 0;
+  }
+  drop_capabilities();
   if (ok) mask |= ENFORCED_RLIMITS;
   int abi = install_landlock(dirs, ndirs);
   if (abi > 0) mask |= ENFORCED_LANDLOCK;

@@ -1,0 +1,411 @@
+"""A hostile kernel, spec or case file cannot reach outside the sandbox (docs/DESIGN.md, "Threat
+model"): each escape that worked once is refused or contained here with a named failure."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normcheck import errors, replay, spec as specs
+from normcheck.backends import base, confine, get_backend, wire
+from normcheck.backends.cpu import parse_report
+
+HERE = Path(__file__).parent
+SRC = HERE / "cuda" / "escape.cu"
+CTOR = HERE / "cuda" / "escape_ctor.cu"
+CHECK_SRC = HERE / "cuda" / "check" / "kernels.cu"
+ENTRIES = ["forge_reply", "forge_wire_reply", "forge_report", "limit_other", "raise_own_limit",
+           "renice_other", "renice_user", "clear_death_signal", "new_session", "truncate_arena",
+           "set_clock", "environment", "capabilities"]
+
+
+@pytest.fixture(scope="module")
+def k():
+    return get_backend("cpu").compile_many(SRC, ENTRIES)
+
+
+def cstr(s):
+    return np.frombuffer(s.encode() + b"\0", np.uint8).copy()
+
+
+def _cli(*args, cwd=None, env=None):
+    return subprocess.run([sys.executable, "-m", "normcheck", *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=600)
+
+
+# -- the worker's replies are data ------------------------------------------------------------------
+def test_a_forged_pickle_reply_runs_nothing_in_normcheck(k, tmp_path):
+    target = tmp_path / "pwned"
+    y = np.zeros(1, np.float32)
+    with pytest.raises(errors.SandboxViolation, match="not normcheck's protocol") as e:
+        k["forge_reply"](1, 1, [y, cstr(str(target))])
+    assert e.value.kind == "sandbox" and "bad magic" in str(e.value)
+    assert not target.exists()
+    y[0] = 0  # and the next launch runs in a fresh worker
+    k["capabilities"](1, 1, [y])
+
+
+def test_a_reply_forged_ahead_of_the_real_one_is_caught(k):
+    y = np.zeros(1, np.float32)
+    with pytest.raises(errors.SandboxViolation, match="out of step"):
+        k["forge_wire_reply"](1, 1, [y])
+
+
+def test_a_forged_crash_report_is_named(k):
+    y = np.zeros(1, np.float32)
+    with pytest.raises(errors.SandboxViolation, match="arg=99 is not an array argument"):
+        k["forge_report"](1, 1, [y])
+
+
+def test_a_static_constructor_that_forges_a_reply_at_load(tmp_path):
+    marker = Path("/tmp/normcheck-escape-ctor")
+    marker.unlink(missing_ok=True)
+    with pytest.raises(errors.SandboxViolation, match="not normcheck's protocol"):
+        get_backend("cpu").compile(CTOR, "innocent")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("payload,what", [
+    (b"XYZ\x01\x00\x00\x00\x00", "bad magic"),
+    (b"NCW\x02\x00\x00\x00\x00", "wire version"),
+    (b"NCW\x01\xff\xff\xff\x7f", "announced"),
+])
+def test_malformed_headers(payload, what):
+    with pytest.raises(wire.WireError, match=what):
+        wire.header_length(payload)
+
+
+@pytest.mark.parametrize("payload,what", [
+    (b"m\x01\x00\x00\x00i" + b"\0" * 8 + b"N", "not a string"),
+    (b"s\xff\xff\x01\x00abc", "limit"),
+    (b"s\x03\x00\x00\x00ab", "truncated"),
+    (b"l" + b"\x01\x00\x00\x00" + b"l\x01\x00\x00\x00" * 20 + b"N", "nested"),
+    (b"c__builtin__\neval\n", "unknown tag"),
+    (b"NN", "after the value"),
+    (b"s\x02\x00\x00\x00\xff\xfe", "UTF-8"),
+])
+def test_malformed_payloads(payload, what):
+    with pytest.raises(wire.WireError, match=what):
+        wire.decode(payload)
+
+
+def test_wire_round_trip():
+    v = {"ok": True, "seconds": 0.25, "args": [["array", 1, 2], ["scalar", "<f4", b"\0\0\x80?"],
+                                               ["null"]], "n": -3, "none": None}
+    msg = wire.encode(v)
+    assert wire.decode(msg[wire.HEADER:]) == v
+    assert wire.header_length(msg[:wire.HEADER]) == len(msg) - wire.HEADER
+
+
+@pytest.mark.parametrize("text,what", [
+    ("kind=out_of_bounds arg=1 past_end_bytes=4 evil=1", "unexpected word"),
+    ("kind=rm_rf", "not of the form"),
+    ("arg=0", "no kind"),
+    ("kind=crash kind=abort", "not of the form"),
+    ("kind=crash signal=1" + "9" * 30, "not of the form"),
+    ("kind=misaligned arg=5 elem_offset_bytes=3", "not an array argument"),
+])
+def test_forged_crash_reports(text, what):
+    args = [np.zeros(3, np.float32), np.int32(3)]
+    with pytest.raises(wire.WireError, match=what):
+        parse_report(text, args)
+
+
+# -- the sandbox covers what escaped ----------------------------------------------------------------
+@pytest.mark.parametrize("entry,call,pid", [
+    ("limit_other", "prlimit64", True), ("raise_own_limit", "prlimit64", False),
+    ("renice_other", "setpriority", True), ("renice_user", "setpriority", False),
+    ("clear_death_signal", "prctl", False), ("new_session", "setsid", False),
+    ("truncate_arena", "ftruncate", False), ("set_clock", "clock_settime", False),
+])
+def test_other_processes_limits_and_lifetime_are_out_of_reach(k, entry, call, pid):
+    y = np.zeros(1, np.float32)
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    args = [y] + ([np.int32(os.getpid())] if pid else [])
+    with pytest.raises(errors.SandboxViolation, match=f"forbidden system call: {call}"):
+        k[entry](1, 1, args)
+    assert y[0] == 0
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+
+
+def test_the_worker_sees_an_allow_listed_environment_and_no_capabilities(k, monkeypatch):
+    monkeypatch.setenv("NORMCHECK_TEST_SECRET", "tok-3141592653")  # not one of the worker's
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "tok-2718281828")
+    from normcheck.backends.cpu import _worker
+
+    _worker.close()  # a fresh worker, started with this environment
+    y = np.zeros(1, np.float32)
+    k["environment"](1, 1, [y])
+    assert y[0] == 0  # no variable of normcheck's environment but its own
+    k["capabilities"](1, 1, [y])
+    assert y[0] == 0  # no capability, whoever runs normcheck (root in CI containers included)
+
+
+def test_a_secret_in_the_environment_never_reaches_a_verdict(tmp_path):
+    spec = tmp_path / "env.toml"
+    spec.write_text(f'source = "{SRC}"\nentry = "environment"\nnorm = "rmsnorm"\n'
+                    'dtype = "fp32"\neps = 1e-5\n[launch]\ngrid = "1"\nblock = "1"\n'
+                    '[[args]]\nrole = ["input", "output"]\n')
+    env = {**os.environ, "NORMCHECK_TEST_SECRET": "tok-1618033988"}
+    r = _cli("check", "--spec", str(spec), "--search", "0", "--examples", "4", "--json",
+             cwd=tmp_path, env=env)
+    assert "tok-1618033988" not in r.stdout + r.stderr
+
+
+# -- entries and every spec string pasted into code are parsed --------------------------------------
+@pytest.mark.parametrize("entry", [
+    "k<int>\n__attribute__((constructor)) void f() { system(\"id\"); }",
+    "k<int>(); void g() {}", 'k<"x">', "k<1>; int x", "k/*", "k<sizeof(int)>", "k<T>{}",
+    "k" + "<a" * 20 + ">" * 20, "x" * 600,
+])
+def test_entries_that_carry_code_are_refused(entry):
+    with pytest.raises(errors.InvalidArgument, match="entry="):
+        base.parse_entry(entry)
+
+
+@pytest.mark.parametrize("entry,canonical", [
+    ("rms_norm<__half>", "rms_norm<__half>"),
+    ("vllm::rms_norm_kernel<c10::Half,8>", "vllm::rms_norm_kernel<c10::Half, 8>"),
+    ("::ns::k< unsigned int , 4u, -1, true >", "::ns::k<unsigned int, 4u, -1, true>"),
+    ("k<A<B<float>>, const float*>", "k<A<B<float>>, const float*>"),
+])
+def test_entries_of_real_kernels_parse(entry, canonical):
+    assert base.parse_entry(entry) == canonical
+
+
+@pytest.mark.parametrize("value", ["1; int x", "{1}", '"s"', "a\\\nb", "#x", "1\n2"])
+def test_define_values_are_expressions_only(value):
+    with pytest.raises(errors.InvalidArgument, match="defines"):
+        base.check_defines({"X": value})
+
+
+def test_a_spec_entry_carrying_code_is_a_spec_error(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text('entry = "k<int>\\n__attribute__((constructor)) void f() {}"\n'
+                 'norm = "rmsnorm"\ndtype = "fp32"\neps = 1e-5\n'
+                 '[[args]]\nrole = ["input", "output"]\n')
+    with pytest.raises(errors.SpecError, match="entry="):
+        specs.load(p)
+
+
+def test_a_case_file_whose_entry_carries_code_is_refused(tmp_path):
+    path = replay.save_case(tmp_path / "c.npz", kernel={
+        "source": str(CHECK_SRC), "entries": ["rms_good_fp16<int>\n__attribute__((constructor)) "
+                                              "static void f() {}"],
+        "norm": "rmsnorm", "dtype": "fp16"}, x=np.ones((1, 4), np.float16))
+    r = _cli("replay", str(path))
+    assert r.returncode == 2 and "entry=" in r.stderr and "Traceback" not in r.stderr
+
+
+# -- the compiler is confined --------------------------------------------------------------------
+def _check_source(tmp_path, text, **env):
+    src = tmp_path / "k.cu"
+    src.write_text(text)
+    return _cli("check", str(src), "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp32",
+                "--search", "0", "--examples", "4", "--json", cwd=tmp_path,
+                env={**os.environ, **env})
+
+
+def test_the_compiler_reads_no_file_outside_its_folders(tmp_path):
+    secret = tmp_path.parent / f"secret-{os.getpid()}.txt"
+    secret.write_text("tok-1414213562\n")
+    try:
+        sub = tmp_path / "src"
+        sub.mkdir()
+        # under `#pragma GCC system_header` the asm is not the user's PTX: only the assembler
+        # sees it, and the assembler may read nothing outside the source's folders
+        (sub / "sys.h").write_text(f'#pragma GCC system_header\nasm(".incbin \\"{secret}\\"");\n')
+        r = _check_source(sub, '#include "sys.h"\n'
+                               'extern "C" __global__ void k(float* y, const float* x, '
+                               'const float* g, float e, int r, int c) {}\n')
+    finally:
+        secret.unlink()
+    assert r.returncode == 2 and "file not found" in r.stderr
+    assert "tok-1414213562" not in r.stdout + r.stderr
+
+
+def test_a_device_as_an_include_is_refused_at_once(tmp_path):
+    t = time.monotonic()
+    r = _check_source(tmp_path, '#include "/dev/zero"\n')
+    assert r.returncode == 2 and "/dev/zero" in r.stderr
+    assert time.monotonic() - t < 120
+
+
+def test_a_macro_flood_meets_the_compiler_limits(tmp_path):
+    flood = "\n".join(f"#define F{i}(x) F{i - 1}(x) F{i - 1}(x)" for i in range(1, 40))
+    r = _check_source(tmp_path, "#define F0(x) x\n" + flood + "\nint v[] = {F39(1)};\n",
+                      NORMCHECK_COMPILER_CPU_S="3")
+    assert r.returncode == 2
+    assert "CPU time" in r.stderr or "output is over" in r.stderr
+    assert len(r.stderr) < 80_000
+
+
+def test_thousands_of_errors_are_cut_with_a_count(tmp_path):
+    r = _check_source(tmp_path, "\n".join(f"int e{i} = undeclared_{i};" for i in range(3000)))
+    assert r.returncode == 2
+    assert "compiler output cut" in r.stderr or "more bytes" in r.stderr
+    assert len(r.stderr) < confine.DIAGNOSTICS_BYTES + 4096
+
+
+def test_a_huge_build_is_not_kept(tmp_path):
+    r = _check_source(tmp_path, "__attribute__((used)) static char big[80 << 20] = {1};\n"
+                                'extern "C" __global__ void k(float* y, const float* x, '
+                                'const float* g, float e, int r, int c) {}\n')
+    assert r.returncode == 2 and "over normcheck's limit" in r.stderr
+
+
+# -- lifetime -----------------------------------------------------------------------------------
+def _descendant_compilers(marker):
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmd and (b"cc1plus" in cmd or b"g++" in cmd or
+                                           b"normcheck-launch" in cmd):
+                out.append(int(d.name))
+    return out
+
+
+def test_kill_9_during_a_compile_leaves_no_process_and_no_folder(tmp_path):
+    # a compile that runs for a while (the macro flood), killed with SIGKILL mid-way
+    flood = "\n".join(f"#define F{i}(x) F{i - 1}(x) F{i - 1}(x)" for i in range(1, 30))
+    src = tmp_path / "slow.cu"
+    src.write_text("#define F0(x) x\n" + flood + "\nint v[] = {F29(1)};\n")
+    p = subprocess.Popen([sys.executable, "-m", "normcheck", "check", str(src), "--entry", "k",
+                          "--norm", "rmsnorm", "--dtype", "fp32"], cwd=tmp_path,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = f"normcheck-pp-{p.pid}-"
+    deadline = time.time() + 120
+    while time.time() < deadline and not _descendant_compilers(marker):
+        time.sleep(0.1)
+    assert _descendant_compilers(marker), "the compile never started"
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    deadline = time.time() + 5
+    while time.time() < deadline and _descendant_compilers(marker):
+        time.sleep(0.1)
+    assert not _descendant_compilers(marker)
+    import tempfile
+
+    assert not [f for f in os.listdir(tempfile.gettempdir()) if f"-{p.pid}-" in f and
+                f.startswith("normcheck-")]
+
+
+def test_the_lifetime_mechanism_is_in_the_provenance():
+    prov = get_backend("cpu").provenance()
+    assert prov["lifetime"].startswith(("pid-namespace", "process-group"))
+
+
+# -- every hostile file is a clear error --------------------------------------------------------
+def _one_line_error(r, text):
+    assert r.returncode == 2, (r.stdout[-300:], r.stderr[-300:])
+    assert text in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+
+
+def test_hostile_files_are_clear_errors(tmp_path):
+    fifo = tmp_path / "fifo.cu"
+    os.mkfifo(fifo)
+    dev = tmp_path / "dev.toml"
+    dev.write_text('source = "/dev/zero"\nentry = "k"\nnorm = "rmsnorm"\ndtype = "fp32"\n'
+                   'eps = 1e-5\n[[args]]\nrole = ["input", "output"]\n')
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    dotted = tmp_path / "dotted.toml"
+    dotted.write_text("a" + ".b" * 100_000 + " = 1\n")
+    grid = tmp_path / "grid.toml"
+    grid.write_text(f'source = "{CHECK_SRC}"\nentry = "rms_good_fp32"\nnorm = "rmsnorm"\n'
+                    'dtype = "fp32"\neps = 1e-5\n[launch]\ngrid = "' + "+".join(["rows"] * 20000)
+                    + '"\n[[args]]\nrole = ["input", "output"]\n')
+    results = tmp_path / "r1"
+    results.mkdir()
+    (results / "results.json").write_text('{"provenance": [], "records": 5}')
+    results2 = tmp_path / "r2"
+    results2.mkdir()
+    (results2 / "results.json").write_text(json.dumps(
+        {"provenance": {"seed": 0, "backend": "cpu"}, "records": [{"key": 1}]}))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    cases = [
+        (["check", str(fifo), "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp32"],
+         "a FIFO"),
+        (["check", "--spec", str(dev)], "a device"),
+        (["check", "--spec", str(deep)], "nested more than"),
+        (["check", "--spec", str(dotted)], "nested more than"),
+        (["check", "--spec", str(grid)], "characters"),
+        (["report", "--backend", "cpu", "--kernels", "rmsnorm_rms_fp32", "--out", str(results)],
+         "results.json"),
+        (["report", "--backend", "cpu", "--kernels", "rmsnorm_rms_fp32", "--out", str(results2)],
+         "record 0"),
+        (["report", "--backend", "cpu", "--kernels", "rmsnorm_rms_fp32", "--out", str(a_file)],
+         "this is a file"),
+        (["report", "--backend", "cpu", "--kernels", "rmsnorm_rms_fp32", "--out",
+          str(tmp_path / "r3"), "--cluster", str(tmp_path / "no" / "such.json")], "such.json"),
+    ]
+    for args, text in cases:
+        t = time.monotonic()
+        _one_line_error(_cli(*args), text)
+        assert time.monotonic() - t < 120, args
+
+
+def _npz(path, members: dict):
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name + ".npy", data)
+
+
+def _npy_header(shape, descr="<u2"):
+    d = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}"
+    d += " " * (63 - (10 + len(d)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(d).to_bytes(2, "little") + d.encode()
+
+
+def _meta(obj):
+    s = np.array(json.dumps(obj) if not isinstance(obj, str) else obj)
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, s)
+    return buf.getvalue()
+
+
+def test_hostile_case_files_are_clear_errors(tmp_path):
+    good_meta = {"kernel": {"variant": "rmsnorm_rms_fp16"}, "formats": {"x": "fp16"},
+                 "eps": 1e-5, "note": ""}
+    files = {
+        "huge.npz": {"meta": _meta(good_meta), "x": _npy_header((1 << 15, 1 << 15)) + b"\0" * 64},
+        "deep.npz": {"meta": _meta("[" * 100_000 + "]" * 100_000),
+                     "x": _npy_header((1, 4)) + b"\0" * 8},
+        "object.npz": {"meta": _meta(good_meta), "x": _npy_header((1, 4), "|O") + b"\0" * 32},
+        "short.npz": {"meta": _meta(good_meta), "x": _npy_header((1, 4)) + b"\0" * 4},
+        "names.npz": {"meta": _meta(good_meta), "../x": _npy_header((1, 4)) + b"\0" * 8},
+        "kernel.npz": {"meta": _meta({**good_meta, "kernel": {"variant": "x", "block": "abc"}}),
+                       "x": _npy_header((1, 4)) + b"\0" * 8},
+    }
+    for name, members in files.items():
+        path = tmp_path / name
+        _npz(path, members)
+        _one_line_error(_cli("replay", str(path)), name)
+
+
+# -- the report folder -------------------------------------------------------------------------
+@pytest.mark.parametrize("link", ["report.md", ".lock", "results.json.tmp", "results.json"])
+def test_a_symlink_in_the_report_folder_is_refused(tmp_path, link):
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (out / link).symlink_to(victim)
+    r = _cli("report", "--backend", "cpu", "--kernels", "rmsnorm_rms_fp32", "--out", str(out))
+    _one_line_error(r, "link")
+    assert victim.read_text() == "keep me"
