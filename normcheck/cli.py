@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
                    help="a compile-time define (repeatable)")
     c.add_argument("--backend", default="cpu", choices=("auto", "cpu", "cuda"))
+    c.add_argument("--arch", default=None, metavar="SM",
+                   help="the GPU architecture the cpu backend presents (__CUDA_ARCH__), e.g. "
+                        "sm_80; default sm_90, or arch in the spec")
     c.add_argument("--examples", type=int, default=64, help="rows per family (default 64)")
     c.add_argument("--search", type=int, default=40,
                    help="examples of the targeted Hypothesis search (default 40; 0 skips it)")
@@ -106,12 +109,28 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--fmad", action="store_true", help="build for the GPU with --fmad=true")
     ag.set_defaults(func=_agree)
 
+    sf = sub.add_parser("surface", help="the CUDA device API of the cpu backend: implemented / "
+                                        "listed per section of the CUDA headers")
+    sf.add_argument("--missing", action="store_true", help="list every missing function too")
+    sf.set_defaults(func=_surface)
+
     b = sub.add_parser("bench", help="print performance figures (oracle, backend, gpu)")
     b.add_argument("what", choices=("oracle", "backend", "gpu", "cub"), help="what to measure")
     b.add_argument("--cols", type=int, nargs="+", default=[1024, 4096])
     b.add_argument("--seed", type=int, default=0)
     b.set_defaults(func=_bench)
     return p
+
+
+def _surface(args) -> int:
+    from normcheck.backends import surface
+
+    print(surface.table())
+    if args.missing:
+        for sec, c in surface.coverage().items():
+            if c["missing"]:
+                print(f"{sec}: {', '.join(c['missing'])}")
+    return 0
 
 
 def _bench(args) -> int:
@@ -177,7 +196,7 @@ def _check(args) -> int:
                                 out_dtype=args.out_dtype, examples=args.examples,
                                 search=args.search, seed=args.seed, timeout=args.timeout,
                                 save_counterexample=args.save_counterexample, rows=args.rows,
-                                cols=args.cols, progress=_long_progress)
+                                cols=args.cols, progress=_long_progress, arch=args.arch)
     print(result.to_json() if args.json else result.render())
     return result.exit_code(strict=args.strict)
 

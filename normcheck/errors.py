@@ -22,6 +22,7 @@ __all__ = [
     "SandboxViolation",
     "KernelRaised",
     "BackendUnavailable",
+    "Unsupported",
     "SpecError",
     "FolderLocked",
     "invalid",
@@ -42,6 +43,12 @@ class SpecError(NormcheckError, ValueError):
 
 class BackendUnavailable(NormcheckError, RuntimeError):
     """The requested backend cannot run here (no PyCUDA, no GPU, not x86-64 ...)."""
+
+
+class Unsupported(NormcheckError):
+    """The kernel reached a construct the backend cannot run (an inline PTX instruction outside
+    normcheck's table, a barrier of some warps ...): normcheck cannot judge it -- never the
+    kernel's failure, never a pass.  The message names the construct and its line."""
 
 
 class FolderLocked(NormcheckError):

@@ -64,7 +64,7 @@ def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None) -> dict:
     fm = {}
     for a in spec.args:
         for r in a.roles:
-            if r in ("scratch", "null") or r in specs.SCALAR_ROLES:
+            if r in ("scratch", "null", "stream") or r in specs.SCALAR_ROLES:
                 continue
             default = out if r == "output" else (formats.FP32 if r in specs.STAT_ROLES
                                                  else fmt)
@@ -138,6 +138,62 @@ class KernelTarget:
             return np.zeros(rows, fmt.dtype) if zero else kernels.poisoned((rows,), fmt.dtype)
         raise invalid(f"args.{a.label}", a.role, "a buffer role")
 
+    def _value(self, a: specs.ArgSpec, case: Case, buffers: dict):
+        """The value of a (non-struct) argument or field: a scalar, None, or its buffer (one
+        buffer per role, shared by every launch)."""
+        rows, cols = case.rows, case.cols
+        if a.role in ("null", "stream"):  # a null pointer; a stream: the default one
+            return None
+        if a.role == "eps":
+            return specs.scalar_type(a)(case.eps)
+        if a.role == "rows":
+            return specs.scalar_type(a)(rows)
+        if a.role == "cols":
+            return specs.scalar_type(a)(cols)
+        if a.role == "const":
+            v = specs.evaluate(a.value, rows, cols, f"args.{a.label}.value")
+            t = specs.scalar_type(a)
+            if np.issubdtype(t, np.integer) and not (np.iinfo(t).min <= v <= np.iinfo(t).max):
+                raise invalid(f"args.{a.label}.value", v, f"a value that fits {a.type}")
+            return t(v)
+        if a.key not in buffers:
+            buffers[a.key] = (a, self._buffer(a, case))
+        return buffers[a.key][1]
+
+    def _struct(self, a: specs.ArgSpec, case: Case, buffers: dict):
+        """A struct argument's bytes, laid out by C's rules (each field at the next multiple of
+        its alignment unless its offset is given; the size a multiple of the largest
+        alignment, or the spec's size), its pointer fields naming their buffers."""
+        from normcheck.backends.base import StructArg
+
+        parts, pointers, off, align = [], [], 0, 1
+        for k, f in enumerate(a.fields):
+            v = None if f.role == "pad" else self._value(f, case, buffers)
+            if f.role == "pad":
+                n, al, raw = int(f.size), 1, bytes(int(f.size))
+            elif v is None or isinstance(v, np.ndarray):  # a pointer
+                n = al = 8
+                raw = bytes(8)
+            else:
+                raw = v.tobytes()
+                n = al = v.dtype.itemsize
+            start = f.offset if f.offset is not None else -(-off // al) * al
+            parts.append((start, raw))
+            if isinstance(v, np.ndarray):
+                pointers.append((start, v, f.name or f"{f.role}[{k}]"))
+            off = max(off, start + n)
+            align = max(align, al)
+        size = -(-off // align) * align
+        if a.size is not None:
+            if int(a.size) < off:
+                raise invalid(f"args.{a.label}.size", int(a.size),
+                              f"at least {off} bytes (the end of its last field)")
+            size = int(a.size)
+        data = bytearray(size)
+        for start, raw in parts:
+            data[start:start + len(raw)] = raw
+        return StructArg(bytes(data), pointers)
+
     def __call__(self, case: Case, guard=None, **launch) -> dict:
         """The outputs by role; ``launch`` goes to every launch (the cpu backend's schedule,
         seed and workers: the block order atomics arrive in)."""
@@ -147,28 +203,16 @@ class KernelTarget:
             args, names = [], []
             for a in ln.args:
                 names.append(a.label)
-                if a.role == "null":
-                    args.append(None)
-                elif a.role == "eps":
-                    args.append(specs.scalar_type(a)(case.eps))
-                elif a.role == "rows":
-                    args.append(specs.scalar_type(a)(rows))
-                elif a.role == "cols":
-                    args.append(specs.scalar_type(a)(cols))
-                elif a.role == "const":
-                    v = specs.evaluate(a.value, rows, cols, f"args.{a.label}.value")
-                    t = specs.scalar_type(a)
-                    if np.issubdtype(t, np.integer) and not (
-                            np.iinfo(t).min <= v <= np.iinfo(t).max):
-                        raise invalid(f"args.{a.label}.value", v, f"a value that fits {a.type}")
-                    args.append(t(v))
+                if a.role == "struct":
+                    args.append(self._struct(a, case, buffers))
                 else:
-                    if a.key not in buffers:
-                        buffers[a.key] = (a, self._buffer(a, case))
-                    args.append(buffers[a.key][1])
-            grid = specs.evaluate_dims(ln.grid, rows, cols, "launch.grid")
-            block = specs.evaluate_dims(ln.block, rows, cols, "launch.block")
-            shm = specs.evaluate(ln.shared_mem, rows, cols, "launch.shared_mem")
+                    args.append(self._value(a, case, buffers))
+            if ln.host:  # a host function: called once, it launches its kernels itself
+                grid, block, shm = (1,), (1,), 0
+            else:
+                grid = specs.evaluate_dims(ln.grid, rows, cols, "launch.grid")
+                block = specs.evaluate_dims(ln.block, rows, cols, "launch.block")
+                shm = specs.evaluate(ln.shared_mem, rows, cols, "launch.shared_mem")
             kern = self.kernels[ln.entry]
             kern(grid, block, args, shared_mem=shm, names=names, timeout=self.timeout,
                  guard=guard, **launch)
@@ -191,13 +235,21 @@ def _in_format(a, fmt):
 
 
 def bind(spec: specs.KernelSpec, source, *, norm, dtype, out_dtype=None, backend="cpu",
-         defines=None, timeout=None, options=None) -> KernelTarget:
+         defines=None, timeout=None, options=None, arch=None) -> KernelTarget:
     """Compile the entries of ``spec`` (from ``source``) and return the target."""
     be = get_backend(backend)
     entries = list(dict.fromkeys(spec.entries))
     if any(e is None for e in entries):
         raise invalid("entry", None, "the kernel to run (--entry, or entry in the spec)")
     d = {**spec.defines, **(defines or {})}
+    hosts = [ln.entry for ln in spec.launches if ln.host]
+    if hosts:
+        if be.name != "cpu":
+            raise invalid("host", True, "a kernel entry on the cuda backend (a host entry runs "
+                          "on the cpu backend)", "name the kernel in the spec instead")
+        options = {**(options or {}), "hosts": hosts}
+    if arch is not None:
+        options = {**(options or {}), "arch": arch}
     compiled = be.compile_many(source, entries, defines=d, options=options,
                                include_dirs=spec.include_dirs)
     return KernelTarget(spec, norms.get(norm), dtype, out_dtype, compiled, timeout)

@@ -196,7 +196,8 @@ _KERNEL_KEYS = {
         _str(k) and (x is None or isinstance(x, (str, int, float))) for k, x in v.items())),
     "spec": lambda v: v is None or _str(v), "spec_sha256": lambda v: v is None or _str(v),
     "block": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
-    "callable": _str,
+    "callable": _str, "arch": lambda v: v is None or (isinstance(v, (int, str)) and
+                                                      not isinstance(v, bool)),
 }
 
 
@@ -302,7 +303,8 @@ def _kernel_target(case, k, path, backend, run_embedded, notes):
         k.get("reference") or spec.reference or "exact")
     target = launch.bind(spec, src, norm=norm, dtype=k["dtype"],
                          out_dtype=k.get("out_dtype") or spec.out_dtype or k["dtype"],
-                         backend=backend, defines=k.get("defines") or None)
+                         backend=backend, defines=k.get("defines") or None,
+                         arch=k.get("arch") or spec.arch)
     return target, spec, norm
 
 

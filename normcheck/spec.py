@@ -82,19 +82,23 @@ VEC_ROLES = ("gamma", "beta", "dgamma", "dbeta")
 STAT_ROLES = ("mean", "rstd")
 BUFFER_ROLES = ROW_ROLES + VEC_ROLES + STAT_ROLES + ("scratch",)
 SCALAR_ROLES = ("eps", "rows", "cols", "const")
-ROLES = BUFFER_ROLES + ("null",) + SCALAR_ROLES
+ROLES = BUFFER_ROLES + ("null", "stream") + SCALAR_ROLES + ("struct",)
+#: What a field of a struct argument may be: every role but a struct, and padding.
+FIELD_ROLES = tuple(r for r in ROLES if r != "struct") + ("pad",)
 #: One buffer, two roles: what it holds on entry, what it holds on exit.
 INPLACE = {frozenset(("input", "output")): ("input", "output"),
            frozenset(("residual", "h")): ("residual", "h"),
            frozenset(("dy", "dx")): ("dy", "dx")}
-_SCALAR_TYPES = {"int32": np.int32, "int": np.int32, "int64": np.int64, "uint32": np.uint32,
+_SCALAR_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": np.int16,
+                 "uint16": np.uint16, "int32": np.int32, "int": np.int32, "int64": np.int64, "uint32": np.uint32,
                  "uint64": np.uint64, "float32": np.float32, "float": np.float32,
                  "float64": np.float64}
-_ARG_KEYS = {"role", "dtype", "type", "value", "stride", "name", "size", "fill"}
-_LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args"}
+_ARG_KEYS = {"role", "dtype", "type", "value", "stride", "name", "size", "fill", "fields",
+             "offset"}
+_LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host"}
 _TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "convention", "eps", "cols",
              "cols_multiple_of", "launch", "args", "source", "defines", "include", "reference",
-             "backward", "stats"}
+             "backward", "stats", "arch"}
 
 
 @dataclass
@@ -108,6 +112,8 @@ class ArgSpec:
     size: str | None = None      # scratch: elements (an expression)
     fill: str | None = None      # output/scratch buffers: "poison" (default) or "zero"
     roles: tuple = ()            # (entry role, exit role) of an in-place buffer, else (role,)
+    fields: list = field(default_factory=list)  # struct: its fields, in order (ArgSpec each)
+    offset: int | None = None    # a struct field: its byte offset (default: C layout rules)
 
     def __post_init__(self):
         if not self.roles:
@@ -130,6 +136,7 @@ class LaunchSpec:
     grid: str = "rows"
     block: str = "256"
     shared_mem: str = "0"
+    host: bool = False    # the entry is a host function that launches the kernels itself
 
 
 @dataclass
@@ -147,6 +154,7 @@ class KernelSpec:
     include_dirs: tuple = ()
     backward: bool = False
     stats: str | None = None   # backward: "saved" (mean/rstd given) or "recomputed"
+    arch: str | None = None    # the architecture presented (__CUDA_ARCH__), e.g. "sm_80"
     source: Path | None = None
     path: Path | None = field(default=None, repr=False)
 
@@ -160,8 +168,9 @@ class KernelSpec:
 
     @property
     def args(self) -> list:
-        """Every argument of every launch."""
-        return [a for ln in self.launches for a in ln.args]
+        """Every argument of every launch, and every field of a struct argument."""
+        return [f for ln in self.launches for a in ln.args
+                for f in ([a] if a.role != "struct" else [a, *a.fields])]
 
     def roles(self) -> list[str]:
         out = []
@@ -290,9 +299,36 @@ def _dotted_depth(text: str) -> int:
     return max((m.group(1).count(".") for m in _KEY_PART.finditer(text)), default=0)
 
 
-def _parse_arg(a, w) -> ArgSpec:
+def _parse_arg(a, w, in_struct=False) -> ArgSpec:
     if not isinstance(a, dict) or "role" not in a:
         raise _err(w, "role", None, f"one of {', '.join(ROLES)}")
+    if in_struct and a.get("role") == "pad":
+        n = a.get("size")
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= 4096:
+            raise _err(w, "size", n, "the padding's bytes, 1 to 4096")
+        return ArgSpec("pad", size=str(n))
+    if in_struct and a.get("role") == "struct":
+        raise _err(w, "role", "struct", "a field that is not itself a struct",
+                   "flatten the inner struct's fields into the outer one, with offset = ...")
+    if "offset" in a and not in_struct:
+        raise _err(w, "offset", a["offset"], "no offset outside a struct's fields")
+    if "offset" in a and (isinstance(a["offset"], bool) or not isinstance(a["offset"], int) or
+                          not 0 <= a["offset"] < 65536):
+        raise _err(w, "offset", a["offset"], "a byte offset within the struct")
+    if a.get("role") == "struct":
+        fl = a.get("fields")
+        if not isinstance(fl, list) or not fl or len(fl) > 128:
+            raise _err(w, "fields", fl, "a list of [[args.fields]] tables, one per struct member")
+        size = a.get("size")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or
+                                 not 0 < size <= 65536):
+            raise _err(w, "size", size, "the struct's sizeof in bytes")
+        return ArgSpec("struct", name=a.get("name") if isinstance(a.get("name"), str) else None,
+                       size=None if size is None else str(size),
+                       fields=[_parse_arg(f, f"{w}.fields[{k}]", True)
+                               for k, f in enumerate(fl)])
+    if "fields" in a:
+        raise _err(w, "fields", "...", "fields only in an argument with role = \"struct\"")
     extra = set(a) - _ARG_KEYS
     if extra:
         k = sorted(extra)[0]
@@ -325,12 +361,14 @@ def _parse_arg(a, w) -> ArgSpec:
     for k in ("value", "stride", "size"):
         if k in a:
             check_expression(str(a[k]), f"{w}.{k}")
+    out_offset = a.get("offset")
     if "name" in a and not isinstance(a["name"], str):
         raise _err(w, "name", a["name"], "a string")
     return ArgSpec(role, a.get("dtype"), a.get("type"),
                    None if "value" not in a else str(a["value"]),
                    None if "stride" not in a else str(a["stride"]), a.get("name"),
-                   None if "size" not in a else str(a["size"]), a.get("fill"), roles)
+                   None if "size" not in a else str(a["size"]), a.get("fill"), roles,
+                   offset=out_offset)
 
 
 def _parse_launch(tab, where, entry=None) -> LaunchSpec:
@@ -339,6 +377,13 @@ def _parse_launch(tab, where, entry=None) -> LaunchSpec:
         raise _err(where, "args", args, "a list of [[args]] tables, one per kernel parameter")
     ln = LaunchSpec([_parse_arg(a, f"{where}: args[{i}]") for i, a in enumerate(args)],
                     entry=tab.get("entry", entry))
+    if "host" in tab:
+        if not isinstance(tab["host"], bool):
+            raise _err(where, "host", tab["host"], "true or false")
+        ln.host = tab["host"]
+        if ln.host and any(k in tab for k in ("grid", "block", "shared_mem")):
+            raise _err(where, "grid", tab.get("grid", tab.get("block")), "no grid, block or "
+                       "shared_mem with host = true (the host function launches its kernels)")
     for k in ("grid", "block", "shared_mem"):
         if k in tab:
             check_expression(str(tab[k]), f"{where}: {k}", dims=k != "shared_mem")
@@ -386,8 +431,8 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
             raise _err(where, "launch", launch, "a [launch] table with grid, block, shared_mem, "
                        "or an array of [[launch]] tables")
         for k in launch:
-            if k not in ("grid", "block", "shared_mem"):
-                raise _err(where, f"launch.{k}", launch[k], "grid, block or shared_mem")
+            if k not in ("grid", "block", "shared_mem", "host"):
+                raise _err(where, f"launch.{k}", launch[k], "grid, block, shared_mem or host")
         launches = [_parse_launch({**launch, "args": data.get("args")}, where,
                                   entry=data.get("entry"))]
     spec = KernelSpec(launches=launches, norm=data.get("norm"), dtype=data.get("dtype"),
@@ -446,6 +491,15 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
         if data["stats"] not in ("saved", "recomputed"):
             raise _err(where, "stats", data["stats"], '"saved" or "recomputed"')
         spec.stats = data["stats"]
+    if "arch" in data:
+        from normcheck.backends.base import parse_arch
+        from normcheck.errors import InvalidArgument
+
+        try:
+            parse_arch(data["arch"])
+        except InvalidArgument as e:
+            raise SpecError(f"{where}: {e}") from None
+        spec.arch = str(data["arch"])
     if "source" in data and not isinstance(data["source"], str):
         raise _err(where, "source", data["source"], "a path to the .cu file")
     _check_roles(spec, where)
@@ -477,8 +531,10 @@ def _check_roles(spec: KernelSpec, where: str):
     dtypes, strides = {}, {}
     for ln in spec.launches:
         seen = set()
-        for a in ln.args:
-            if a.role in ("scratch", "null", "const", "eps", "rows", "cols"):
+        flat = [f for a in ln.args for f in ([a] if a.role != "struct" else a.fields)]
+        for a in flat:
+            if a.role in ("scratch", "null", "stream", "const", "eps", "rows", "cols", "struct",
+                          "pad"):
                 continue
             for r in a.roles:
                 if r in seen:

@@ -207,17 +207,28 @@ def test_unsupported_features_say_so(tmp_path):
                    '  using S = cub::BlockScan<float, 128>;\n  S* s = nullptr; (void)s; S t; }\n')
     with pytest.raises(errors.CompileError, match=r"cub::BlockScan is not supported"):
         get_backend("cpu").compile(src, "k")
-    src.write_text('#include <cub/block/block_load.cuh>\nextern "C" __global__ void k(float* y) {}\n')
-    with pytest.raises(errors.CompileError, match=r"cub::BlockLoad .*is not supported"):
+    src.write_text('#include <cub/block/block_radix_sort.cuh>\nextern "C" __global__ void k(float* y) {}\n')
+    with pytest.raises(errors.CompileError, match=r"cub::BlockRadixSort .*is not supported"):
         get_backend("cpu").compile(src, "k")
     with pytest.raises(errors.CompileError, match="`__ldg_weird` is a CUDA feature"):
         get_backend("cpu").compile('extern "C" __global__ void k(float* y) { __ldg_weird(y); }',
                                    "k")
-    with pytest.raises(errors.CompileError, match=r"<source>:1: inline PTX instruction "
-                                                  r"`cp\.async\.ca\.shared\.global`"):
-        get_backend("cpu").compile(
-            'extern "C" __global__ void k(float* y) { asm volatile("cp.async.ca.shared.global '
-            '[%0], [%1], 4;" :: "l"(y), "l"(y)); }', "k")
+
+
+def test_untranslated_ptx_fails_when_it_runs_not_when_it_is_seen():
+    src = ('extern "C" __global__ void k(float* y, int run) {\n'
+           '  if (run) asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "l"(y), "l"(y));\n'
+           '  y[0] = 1;\n}\n'
+           '__device__ void never_called(unsigned long long* p) {\n'
+           '  asm volatile("cvta.to.sharedd.u64 %0, %0;" : "+l"(*p));  // a typo nvcc never meets\n'
+           '}\n')
+    k = get_backend("cpu").compile(src, "k")
+    y = np.zeros(1, np.float32)
+    k(1, 1, [y, np.int32(0)])  # compiled, and the PTX that does not run is harmless
+    assert y[0] == 1
+    with pytest.raises(errors.Unsupported, match=r"<source>:2: inline PTX instruction "
+                                                  r"`cp\.async\.ca\.shared\.global`.*this one ran"):
+        k(1, 1, [y, np.int32(1)])
 
 
 def test_missing_entry_is_a_compile_error():

@@ -118,12 +118,20 @@ def launch(req):
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.POINTER(LaunchParams)]
     args = req["args"]
-    n = len(args)
+    n = req.get("nparams", len(args))  # the kernel's parameters; then arrays structs point to
     holders = []
     argv = (ctypes.c_void_p * max(n, 1))()
     buffers = []  # (data ptr, nbytes, map base, map len, arg index, itemsize, region start, region)
+    addresses = {}
+    structs = []
     try:
         for i, a in enumerate(args):
+            if a[0] == "struct":
+                holder = ctypes.create_string_buffer(a[1], max(len(a[1]), 16))
+                argv[i] = ctypes.cast(holder, ctypes.c_void_p)
+                holders.append(holder)
+                structs.append((holder, a[2]))
+                continue
             if a[0] == "array":
                 _, offset, region, start, nbytes, itemsize = a
                 rbase = _map_guarded(offset, region)
@@ -133,8 +141,10 @@ def launch(req):
                 ptr = rbase + start
                 buffers.append((ptr, nbytes, rbase - _PAGE, region + 2 * _PAGE, i, itemsize,
                                 rbase, region))
+                addresses[i] = ptr
                 holder = ctypes.c_void_p(ptr)
-                argv[i] = ctypes.cast(ctypes.pointer(holder), ctypes.c_void_p)
+                if i < n:
+                    argv[i] = ctypes.cast(ctypes.pointer(holder), ctypes.c_void_p)
             elif a[0] == "null":
                 holder = ctypes.c_void_p(0)
                 argv[i] = ctypes.cast(ctypes.pointer(holder), ctypes.c_void_p)
@@ -142,6 +152,13 @@ def launch(req):
                 holder = ctypes.create_string_buffer(a[2], max(len(a[2]), 16))
                 argv[i] = ctypes.cast(holder, ctypes.c_void_p)
             holders.append(holder)
+        for holder, fields in structs:  # the arrays' addresses into the structs' pointer fields
+            for off, j in fields:
+                if not 0 <= off <= len(holder.raw) - 8 or j not in addresses:
+                    return {"ok": False, "kind": "launch",
+                            "message": f"a struct field at byte {off} names no array"}
+                ctypes.memmove(ctypes.addressof(holder) + off,
+                               ctypes.byref(ctypes.c_uint64(addresses[j])), 8)
         nb = len(buffers)
         err = ctypes.create_string_buffer(4096)
         p = LaunchParams()

@@ -38,7 +38,7 @@ __all__ = ["Backend", "Param", "Source", "load_source", "define_flags", "check_d
            "cache_root", "cache_dir", "cache_info", "cache_clear", "install_file", "compiler_version",
            "cxx", "key_of", "parse_signature",
            "check_args", "check_launch", "dim3", "scalar_dtype", "parse_entry", "LIMITS",
-           "read_limited", "SOURCE_BYTES"]
+           "read_limited", "SOURCE_BYTES", "parse_arch", "DEFAULT_ARCH", "StructArg"]
 
 # An entry (a kernel's name, pasted into the launcher normcheck generates) is parsed, never
 # matched: a qualified C++ name with template arguments made of names, integers and types.
@@ -317,6 +317,35 @@ def define_flags(defines) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------
+# The architecture a kernel is compiled for
+# ------------------------------------------------------------------------------------------------
+#: __CUDA_ARCH__ when nothing says otherwise: sm_90 (Hopper, the GPU of normcheck's device runs).
+DEFAULT_ARCH = 900
+_ARCH = re.compile(r"^(?:sm|compute)?_?(\d{2,4})[af]?$")
+
+
+def parse_arch(value) -> int:
+    """An architecture as __CUDA_ARCH__ spells it (900) from 900, 90, "90", "sm_90", "sm_90a",
+    "compute_80" or "9.0"; None gives :data:`DEFAULT_ARCH`."""
+    if value is None:
+        return DEFAULT_ARCH
+    text = str(value).strip().lower()
+    m = re.fullmatch(r"(\d+)\.(\d)", text)
+    if m:
+        text = m.group(1) + m.group(2)
+    m = _ARCH.match(text)
+    if not m or isinstance(value, bool):
+        raise invalid("arch", value, "a GPU architecture such as sm_80, sm_90 or 900",
+                      "e.g. --arch sm_80 for code under #if __CUDA_ARCH__ >= 800")
+    n = int(m.group(1))
+    named = text.startswith(("sm", "compute"))  # sm_100 is __CUDA_ARCH__ 1000
+    arch = n * 10 if named or n < 300 else n
+    if not 300 <= arch <= 1300:
+        raise invalid("arch", value, "an architecture from sm_30 to sm_130")
+    return arch
+
+
+# ------------------------------------------------------------------------------------------------
 # The build cache
 # ------------------------------------------------------------------------------------------------
 def cache_root() -> Path:
@@ -524,6 +553,21 @@ def check_launch(grid, block, shared_mem) -> tuple:
     return g, b, shm
 
 
+@dataclass
+class StructArg:
+    """A struct passed by value whose fields include pointers to arrays (a params struct, as
+    TransformerEngine and TensorRT-LLM pass): ``data`` the struct's bytes with the pointer fields
+    zero, ``pointers`` [(byte offset, numpy array, field name)] -- each array is placed by the
+    backend like an argument array and its address written at the offset."""
+
+    data: bytes
+    pointers: list = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
 def check_args(entry: str, params: list[Param], args, names=None) -> list:
     """Check args against the kernel's parameters; returns them with Python numbers converted to
     numpy scalars of the parameter types.  ``None`` passes a null pointer.  Raises
@@ -561,9 +605,14 @@ def check_args(entry: str, params: list[Param], args, names=None) -> list:
         else:
             dt = scalar_dtype(p)
             if dt is None:
-                if isinstance(a, np.ndarray) and a.nbytes == p.size:
-                    out.append(a)  # a struct passed by value, as raw bytes
+                if isinstance(a, (np.ndarray, np.generic, StructArg)) and a.nbytes == p.size:
+                    out.append(a)  # a struct or an enum passed by value, as its bytes
                     continue
+                if isinstance(a, StructArg):
+                    raise invalid(label, f"<struct of {a.nbytes} bytes>",
+                                  f"a struct of {p.size} bytes for parameter `{p.ctype}`",
+                                  "give the spec's struct its size (size = ...) or the fields "
+                                  "it lacks")
                 raise invalid(label, a, f"a value of `{p.ctype}` ({p.size} bytes)",
                               "pass structs by value as a numpy array of exactly that many bytes")
             if isinstance(a, np.generic):

@@ -271,10 +271,11 @@ class Result:
 
 def run_compiler(cmd: list, what: str, *, read=None, write=(), cleanup=None,
                  limits: Limits | None = None, env: dict | None = None,
-                 stdin: bytes | None = None) -> Result:
+                 stdin: bytes | None = None, diagnostics: int = DIAGNOSTICS_BYTES) -> Result:
     """Run a compiler confined (see the module docstring): ``read``/``write`` its landlock roots
     (None: no landlock), ``cleanup`` its temporary folder.  Its diagnostics are cut to
-    :data:`DIAGNOSTICS_BYTES` (with a count of what was cut); a stdout over the limit, a compile
+    ``diagnostics`` bytes (:data:`DIAGNOSTICS_BYTES`, with a count of what was cut); a stdout
+    over the limit, a compile
     past the wall-clock limit or a missing compiler is a CompileError."""
     limits = limits or compiler_limits()
     full = command(cmd, cleanup=cleanup, limits=limits, read=read, write=write)
@@ -316,7 +317,7 @@ def run_compiler(cmd: list, what: str, *, read=None, write=(), cleanup=None,
                             f"{what}: the compiler's output is over {limits.stdout >> 20} MiB "
                             "(a macro that expands without end?); normcheck stops there")
                 else:
-                    room = DIAGNOSTICS_BYTES - len(err)
+                    room = diagnostics - len(err)
                     if room > 0:
                         err += chunk[:room]
                     if len(chunk) > room:

@@ -57,6 +57,7 @@ from normcheck.errors import (
     OutOfBounds,
     SandboxViolation,
     StackOverflow,
+    Unsupported,
     invalid,
 )
 
@@ -102,7 +103,7 @@ _SCHEDULES = {"forward": 0, "reverse": 1, "random": 2}
 _PAGE = mmap.PAGESIZE
 _REPORT_PAGE = _PAGE  # page 0 of the arena
 _REPORT_LINE = 1024  # the worker's REPORT_BYTES: the crash report's line
-OPTIONS = ("timeout", "workers", "schedule", "flags", "guard")
+OPTIONS = ("timeout", "workers", "schedule", "flags", "guard", "arch", "hosts")
 
 
 def cuda_include_dirs() -> list[Path]:
@@ -158,20 +159,22 @@ class Module:
     entries: list
     origin: str
     signatures: dict = field(default_factory=dict)
+    unsupported_ptx: list = field(default_factory=list)  # inline PTX that fails when it runs
 
 
 def _line_literal(origin: str) -> str:
     return '"' + origin.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _translation_unit(src: base.Source, entries: list[str]) -> str:
+def _translation_unit(src: base.Source, entries: list[str], hosts=()) -> str:
     lines = ['#include "normcheck_simt.h"',
              f"#line 1 {_line_literal(src.origin)}",
              src.text,
              '#line 1 "<normcheck launch wrappers>"',
              '#include "normcheck_runtime.h"']
     for i, e in enumerate(entries):
-        lines.append(f"NORMCHECK_ENTRY({i}, {e})")
+        macro = "NORMCHECK_HOST_ENTRY" if e in hosts else "NORMCHECK_ENTRY"
+        lines.append(f"{macro}({i}, {e})")
     return "\n".join(lines) + "\n"
 
 
@@ -182,12 +185,33 @@ def _roots(cxx: str, src: base.Source, incs) -> list:
             *src.include_dirs]
 
 
-def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=()) -> str:
-    """The rewritten, preprocessed translation unit of ``src`` with launchers for ``entries``."""
+def cuda_version(incs=None) -> tuple[int, int]:
+    """(major, minor) of the CUDA headers in use (CUDART_VERSION of cuda_runtime_api.h)."""
+    for d in incs or cuda_include_dirs():
+        f = Path(d) / "cuda_runtime_api.h"
+        if f.is_file():
+            m = re.search(r"#define\s+CUDART_VERSION\s+(\d+)", f.read_text(errors="replace"))
+            if m:
+                v = int(m.group(1))
+                return v // 1000, (v % 1000) // 10
+    return 13, 0
+
+
+def _presentation(arch: int, incs) -> list:
+    """The flags that make the shim present as nvcc's device pass for ``arch``."""
+    major, minor = cuda_version(incs)
+    return [f"-DNORMCHECK_CUDA_ARCH={arch}", f"-DNORMCHECK_CUDACC_VER_MAJOR={major}",
+            f"-DNORMCHECK_CUDACC_VER_MINOR={minor}"]
+
+
+def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(),
+               arch: int = base.DEFAULT_ARCH, hosts=()) -> tuple[str, list]:
+    """The rewritten, preprocessed translation unit of ``src`` with launchers for ``entries``,
+    and the messages of its inline PTX statements left to fail when they run."""
     cxx, _ = _compiler()
     incs = cuda_include_dirs()
-    tu = _translation_unit(src, entries)
-    flags = [*_PP_FLAGS, *base.define_flags(defines), f"-I{SHIM_DIR}",
+    tu = _translation_unit(src, entries, hosts)
+    flags = [*_PP_FLAGS, *_presentation(arch, incs), *base.define_flags(defines), f"-I{SHIM_DIR}",
              *[f"-I{d}" for d in src.include_dirs], *[f"-isystem{d}" for d in incs],
              *extra_flags]
     with confine.temporary_folder("pp") as d:
@@ -201,12 +225,17 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
                                _explain(r.stderr, str(tu_path)))
         text = r.stdout.replace(str(tu_path), "<normcheck wrapper>")
     shim = str(SHIM_DIR)
+    cuda = tuple(str(Path(d).resolve()) + "/" for d in incs)
 
-    def user_file(path):
-        return not path.startswith(shim) and path not in (
+    def ptx_file(path, system):
+        """Inline asm is PTX in the user's files (outside system-header regions: the host's
+        headers hold x86 asm) and in the CUDA headers (CCCL's device paths)."""
+        if path.startswith(cuda):
+            return True
+        return not system and not path.startswith(shim) and path not in (
             "<built-in>", "<command-line>", "<normcheck launch wrappers>", "<normcheck wrapper>")
 
-    return translate.rewrite(text, user_file)
+    return translate.rewrite(text, ptx_file)
 
 
 #: The largest build normcheck keeps (a kernel module is well under a MiB; the limit stops a
@@ -214,12 +243,15 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
 MAX_BUILD_BYTES = 64 << 20
 
 
-def build(src: base.Source, entries: list[str], defines=None, extra_flags=()) -> Module:
-    """Compile ``src`` exporting ``entries`` (cached; see the module docstring)."""
+def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
+          arch: int = base.DEFAULT_ARCH, hosts=()) -> Module:
+    """Compile ``src`` exporting ``entries`` for ``arch`` (cached; see the module docstring);
+    ``hosts``: the entries that are host functions (launchers), called on the host."""
     entries = [base.parse_entry(e) for e in entries]
+    hosts = {base.parse_entry(e) for e in hosts}
     cxx, version = _compiler()
     extra = [str(f) for f in extra_flags]
-    text = preprocess(src, entries, defines, extra)
+    text, deferred = preprocess(src, entries, defines, extra, arch, hosts)
     flags = [*_CXX_FLAGS, *extra]
     key = base.key_of(text, " ".join(flags), version)
     so = base.cache_dir("cpu") / key / "kernel.so"
@@ -237,7 +269,8 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=()) ->
                     rf"<normcheck launch wrappers>:\d+:\d+: error: '{re.escape(e.split('<')[0])}' "
                     r"(was not declared|is not a member)", r.stderr)]
                 head = (f"entry {missing[0]!r} is not a kernel of {src.origin}: check --entry "
-                        "(for a template, the instantiation, e.g. rms_norm<__half>)" if missing
+                        "(for a template, the instantiation, e.g. rms_norm<__half>)" +
+                        guard_hint(src.text, missing[0], arch, defines) if missing
                         else f"g++ could not compile {src.origin} for the cpu backend "
                              f"(entries: {', '.join(entries)})")
                 raise CompileError(head, _explain(r.stderr, str(ii)))
@@ -247,7 +280,7 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=()) ->
                                    f"normcheck's limit of {MAX_BUILD_BYTES >> 20} MiB (large "
                                    "static data?); it is not kept")
             base.install_file(out.read_bytes(), so)
-    mod = Module(str(so), list(entries), src.origin)
+    mod = Module(str(so), list(entries), src.origin, unsupported_ptx=deferred)
     # the signatures are read in the worker: the caller's process never loads user code
     rep = _worker.request({"op": "signatures", "so": str(so), "n": len(entries)}, 60.0,
                           _signatures_reply(len(entries)))
@@ -266,6 +299,46 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=()) ->
     for e, raw in zip(entries, rep["signatures"]):
         mod.signatures[e] = base.parse_signature(raw)
     return mod
+
+
+_DIRECTIVE = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)$")
+
+
+def guard_hint(text: str, entry: str, arch: int, defines=None) -> str:
+    """Where an entry the compiler did not find is defined under a preprocessor condition: the
+    condition, its line, and what reveals the code (the architecture, or a -D); else ""."""
+    name = re.escape(entry.split("<")[0].split("::")[-1].strip())
+    stack = []  # (line, condition) of the open #if blocks
+    lines = text.splitlines()
+    for no, line in enumerate(lines, 1):
+        m = _DIRECTIVE.match(line)
+        if m:
+            kind, cond = m.group(1), m.group(2).split("//")[0].strip()
+            if kind in ("if", "ifdef", "ifndef"):
+                cond = {"ifdef": f"defined({cond})", "ifndef": f"!defined({cond})"}.get(kind, cond)
+                stack.append((no, cond))
+            elif kind in ("elif", "else") and stack:
+                prev = stack.pop()
+                stack.append((no, f"!({prev[1]})" + (f" && ({cond})" if kind == "elif" else "")))
+            elif kind == "endif" and stack:
+                stack.pop()
+            continue
+        if stack and re.search(rf"\b{name}\s*(<[^;{{]*>)?\s*\(", line) and \
+                re.search(r"__global__|\bvoid\b|template", line + " ".join(lines[max(0, no - 3):no])):
+            no_if, cond = stack[-1]
+            hints = []
+            if "__CUDA_ARCH__" in cond:
+                hints.append(f"__CUDA_ARCH__ is {arch} here (sm_{arch // 10}): give --arch (or "
+                             "arch = ... in the spec) for the architecture the code is for")
+            names = set(re.findall(r"defined\s*\(?\s*([A-Za-z_]\w*)", cond)) - \
+                {"__CUDA_ARCH__", "__CUDACC__", "__NVCC__"}
+            undefined = sorted(n for n in names if n not in (defines or {}))
+            if undefined:
+                hints.append("define " + ", ".join(f"-D {n}" for n in undefined) +
+                             " if the kernel is meant to exist")
+            return (f"; it is defined at line {no}, under `#if {cond}` (line {no_if}), which is "
+                    "false for this compile" + (": " + "; ".join(hints) if hints else ""))
+    return ""
 
 
 def sandbox_helper() -> str:
@@ -524,15 +597,27 @@ _INT = r"-?\d{1,19}"
 #: The crash report's keys and the form of their values (shim/normcheck_runtime.h writes it).
 _REPORT_KEYS = {
     "kind": r"out_of_bounds|misaligned|stack_overflow|null_pointer|sandbox|abort|trap|"
-            r"arithmetic|crash",
+            r"arithmetic|crash|unsupported",
+    "ptx": r"\d{1,6}",
     "signal": _INT, "addr": r"0x[0-9a-f]{1,16}", "access": r"read|write", "bytes": _INT,
     "arg": r"\d{1,3}", "elem_offset_bytes": _INT, "past_end_bytes": _INT,
     "before_start_bytes": _INT, "size_bytes": _INT, "itemsize": r"\d{1,3}", "syscall": _INT,
     "block": r"\d{1,10},\d{1,10},\d{1,10}", "thread": r"\d{1,10},\d{1,10},\d{1,10}",
     "detail": r"[a-z_]{1,40}", "stack_bytes": _INT, "call": r"[A-Za-z_]\w{0,40}\(\)",
 }
-_REPORT_INTS = {"signal", "bytes", "arg", "elem_offset_bytes", "past_end_bytes",
+_REPORT_INTS = {"signal", "bytes", "arg", "elem_offset_bytes", "past_end_bytes", "ptx",
                 "before_start_bytes", "size_bytes", "itemsize", "syscall", "stack_bytes"}
+
+
+#: What a kernel reached that the cpu backend does not run (the report's detail word).
+_UNSUPPORTED = {
+    "cuda_launch_kernel": "launched a kernel through cudaLaunchKernel/cudaLaunchKernelExC with "
+                          "its arguments as void* (their types are unknown here): launch it with "
+                          "<<<...>>> or the typed cudaLaunchKernelEx(&config, kernel, args...)",
+    "named_barrier_count": "reached a barrier of part of the block (bar.sync / "
+                           "__barrier_sync_count with a thread count below the block's): the cpu "
+                           "backend's barriers are block-wide",
+}
 
 
 def parse_report(text: str, args=None) -> dict:
@@ -552,7 +637,9 @@ def parse_report(text: str, args=None) -> dict:
         raise wire.WireError("crash report: no kind")
     if "arg" in out and args is not None:
         i = out["arg"]
-        if i >= len(args) or not isinstance(args[i], np.ndarray):
+        hidden = sum(len(a.pointers) for a in args if isinstance(a, base.StructArg))
+        if not (i < len(args) and isinstance(args[i], np.ndarray)) and \
+                not len(args) <= i < len(args) + hidden:
             raise wire.WireError(f"crash report: arg={i} is not an array argument of the launch")
     return out
 
@@ -585,25 +672,62 @@ def _launch_reply(rep):
 # ------------------------------------------------------------------------------------------------
 # Backend and kernel
 # ------------------------------------------------------------------------------------------------
-def _layout(args, guard):
-    """Where each array goes in the arena: (wire records, [(array, data offset)], size)."""
-    records, layout = [], []
-    size = _REPORT_PAGE
+def _copy(a):
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    if isinstance(a, base.StructArg):
+        return base.StructArg(a.data, [(o, arr.copy(), n) for o, arr, n in a.pointers])
+    return a
+
+
+def _arrays(args):
+    """Every array of a launch, those structs point to included."""
     for a in args:
+        if isinstance(a, np.ndarray):
+            yield a
+        elif isinstance(a, base.StructArg):
+            yield from (arr for _o, arr, _n in a.pointers)
+
+
+def _array_region(a, guard, size):
+    """(wire record, layout entry, new size) of an array placed at ``size`` in the arena."""
+    # "end": the data 16-byte aligned at its start, ending at most 15 bytes before the guard
+    # page; "tight": ending exactly at it (aligned only as its size allows)
+    span = max(a.nbytes, 1) if guard == "tight" else -(-max(a.nbytes, 1) // 16) * 16
+    region = -(-span // _PAGE) * _PAGE
+    start = region - span if guard in ("end", "tight") else 0
+    return (["array", size, region, start, a.nbytes, a.dtype.itemsize], (a, size, region, start),
+            size + region)
+
+
+def _layout(args, guard, params=None):
+    """Where each array goes in the arena: (wire records, [(array, data offset)], size,
+    [names of the arrays inside structs]).  Records: one per kernel parameter, then the arrays
+    that structs point to (their records follow the parameters; a struct's record names them by
+    index)."""
+    records, layout, hidden, hidden_names = [], [], [], []
+    size = _REPORT_PAGE
+    n = len(args)
+    for i, a in enumerate(args):
+        by_value = params is not None and not params[i].is_pointer
         if a is None:
             records.append(["null"])
-        elif isinstance(a, np.ndarray):
-            # "end": the data 16-byte aligned at its start, ending at most 15 bytes before the
-            # guard page; "tight": ending exactly at it (aligned only as its size allows)
-            span = max(a.nbytes, 1) if guard == "tight" else -(-max(a.nbytes, 1) // 16) * 16
-            region = -(-span // _PAGE) * _PAGE
-            start = region - span if guard in ("end", "tight") else 0
-            records.append(["array", size, region, start, a.nbytes, a.dtype.itemsize])
-            layout.append((a, size, region, start))
-            size += region
+        elif isinstance(a, base.StructArg):
+            fields = []
+            for off, arr, name in a.pointers:
+                rec, ent, size = _array_region(arr, guard, size)
+                fields.append([int(off), n + len(hidden)])
+                hidden.append(rec)
+                hidden_names.append((i, name))
+                layout.append(ent)
+            records.append(["struct", bytes(a.data), fields])
+        elif isinstance(a, np.ndarray) and not by_value:
+            rec, ent, size = _array_region(a, guard, size)
+            records.append(rec)
+            layout.append(ent)
         else:
             records.append(["scalar", a.dtype.str, a.tobytes()])
-    return records, layout, size
+    return records + hidden, layout, size, hidden_names
 
 
 class CpuKernel:
@@ -617,6 +741,7 @@ class CpuKernel:
         self.options = options
         self.last_seconds = None
         self.needs_alignment = False  # its vector loads faulted once in the tight layout
+        self._hidden = []  # (struct argument, field name) of the arrays structs point to
 
     def __repr__(self):
         return f"<CpuKernel {self.entry}({', '.join(p.ctype for p in self.params)})>"
@@ -643,11 +768,11 @@ class CpuKernel:
             raise invalid("seed", seed, "a non-negative integer")
         if guard == "both":
             # a second launch with every array's start against a guard page, on copies
-            self._launch(g, b, shm, [a.copy() if isinstance(a, np.ndarray) else a for a in args],
+            self._launch(g, b, shm, [_copy(a) for a in args],
                          names, float(timeout), schedule, workers, int(seed), "start")
             guard = "end"
         if guard == "end" and not self.needs_alignment and \
-                any(isinstance(a, np.ndarray) and a.nbytes % 16 for a in args):
+                any(arr.nbytes % 16 for arr in _arrays(args)):
             # an array whose size is not a multiple of 16 bytes first ends exactly at its guard
             # page, so a read one element past it faults; a kernel whose vector loads need the
             # 16-byte alignment that costs runs again aligned (reads into the last granule's
@@ -662,7 +787,8 @@ class CpuKernel:
         self._launch(g, b, shm, args, names, float(timeout), schedule, workers, int(seed), guard)
 
     def _launch(self, g, b, shm, args, names, timeout, schedule, workers, seed, guard):
-        records, layout, size = _layout(args, guard)
+        records, layout, size, hidden = _layout(args, guard, self.params)
+        self._hidden = hidden
         threads = b[0] * b[1] * b[2]
         with _worker.lock:
             mm = _worker.arena(size)
@@ -673,6 +799,7 @@ class CpuKernel:
                     view[off + start:off + start + a.nbytes] = a.reshape(-1).view(np.uint8)
                 req = {"op": "launch", "so": self.module.path, "index": self.index,
                        "grid": list(g), "block": list(b), "shared_mem": shm, "args": records,
+                       "nparams": len(args),
                        "workers": workers, "schedule": _SCHEDULES[schedule], "seed": seed}
                 rep = _worker.request(req, timeout, _launch_reply,
                                       cpu_need=timeout * min(workers, max(1, g[0] * g[1] * g[2])))
@@ -688,6 +815,10 @@ class CpuKernel:
 
     # -- failures ---------------------------------------------------------------------------------
     def _name(self, i, names):
+        if i >= len(self.params):  # an array a struct argument points to
+            j, field_name = self._hidden[i - len(self.params)]
+            n = f" `{names[j]}`" if names and j < len(names) else ""
+            return f"field `{field_name}` of argument {j}{n} ({self.params[j].ctype})"
         p = self.params[i]
         n = f" `{names[i]}`" if names and i < len(names) else ""
         return f"argument {i}{n} ({p.ctype})"
@@ -696,12 +827,19 @@ class CpuKernel:
         i = int(info["arg"])
         return {"arg": i, "name": names[i] if names and i < len(names) else None}
 
+    def _array(self, args, i):
+        """The array of argument (or struct field) i."""
+        if i >= len(self.params):
+            j, field_name = self._hidden[i - len(self.params)]
+            return next(arr for _o, arr, nm in args[j].pointers if nm == field_name)
+        return args[i]
+
     def _oob(self, info, args, names, where=""):
         if "arg" not in info or ("past_end_bytes" not in info and
                                  "before_start_bytes" not in info):
             return self._malformed("an out-of-bounds report without its argument and offset")
         i = int(info["arg"])
-        a = args[i]
+        a = self._array(args, i)
         item = int(info.get("itemsize", a.dtype.itemsize)) or 1
         access = info.get("access", "access")
         if "past_end_bytes" in info:
@@ -715,6 +853,21 @@ class CpuKernel:
                       f"{self._name(i, names)} (before its start)")
         return OutOfBounds(f"{self.entry}: out-of-bounds {detail}{where}", access=access,
                            **self._arg(info, names))
+
+    def _unsupported(self, info, where):
+        if "ptx" in info:
+            table = self.module.unsupported_ptx
+            i = info["ptx"]
+            if i >= len(table):
+                return self._malformed(f"ptx={i} names no inline PTX of the module")
+            what = (f"ran inline PTX the cpu backend does not translate: {table[i]} (PTX that "
+                    "never runs is harmless; this one ran)")
+        else:
+            what = _UNSUPPORTED.get(info.get("detail"))
+            if what is None:
+                return self._malformed(f"unsupported detail={info.get('detail')}")
+        return Unsupported(f"{self.entry}: {what}{where}; normcheck cannot judge this kernel on "
+                           "the cpu backend (run it on the cuda backend)")
 
     def _malformed(self, what: str):
         return SandboxViolation(f"{self.entry}: the worker sent something that is not normcheck's "
@@ -742,6 +895,8 @@ class CpuKernel:
         extra = f"\n{own}" if own else ""
         if kind == "out_of_bounds":
             raise self._oob(info, args, names, where)
+        if kind == "unsupported":
+            raise self._unsupported(info, where)
         if kind == "misaligned":
             what = f"{info.get('bytes', '?')}-byte {'store' if info.get('access') == 'write' else 'load'}"
             if "arg" in info and "elem_offset_bytes" in info:
@@ -843,7 +998,9 @@ class CpuBackend(base.Backend):
                      include_dirs=()) -> dict:
         """Build several entries of one source into one module (one g++ run).  ``options``:
         timeout (s), workers (OS threads), schedule ("forward", "reverse", "random"), guard
-        ("end", "start", "both"), flags (extra g++ flags)."""
+        ("end", "start", "both"), flags (extra g++ flags), arch (the __CUDA_ARCH__ presented:
+        sm_90 by default), hosts (entries that are host functions: a project's own launcher,
+        whose <<<...>>> and cudaLaunchKernelEx launches run in order)."""
         options = dict(options or {})
         for k in options:
             if k not in OPTIONS + ("fmad",):
@@ -853,14 +1010,19 @@ class CpuBackend(base.Backend):
                           "a*b+c, like nvcc --fmad=false)", "use the cuda backend for --fmad")
         src = base.load_source(source, include_dirs)
         canon = [base.parse_entry(e) for e in entries]
-        mod = build(src, canon, defines, options.get("flags", ()))
+        arch = base.parse_arch(options.get("arch"))
+        mod = build(src, canon, defines, options.get("flags", ()), arch,
+                    options.get("hosts", ()))
         return {e: CpuKernel(mod, c, options) for e, c in zip(entries, canon)}
 
     def provenance(self, options=None) -> dict:
         cxx, version = _compiler()
         st = _worker.sandbox_state() or {}
+        arch = base.parse_arch((options or {}).get("arch"))
         return {"backend": "cpu", "compiler": version.split(" Copyright")[0],
                 "flags": " ".join(_CXX_FLAGS), "fmad": False,
+                "arch": f"sm_{arch // 10} (__CUDA_ARCH__={arch}, __CUDACC__ and nvcc "
+                        f"{'.'.join(map(str, cuda_version()))} presented)",
                 "device": platform.processor() or platform.machine(),
                 "sandbox": st.get("detail", "?"), "lifetime": confine.describe(),
                 "cpu_vs_gpu": CPU_VS_GPU}

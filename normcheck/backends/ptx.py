@@ -203,11 +203,20 @@ _SREGS = {"laneid": "::ncsimt::ptx::laneid()", "warpid": "::ncsimt::ptx::warpid(
           "lanemask_gt": "::ncsimt::ptx::lanemask(4)",
           "clock": "(uint32_t)clock64()", "clock64": "(uint64_t)clock64()",
           "globaltimer": "(uint64_t)clock64()"}
+# (what threadIdx & co. expand to: the translation happens after the preprocessor)
 for _d in "xyz":
-    _SREGS[f"tid.{_d}"] = f"threadIdx.{_d}"
-    _SREGS[f"ntid.{_d}"] = f"blockDim.{_d}"
-    _SREGS[f"ctaid.{_d}"] = f"blockIdx.{_d}"
-    _SREGS[f"nctaid.{_d}"] = f"gridDim.{_d}"
+    _SREGS[f"tid.{_d}"] = f"(::ncsimt::tls_cur->tid.{_d})"
+    _SREGS[f"ntid.{_d}"] = f"(::ncsimt::tls_blockDim.{_d})"
+    _SREGS[f"ctaid.{_d}"] = f"(::ncsimt::tls_blockIdx.{_d})"
+    _SREGS[f"nctaid.{_d}"] = f"(::ncsimt::tls_gridDim.{_d})"
+    _SREGS[f"clusterid.{_d}"] = f"(::ncsimt::tls_blockIdx.{_d})"
+    _SREGS[f"nclusterid.{_d}"] = f"(::ncsimt::tls_gridDim.{_d})"
+    _SREGS[f"cluster_ctaid.{_d}"] = "0u"
+    _SREGS[f"cluster_nctaid.{_d}"] = "1u"
+_SREGS.update({"cluster_ctarank": "0u", "cluster_nctarank": "1u", "is_explicit_cluster": "0u",
+               "smid": "0u", "nsmid": "132u", "gridid": "0ull", "dynamic_smem_size":
+               "(uint32_t)::ncsimt::tls_dyn_smem_size", "total_smem_size":
+               "(uint32_t)::ncsimt::tls_dyn_smem_size"})
 
 
 def _type_of(mods, where, instr, n=1):
@@ -720,9 +729,22 @@ INSTRUCTIONS = {
 _IO = {"h": "{}<2>", "r": "{}<4>", "l": "{}<8>", "f": "{}_f", "d": "{}_d"}
 
 
-def translate_statement(body: str, where: str, basic: bool = True) -> str:
+def translate_statement(body: str, where: str, basic: bool = True, deferred=None) -> str:
     """C++ for the asm statement whose parenthesised part is ``body`` (from ``where``,
-    file:line, for messages)."""
+    file:line, for messages).  A statement that cannot be translated (an instruction outside the
+    table, an operand form it does not read) becomes a call that fails the launch naming it --
+    resolved when it runs, not when it is seen, so PTX that never runs is harmless; its message
+    goes to ``deferred`` (a list; without one it is a PtxError now)."""
+    try:
+        return _translate(body, where)
+    except PtxError as e:
+        if deferred is None:
+            raise
+        deferred.append(str(e))
+        return f"{{ ::ncsimt::unsupported_ptx({len(deferred) - 1}); }}"
+
+
+def _translate(body: str, where: str) -> str:
     template, ops, extended = _statement(body, where)
     for o in ops:
         if o.kind not in "hrlfdn" or not o.kind:

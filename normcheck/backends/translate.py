@@ -10,8 +10,9 @@ __CUDA_ARCH__ >= 900``) is already gone.  The rewrites:
   ``static thread_local`` (blocks run on several OS threads); ``extern __shared__ T name[];``
   becomes a pointer to the block's dynamic shared memory (at file scope: every later use of the
   name);
-* a host-side launch ``kernel<<<grid, block>>>(args)`` in host code becomes a call that is
-  never made by normcheck (it aborts with a message if it is), so files with host code compile;
+* a host-side launch ``kernel<<<grid, block, smem, stream>>>(args)`` becomes
+  ``host_launch(kernel, grid, block, smem, stream)(args)``, and ``cudaLaunchKernelEx`` a typed
+  launch: they run when a spec names a host function as the entry (its own launcher);
 * inline PTX (``asm``/``asm volatile``) in the user's files is translated by
   :mod:`normcheck.backends.ptx`; an instruction it does not know is a compile error naming it
   and its line.
@@ -34,11 +35,16 @@ _MARKER = re.compile(r'^# (\d+) "((?:\\.|[^"\\])*)"([ \d]*)$', re.M)
 _SKIP = re.compile(r'R"([^()\\ ]{0,16})\((?:.|\n)*?\)\1"|"(?:\\.|[^"\\\n])*"|'
                    r"'(?:\\.|[^'\\\n])*'|[{}]")
 _SHARED = re.compile(r"(?:\bstatic\s+)?\b__nc_shared__\b(?:\s+static\b)?")
+# whitespace, or a line marker: a macro from a system header (CUDA's __align__) expands with
+# markers around its tokens, inside the user's declaration
+_W = r'(?:\s|(?<=\n)# \d+ "(?:\\.|[^"\\\n])*"[ \d]*\n)'
+_ATTR = rf"(?:__attribute__{_W}*\(\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)\){_W}*|" \
+        rf"alignas{_W}*\((?:[^()]|\([^()]*\))*\){_W}*)"
 _EXTERN_SHARED = re.compile(
-    r"\bextern\s+(?:static\s+thread_local|__nc_shared__)\s+"
-    r"((?:__attribute__\s*\(\(.*?\)\)\s*|alignas\s*\([^)]*\)\s*)*)"
-    r"([A-Za-z_][\w:<>,\s\*&]*?)\s*\b([A-Za-z_]\w*)\s*\[\s*\]\s*"
-    r"((?:__attribute__\s*\(\(.*?\)\)\s*)*);")
+    rf"\bextern{_W}+(?:static{_W}+thread_local|__nc_shared__){_W}+"
+    rf"((?:{_ATTR})*)"
+    rf"([A-Za-z_][\w:<>,\s\*&]*?){_W}*\b([A-Za-z_]\w*){_W}*\[{_W}*\]{_W}*"
+    rf"((?:{_ATTR})*);")
 _ASM = re.compile(r"\b(asm|__asm__|__asm)\b(\s*(?:\b(?:volatile|__volatile__|__volatile|inline|"
                   r"goto)\b\s*)*)\(")
 _LAUNCH = re.compile(r"<<<")
@@ -133,14 +139,19 @@ def _shared(text: str) -> str:
     depth = _Depth(text)
     file_scope = {}  # name -> replacement expression, for later uses
     for m in _EXTERN_SHARED.finditer(text):
-        typ, name = m.group(2).strip(), m.group(3)
+        typ, name = " ".join(m.group(2).split()), m.group(3)
         expr = f"(reinterpret_cast<{typ}*>(::ncsimt::dynamic_smem()))"
         out.append(text[last:m.start()])
         if depth.at(m.start()) > 0:
             out.append(f"{typ}* {name} = reinterpret_cast<{typ}*>(::ncsimt::dynamic_smem());")
         else:
             file_scope[name] = (m.end(), expr)
-            out.append(" " * 0)
+        # the declaration's own line markers go; the last one comes back after it, so the
+        # lines that follow keep their numbers
+        markers = _MARKER.findall(m.group(0))
+        if markers:
+            line, file, flags = markers[-1]
+            out.append(f'\n# {line} "{file}"{flags}\n')
         last = m.end()
     out.append(text[last:])
     text = "".join(out)
@@ -184,8 +195,17 @@ def _launch_target_start(text: str, i: int) -> int:
     return j
 
 
-def _host_launches(text: str) -> str:
-    """``k<<<cfg>>>(args)`` -> ``::ncsimt::host_launch(cfg)(args)``: compiles, never runs."""
+_LAUNCH_EX = re.compile(r"\bcudaLaunchKernelEx\s*\(")
+
+
+def _host_launches(text: str, user) -> str:
+    """``k<<<cfg>>>(args)`` -> ``::ncsimt::host_launch(k, cfg)(args)`` and
+    ``cudaLaunchKernelEx(`` -> ``::ncsimt::launch_ex(`` (typed: the kernel's parameters are
+    known there), launches that run in order when a host function is the entry."""
+    if _LAUNCH_EX.search(text):
+        lines = LineMap.of(text)
+        text = _LAUNCH_EX.sub(lambda m: "::ncsimt::launch_ex(" if user(*lines.where(m.start())[::2])
+                              else m.group(0), text)
     if "<<<" not in text:
         return text
     out, last = [], 0
@@ -200,6 +220,8 @@ def _host_launches(text: str) -> str:
         start = max(_launch_target_start(text, i), last)
         out.append(text[last:start])
         out.append("::ncsimt::host_launch(")
+        out.append(text[start:i].strip() or "(void(*)())nullptr")
+        out.append(", ")
         out.append(text[i + 3:j])
         out.append(")")
         out.append("\n" * text.count("\n", start, i))
@@ -208,8 +230,10 @@ def _host_launches(text: str) -> str:
     return "".join(out)
 
 
-def _asm(text: str, lines: LineMap, user_file) -> str:
-    """Translate the inline PTX of the user's files (see normcheck.backends.ptx)."""
+def _asm(text: str, lines: LineMap, user_file, deferred: list) -> str:
+    """Translate the inline PTX of the user's files and of the CUDA headers (see
+    normcheck.backends.ptx); what cannot be translated fails at run time, its message in
+    ``deferred``."""
     from normcheck.backends import ptx
 
     out, last = [], 0
@@ -217,7 +241,7 @@ def _asm(text: str, lines: LineMap, user_file) -> str:
         if m.start() < last:
             continue
         file, line, system = lines.where(m.start())
-        if system or not user_file(file):
+        if not user_file(file, system):
             continue
         open_pos = m.end() - 1
         close = match_paren(text, open_pos)
@@ -229,7 +253,7 @@ def _asm(text: str, lines: LineMap, user_file) -> str:
         if k < len(text) and text[k] == ";":
             end = k + 1
         code = ptx.translate_statement(text[open_pos + 1:close], f"{file}:{line}",
-                                       basic="goto" not in m.group(2))
+                                       basic="goto" not in m.group(2), deferred=deferred)
         out.append(text[last:m.start()])
         # keep the line count: the translation goes on the asm's first line
         out.append(code + "\n" * text.count("\n", m.start(), end))
@@ -238,12 +262,29 @@ def _asm(text: str, lines: LineMap, user_file) -> str:
     return "".join(out)
 
 
-def rewrite(text: str, user_file) -> str:
-    """All the rewrites, in order; ``user_file(path)`` says whether a file is the user's (its
-    inline PTX is translated)."""
+# threadIdx, blockIdx, blockDim and gridDim are macros of the shim; a member of the same name
+# (cudaLaunchConfig_t's gridDim and blockDim) must keep its name after `.` or `->`
+_BUILTIN_VARS = {"(::ncsimt::tls_cur->tid)": "threadIdx", "(::ncsimt::tls_blockIdx)": "blockIdx",
+                 "(::ncsimt::tls_blockDim)": "blockDim", "(::ncsimt::tls_gridDim)": "gridDim"}
+_MEMBER_OF = re.compile(r"(\.|->)(\s*)(" + "|".join(map(re.escape, _BUILTIN_VARS)) + ")")
+
+
+def _members(text: str) -> str:
+    """``config.gridDim`` (expanded by the shim's macro) back to a member access."""
+    if "::ncsimt::tls_" not in text:
+        return text
+    return _MEMBER_OF.sub(lambda m: m.group(1) + m.group(2) + _BUILTIN_VARS[m.group(3)], text)
+
+
+def rewrite(text: str, ptx_file) -> tuple[str, list]:
+    """All the rewrites, in order; ``ptx_file(path, system)`` says whether a file's inline asm is
+    PTX to translate (the user's files and the CUDA headers; never the host's C and C++ headers).
+    Returns the text and the messages of the PTX statements left to fail at run time."""
+    text = _members(text)
     lines = LineMap.of(text)
+    deferred = []
     if re.search(r"\b(?:asm|__asm__|__asm)\b", text):
-        text = _asm(text, lines, user_file)
+        text = _asm(text, lines, ptx_file, deferred)
     text = _shared(text)
-    text = _host_launches(text)
-    return text
+    text = _host_launches(text, lambda f, system: not system and ptx_file(f, system))
+    return text, deferred

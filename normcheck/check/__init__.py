@@ -169,7 +169,7 @@ def _sha256(path) -> str:
 
 def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backend, examples,
            search_examples, seed, cols_range, cols_multiple_of, stats_roles,
-           save_counterexample, kernel_desc, long=None, progress=None) -> CheckResult:
+           save_counterexample, kernel_desc, long=None, progress=None, arch=None) -> CheckResult:
     t0 = time.perf_counter()
     judge = Judge(target, norm, fmt, out, convention=convention, eps=eps, backend=backend,
                   seed=seed, cols_range=cols_range, cols_multiple_of=cols_multiple_of,
@@ -215,7 +215,8 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
                                                        if search_stats else 0),
         failures=uniq, warnings=warnings, families=results, worst=worst, tolerance=judge.tol,
         seconds=time.perf_counter() - t0, baseline_note=judge.baseline_note,
-        counterexample=ce, search=search_stats, provenance=be.provenance(), cause=cause,
+        counterexample=ce, search=search_stats,
+        provenance=be.provenance({"arch": arch} if arch else None), cause=cause,
         extra={"peak_rss_mib": _peak_rss_mib()})
 
 
@@ -229,7 +230,7 @@ def _peak_rss_mib() -> float:
 def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, spec=None,
                  backend="cpu", defines=None, reference=None, out_dtype=None, examples=64,
                  search=40, seed=0, timeout=None, save_counterexample=None, rows=None,
-                 cols=None, progress=None) -> CheckResult:
+                 cols=None, progress=None, arch=None) -> CheckResult:
     """Judge a CUDA C kernel (see the module docstring).  ``spec`` is a path, a KernelSpec or
     None for the default ABI; entry/norm/dtype may come from the spec; ``defines`` add to the
     spec's.  ``rows`` adds a long run of that many rows of width ``cols`` (streamed in bounded
@@ -267,8 +268,11 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
     if src is None:
         raise invalid("source", None, "a .cu file (or `source` in the spec)")
     out = formats.get(out_dtype or spec.out_dtype or fmt.name)
+    from normcheck.backends.base import parse_arch
+
+    arch = parse_arch(arch if arch is not None else spec.arch)
     target = launch.bind(spec, src, norm=n, dtype=fmt.name, out_dtype=out.name,
-                         backend=backend, defines=defines, timeout=timeout)
+                         backend=backend, defines=defines, timeout=timeout, arch=arch)
     eps = np.float32(spec.eps) if spec.eps is not None else np.float32(1e-5)
     stats_roles = [r for r in ("mean", "rstd") if spec.has(r)]
     long = _long_run(rows, cols, spec.cols, spec.cols_multiple_of)
@@ -281,13 +285,13 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
                                                                        **(defines or {})},
                  "spec": str(spec.path.resolve()) if spec.path else None,
                  "spec_sha256": _sha256(spec.path) if spec.path else None,
-                 "block": block if not spec.path else None})
+                 "block": block if not spec.path else None, "arch": arch})
     return _judge(target, label=target.label, norm=n, fmt=fmt, out=out,
                   convention=spec.convention, eps=eps, backend=backend, examples=examples,
                   search_examples=search, seed=seed, cols_range=spec.cols,
                   cols_multiple_of=spec.cols_multiple_of, stats_roles=stats_roles,
                   save_counterexample=save_counterexample, kernel_desc=desc, long=long,
-                  progress=progress)
+                  progress=progress, arch=arch)
 
 
 def check_callable(fn, norm, dtype, *, out_dtype=None, convention="exact",

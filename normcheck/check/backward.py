@@ -192,7 +192,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
     if src is None:
         raise invalid("source", None, "a .cu file (or `source` in the spec)")
     target = launch.bind(spec, src, norm=n, dtype=fmt.name, backend=backend, defines=defines,
-                         timeout=timeout)
+                         timeout=timeout, arch=spec.arch)
     fm = target.formats
     eps = np.float32(spec.eps) if spec.eps is not None else np.float32(1e-5)
     stats = spec.stats or "recomputed"

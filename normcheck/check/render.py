@@ -32,6 +32,9 @@ def render(r) -> str:
 
 def _body(r) -> list:
     lines = []
+    prov = r.provenance or {}
+    if prov.get("arch"):
+        lines.append(f"architecture presented: {prov['arch']}")
     if r.baseline_note:
         lines.append(f"note: {r.baseline_note}")
     lines.append("")

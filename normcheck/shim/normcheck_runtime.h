@@ -24,6 +24,7 @@ NC_TLS uint3 tls_blockIdx;
 NC_TLS dim3 tls_blockDim;
 NC_TLS dim3 tls_gridDim;
 NC_TLS unsigned char* tls_dyn_smem = nullptr;
+NC_TLS unsigned long long tls_dyn_smem_size = 0;
 
 typedef void (*Thunk)(void**);
 NC_TLS Thunk tls_thunk = nullptr;
@@ -300,6 +301,20 @@ int barrier_result(int kind) {
   return kind == 0 ? B->bar_count : (kind == 1 ? B->bar_and : B->bar_or);
 }
 
+[[noreturn]] void unsupported(const char* detail);  // below, with the crash reporter
+
+void named_barrier(unsigned id, unsigned count) {
+  (void)id;
+  BlockCtx* B = tls_block;
+  if (count != 0 && (int)count != B->n) unsupported("named_barrier_count");
+  yield_barrier(0);
+}
+
+bool in_dynamic_smem(const void* p) {
+  uintptr_t a = (uintptr_t)p, b = (uintptr_t)tls_dyn_smem;
+  return tls_dyn_smem && a >= b && a < b + tls_dyn_smem_size;
+}
+
 extern "C" void ncsimt_fiber_main() {
   Fiber* f = tls_cur;
   tls_thunk(tls_args);
@@ -429,6 +444,31 @@ static void describe_buffer(Out& o, int i, uintptr_t addr) {
   o.kv("elem_offset_bytes", (long long)(addr - b.begin));
   o.kv("size_bytes", (long long)(b.end - b.begin));
   o.kv("itemsize", b.itemsize);
+}
+
+// A construct the cpu backend does not run, reached at run time: the launch fails naming it
+// (`detail`, one word the parent turns into a sentence; `ptx=N`, the N-th untranslated inline
+// PTX instruction of the module, whose text and line the parent kept when it translated it).
+[[noreturn]] void unsupported(const char* detail) {
+  Out o;
+  o.put("kind=unsupported detail=");
+  o.put(detail);
+  where(o);
+  finish(o);
+}
+[[noreturn]] void unsupported_ptx(int index) {
+  Out o;
+  o.put("kind=unsupported");
+  o.kv("ptx", index);
+  where(o);
+  finish(o);
+}
+
+bool in_own_stack(const void* p) {
+  Fiber* f = tls_cur;
+  if (!f) return false;
+  uintptr_t a = (uintptr_t)p, s = (uintptr_t)f->stack;
+  return a >= s && a < s + (size_t)sysconf(_SC_PAGESIZE) + stack_size();
 }
 
 void fault_misaligned(unsigned long long addr, int bytes, int store) {
@@ -706,6 +746,7 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
   tls_blockDim = dim3(p->block[0], p->block[1], p->block[2]);
   tls_gridDim = dim3(p->grid[0], p->grid[1], p->grid[2]);
   tls_dyn_smem = smem_al;
+  tls_dyn_smem_size = p->shared_mem;
   unsigned long long rng = p->seed * 6364136223846793005ull + 1442695040888963407ull;
   for (;;) {
     if (S->failed) break;
@@ -839,15 +880,56 @@ static int launch(Thunk thunk, LaunchParams* p) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// Host entries: a host function (a project's own launcher) called on this thread; the kernels it
+// launches run in order with the outer launch's settings
+// ------------------------------------------------------------------------------------------------
+static thread_local LaunchParams* tls_outer = nullptr;
+static thread_local std::string* tls_host_error = nullptr;
+
+int run_nested(Thunk thunk, void** args, dim3 grid, dim3 block, unsigned long long smem) {
+  LaunchParams* o = tls_outer;
+  if (!o) {
+    std::fprintf(stderr, "normcheck: the kernel's host code launched a kernel outside a host "
+                         "entry (name the launching function as the spec's entry, host = true)\n");
+    std::abort();
+  }
+  if (tls_host_error && !tls_host_error->empty()) return 1;  // an earlier launch failed
+  LaunchParams q = *o;
+  q.grid[0] = grid.x; q.grid[1] = grid.y; q.grid[2] = grid.z;
+  q.block[0] = block.x; q.block[1] = block.y; q.block[2] = block.z;
+  q.shared_mem = smem;
+  q.args = args;
+  unsigned long long total = (unsigned long long)grid.x * grid.y * grid.z;
+  if (total == 0) return 0;
+  int rc = launch(thunk, &q);
+  if (rc != 0 && tls_host_error) *tls_host_error = q.err;
+  return rc;
+}
+
+static int host_entry(Thunk thunk, LaunchParams* p) {
+  std::string error;
+  tls_outer = p;
+  tls_host_error = &error;
+  thunk(p->args);
+  tls_outer = nullptr;
+  tls_host_error = nullptr;
+  if (!error.empty()) {
+    snprintf(p->err, (size_t)p->errlen, "%s", error.c_str());
+    return error.rfind("deadlock", 0) == 0 ? 1 : 2;
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------------------------------------
 // Entry thunks and signatures
 // ------------------------------------------------------------------------------------------------
 template <class F> struct Caller;
-template <class... A> struct Caller<void (*)(A...)> {
+template <class R, class... A> struct Caller<R (*)(A...)> {
   template <size_t... I>
-  static void call(void (*f)(A...), void** args, std::index_sequence<I...>) {
-    f(*reinterpret_cast<typename std::remove_cv<typename std::remove_reference<A>::type>::type*>(args[I])...);
+  static void call(R (*f)(A...), void** args, std::index_sequence<I...>) {
+    (void)f(*reinterpret_cast<typename std::remove_cv<typename std::remove_reference<A>::type>::type*>(args[I])...);
   }
-  static void run(void (*f)(A...), void** args) { call(f, args, std::index_sequence_for<A...>{}); }
+  static void run(R (*f)(A...), void** args) { call(f, args, std::index_sequence_for<A...>{}); }
   static std::string signature() {
     std::string s;
     const char* names[] = {type_name<A>()..., nullptr};
@@ -864,12 +946,16 @@ template <class... A> struct Caller<void (*)(A...)> {
     return s;
   }
   template <class T> static const char* type_name() { return __PRETTY_FUNCTION__; }
+  template <class P, class = void> struct complete_size { static constexpr size_t value = 0; };
+  template <class P> struct complete_size<P, std::void_t<decltype(sizeof(P))>> {
+    static constexpr size_t value = sizeof(P);
+  };
   template <class T> static constexpr size_t pointee_size() {
     typedef typename std::remove_cv<typename std::remove_reference<T>::type>::type U;
     if constexpr (std::is_pointer<U>::value) {
       typedef typename std::remove_cv<typename std::remove_pointer<U>::type>::type P;
       if constexpr (std::is_void<P>::value) return 0;
-      else return sizeof(P);
+      else return complete_size<P>::value;  // 0 for an opaque type (cudaStream_t's CUstream_st)
     } else {
       return 0;
     }
@@ -912,6 +998,18 @@ NC_EXPORT void ncsimt_free_guarded(unsigned long long map_base, unsigned long lo
   munmap((void*)(uintptr_t)map_base, (size_t)map_len);
 }
 
+#define NORMCHECK_HOST_ENTRY(IDX, ...)                                                         \
+  static void ncsimt_thunk_##IDX(void** args) { ::ncsimt::Caller<decltype(&__VA_ARGS__)>::run(&__VA_ARGS__, args); } \
+  NC_EXPORT int ncsimt_launch_##IDX(::ncsimt::LaunchParams* p) {                                \
+    ::ncsimt::install_handlers();                                                                \
+    ::ncsimt::alt_stack();                                                                       \
+    return ::ncsimt::host_entry(ncsimt_thunk_##IDX, p);                                         \
+  }                                                                                              \
+  NC_EXPORT const char* ncsimt_signature_##IDX() {                                              \
+    static std::string s = ::ncsimt::Caller<decltype(&__VA_ARGS__)>::signature();               \
+    return s.c_str();                                                                            \
+  }
+
 #define NORMCHECK_ENTRY(IDX, ...)                                                              \
   static void ncsimt_thunk_##IDX(void** args) { ::ncsimt::Caller<decltype(&__VA_ARGS__)>::run(&__VA_ARGS__, args); } \
   NC_EXPORT int ncsimt_launch_##IDX(::ncsimt::LaunchParams* p) { return ::ncsimt::launch(ncsimt_thunk_##IDX, p); } \
@@ -919,3 +1017,125 @@ NC_EXPORT void ncsimt_free_guarded(unsigned long long map_base, unsigned long lo
     static std::string s = ::ncsimt::Caller<decltype(&__VA_ARGS__)>::signature();               \
     return s.c_str();                                                                            \
   }
+
+// ------------------------------------------------------------------------------------------------
+// The CUDA runtime API a host entry may call: one stated device (the properties of the GPU of the
+// architecture normcheck presents: sm_80 an A100, sm_90 an H100/H200, sm_100 a B200), launch
+// attributes accepted, synchronisation immediate (launches run in order), copies and sets plain
+// memory operations.  Anything else a host function calls is declared by NVIDIA's headers and
+// not defined: calling it is a crash naming the symbol.
+// ------------------------------------------------------------------------------------------------
+namespace ncsimt {
+struct DeviceFacts {
+  const char* name;
+  int sms, smem_per_sm, smem_optin, l2, clock_khz, mem_clock_khz, bus_bits;
+  unsigned long long global_mem;
+};
+inline DeviceFacts device_facts() {
+#if NORMCHECK_CUDA_ARCH >= 1000
+  return {"NVIDIA B200 (normcheck cpu backend)", 148, 233472, 232448, 128 << 20, 1965000, 3996000, 8192, 192ull << 30};
+#elif NORMCHECK_CUDA_ARCH >= 900
+  return {"NVIDIA H100 (normcheck cpu backend)", 132, 233472, 232448, 50 << 20, 1980000, 2619000, 5120, 80ull << 30};
+#elif NORMCHECK_CUDA_ARCH >= 800
+  return {"NVIDIA A100 (normcheck cpu backend)", 108, 167936, 166912, 40 << 20, 1410000, 1593000, 5120, 80ull << 30};
+#else
+  return {"NVIDIA V100 (normcheck cpu backend)", 80, 98304, 98304, 6 << 20, 1530000, 877000, 4096, 32ull << 30};
+#endif
+}
+}  // namespace ncsimt
+
+extern "C" {
+cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int* v, enum cudaDeviceAttr attr, int) {
+  ::ncsimt::DeviceFacts f = ::ncsimt::device_facts();
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
+    case cudaDevAttrMaxBlockDimX: case cudaDevAttrMaxBlockDimY: *v = 1024; break;
+    case cudaDevAttrMaxBlockDimZ: *v = 64; break;
+    case cudaDevAttrMaxGridDimX: *v = 2147483647; break;
+    case cudaDevAttrMaxGridDimY: case cudaDevAttrMaxGridDimZ: *v = 65535; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = 49152; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = f.smem_optin; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = f.smem_per_sm; break;
+    case cudaDevAttrWarpSize: *v = 32; break;
+    case cudaDevAttrMultiProcessorCount: *v = f.sms; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = NORMCHECK_CUDA_ARCH / 100; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = (NORMCHECK_CUDA_ARCH / 10) % 10; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *v = 2048; break;
+    case cudaDevAttrMaxRegistersPerBlock: case cudaDevAttrMaxRegistersPerMultiprocessor: *v = 65536; break;
+    case cudaDevAttrL2CacheSize: *v = f.l2; break;
+    case cudaDevAttrClockRate: *v = f.clock_khz; break;
+    case cudaDevAttrMemoryClockRate: *v = f.mem_clock_khz; break;
+    case cudaDevAttrGlobalMemoryBusWidth: *v = f.bus_bits; break;
+    case cudaDevAttrMaxBlocksPerMultiprocessor: *v = 32; break;
+    default: *v = 0; break;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int) {
+  ::ncsimt::DeviceFacts f = ::ncsimt::device_facts();
+  std::memset(p, 0, sizeof *p);
+  std::snprintf(p->name, sizeof p->name, "%s", f.name);
+  p->totalGlobalMem = f.global_mem;
+  p->sharedMemPerBlock = 49152;
+  p->sharedMemPerBlockOptin = f.smem_optin;
+  p->sharedMemPerMultiprocessor = f.smem_per_sm;
+  p->regsPerBlock = 65536;
+  p->regsPerMultiprocessor = 65536;
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024;
+  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+  p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 2147483647;
+  p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+  p->totalConstMem = 65536;
+  p->major = NORMCHECK_CUDA_ARCH / 100;
+  p->minor = (NORMCHECK_CUDA_ARCH / 10) % 10;
+  p->multiProcessorCount = f.sms;
+  p->l2CacheSize = f.l2;
+  p->maxThreadsPerMultiProcessor = 2048;
+  p->maxBlocksPerMultiProcessor = 32;
+  p->memoryBusWidth = f.bus_bits;
+  return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void*, enum cudaFuncAttribute, int) { return cudaSuccess; }
+cudaError_t cudaFuncSetCacheConfig(const void*, enum cudaFuncCache) { return cudaSuccess; }
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* a, const void*) {
+  std::memset(a, 0, sizeof *a);
+  a->maxThreadsPerBlock = 1024;
+  a->numRegs = 32;
+  a->ptxVersion = a->binaryVersion = NORMCHECK_CUDA_ARCH / 10;
+  a->maxDynamicSharedSizeBytes = ::ncsimt::device_facts().smem_optin;
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, int block, size_t smem) {
+  ::ncsimt::DeviceFacts f = ::ncsimt::device_facts();
+  int by_threads = block > 0 ? 2048 / block : 0;
+  int by_smem = smem ? (int)(f.smem_per_sm / smem) : 32;
+  *n = std::max(0, std::min(std::min(by_threads, by_smem), 32));
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const void* k, int block, size_t smem, unsigned int) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, k, block, smem);
+}
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
+const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "normcheck: a launch failed"; }
+const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorLaunchFailure"; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) { std::memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaMemset(void* p, int v, size_t n) { std::memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, enum cudaMemcpyKind, cudaStream_t) { std::memmove(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemcpy(void* d, const void* s, size_t n, enum cudaMemcpyKind) { std::memmove(d, s, n); return cudaSuccess; }
+cudaError_t cudaMalloc(void** p, size_t n) { *p = std::calloc(1, n ? n : 1); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
+cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t) {
+  ::ncsimt::unsupported("cuda_launch_kernel");
+}
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
+  ::ncsimt::unsupported("cuda_launch_kernel");
+}
+}  // extern "C"

@@ -24,11 +24,23 @@
 #error "normcheck cpu backend: the SIMT shim's fiber switch is written for x86-64 only"
 #endif
 
-// NVIDIA's host-side headers first, before the shim's macros (threadIdx, gridDim ...) exist:
-// the runtime API's declarations (a kernel's host code may name them), fp16 and bf16.
+// NVIDIA's headers first, before the shim's macros (threadIdx, gridDim ...) exist and before
+// __CUDACC__ / __CUDA_ARCH__ are defined: the runtime API's declarations (a kernel's host code
+// may name them), and the fp16, bf16, fp8, fp6 and fp4 types with their host implementations
+// (software conversions and arithmetic, which compute what the GPU's instructions do).  A user's
+// later #include of any of them finds its include guard.
 #include_next <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#if __has_include(<cuda_fp8.h>)
+#include <cuda_fp8.h>
+#endif
+#if __has_include(<cuda_fp6.h>)
+#include <cuda_fp6.h>
+#endif
+#if __has_include(<cuda_fp4.h>)
+#include <cuda_fp4.h>
+#endif
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -42,6 +54,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 #include <cmath>
 #include <cstdint>
@@ -52,8 +65,37 @@
 #include <type_traits>
 #include <utility>
 
-#define NORMCHECK_SHIM_VERSION 7
+#define NORMCHECK_SHIM_VERSION 8
 #define __NORMCHECK_CPU__ 1
+
+// ------------------------------------------------------------------------------------------------
+// Present as nvcc's device compilation does, so code under `#ifdef __CUDACC__` or
+// `#if __CUDA_ARCH__ >= 800` is the code a GPU runs: __CUDACC__, __NVCC__, the compiler's version
+// equal to the CUDA headers' (CCCL checks that they agree) and __CUDA_ARCH__ from the
+// architecture normcheck compiles for (NORMCHECK_CUDA_ARCH, from --arch; 900 by default).
+// ------------------------------------------------------------------------------------------------
+#ifndef NORMCHECK_CUDA_ARCH
+#define NORMCHECK_CUDA_ARCH 900
+#endif
+#ifndef __CUDACC__
+#define __CUDACC__ 1
+#endif
+#ifndef __NVCC__
+#define __NVCC__ 1
+#endif
+#ifndef __CUDACC_VER_MAJOR__
+#define __CUDACC_VER_MAJOR__ NORMCHECK_CUDACC_VER_MAJOR
+#define __CUDACC_VER_MINOR__ NORMCHECK_CUDACC_VER_MINOR
+#define __CUDACC_VER_BUILD__ 0
+#endif
+#ifndef __CUDA_ARCH__
+#define __CUDA_ARCH__ NORMCHECK_CUDA_ARCH
+#endif
+#ifndef __CUDA_ARCH_LIST__
+#define __CUDA_ARCH_LIST__ NORMCHECK_CUDA_ARCH
+#endif
+#ifndef __CUDACC_DEBUG__
+#endif
 
 // ------------------------------------------------------------------------------------------------
 // CUDA keywords
@@ -68,9 +110,24 @@
 #undef __launch_bounds__
 #undef __managed__
 #undef __restrict__
+#undef __grid_constant__
+#undef __maxnreg__
+#undef __local_maxnreg__
+#undef __cluster_dims__
+#undef __inline_hint__
+#undef __no_return__
+#undef __nv_pure__
 #define __global__
 #define __device__
 #define __host__
+#define __grid_constant__
+#define __maxnreg__(...)
+#define __local_maxnreg__(...)
+#define __cluster_dims__(...)
+#define __block_size__(...)
+#define __inline_hint__
+#define __no_return__ __attribute__((noreturn))
+#define __nv_pure__
 // `__shared__` is a marker that normcheck.backends.translate turns into `static thread_local`
 // (blocks run on several OS threads) or, for `extern __shared__ T a[];`, into the block's
 // dynamic shared memory -- after the preprocessor, so in every included file.
@@ -126,8 +183,11 @@ extern NC_TLS uint3 tls_blockIdx;
 extern NC_TLS dim3 tls_blockDim;
 extern NC_TLS dim3 tls_gridDim;
 extern NC_TLS unsigned char* tls_dyn_smem;
+extern NC_TLS unsigned long long tls_dyn_smem_size;
 
 void yield_barrier(int pred);
+[[noreturn]] void unsupported(const char* detail);
+[[noreturn]] void unsupported_ptx(int index);
 int barrier_result(int kind);
 void warp_collective(Fiber* f);
 unsigned warp_alive_mask();
@@ -145,18 +205,81 @@ namespace ncsimt {
 // block's buffer (its size is the launch's shared_mem argument).
 inline void* dynamic_smem() { return tls_dyn_smem; }
 
-// A host-side launch `k<<<grid, block>>>(args)` in the user's host code compiles to this; normcheck
-// launches kernels itself (as the spec says), so it is never meant to run.
+// Launches from host code.  A spec may name a host function as the entry (`host = true`: what a
+// project's own launcher does, grid and block included); its `k<<<grid, block, smem, stream>>>(a)`
+// (rewritten by normcheck.backends.translate into host_launch(k, grid, block, ...)(a)) and
+// cudaLaunchKernelEx(&config, k, a...) launches run here, one after the other, with the outer
+// launch's schedule, workers and guarded buffers.  A launch that fails makes the host entry fail
+// with its error.
+typedef void (*Thunk)(void**);
+int run_nested(Thunk thunk, void** args, dim3 grid, dim3 block, unsigned long long smem);
+template <class F, class Tup>
+void tuple_thunk(void** args) {
+  std::apply(*reinterpret_cast<F*>(args[0]), *reinterpret_cast<Tup*>(args[1]));
+}
+template <class... P, class... A>
+inline int launch_from_host(void (*k)(P...), dim3 g, dim3 b, unsigned long long smem, A&&... a) {
+  typedef void (*F)(P...);
+  std::tuple<typename std::decay<P>::type...> tup(std::forward<A>(a)...);
+  F f = k;
+  void* argv[2] = {(void*)&f, (void*)&tup};
+  return run_nested(&tuple_thunk<F, decltype(tup)>, argv, g, b, smem);
+}
+template <class K>
 struct HostLaunch {
+  K k;
+  dim3 g, b;
+  unsigned long long smem;
   template <class... A>
-  void operator()(A&&...) const {
-    std::fprintf(stderr, "normcheck: the kernel's host code launched a kernel (<<<...>>>); normcheck "
-                         "launches kernels itself, as the spec describes\n");
-    std::abort();
-  }
+  void operator()(A&&... a) const { launch_from_host(k, g, b, smem, std::forward<A>(a)...); }
 };
-template <class... A>
-inline HostLaunch host_launch(A&&...) { return HostLaunch(); }
+template <class K, class G, class B>
+inline HostLaunch<K*> host_launch(K* k, G g, B b, unsigned long long smem = 0, cudaStream_t = 0) {
+  return HostLaunch<K*>{k, dim3(g), dim3(b), smem};
+}
+template <class K, class G, class B, class S>
+inline HostLaunch<K*> host_launch(K* k, G g, B b, unsigned long long smem, S) {
+  return HostLaunch<K*>{k, dim3(g), dim3(b), smem};
+}
+template <class... P, class... A>
+inline cudaError_t launch_ex(const cudaLaunchConfig_t* cfg, void (*k)(P...), A&&... a) {
+  return launch_from_host(k, cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, std::forward<A>(a)...)
+             ? cudaErrorLaunchFailure : cudaSuccess;
+}
+template <class... P, class... A>
+inline cudaError_t launch_ex(const cudaLaunchConfig_t& cfg, void (*k)(P...), A&&... a) {
+  return launch_ex(&cfg, k, std::forward<A>(a)...);
+}
+template <class... P, size_t... I>
+inline int launch_void_args(void (*k)(P...), dim3 g, dim3 b, void** args, unsigned long long smem,
+                            std::index_sequence<I...>) {
+  return launch_from_host(k, g, b, smem, *reinterpret_cast<typename std::decay<P>::type*>(args[I])...);
+}
+}  // namespace ncsimt
+
+// The runtime API's C++ templates (cuda_runtime.h declares them only under __CUDACC__, which is
+// not defined while it is read): a kernel's function, typed.
+template <class T>
+inline cudaError_t cudaFuncSetAttribute(T* func, enum cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute((const void*)func, attr, value);
+}
+template <class T>
+inline cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, T* entry) {
+  return ::cudaFuncGetAttributes(attr, (const void*)entry);
+}
+template <class T>
+inline cudaError_t cudaFuncSetCacheConfig(T* func, enum cudaFuncCache cache) {
+  return ::cudaFuncSetCacheConfig((const void*)func, cache);
+}
+// cudaLaunchKernel with a typed kernel: its void* arguments unpacked as its parameters' types
+template <class... P>
+inline cudaError_t cudaLaunchKernel(void (*func)(P...), dim3 g, dim3 b, void** args, size_t smem = 0,
+                                    cudaStream_t = 0) {
+  return ::ncsimt::launch_void_args(func, g, b, args, smem, std::index_sequence_for<P...>{})
+             ? cudaErrorLaunchFailure : cudaSuccess;
+}
+
+namespace ncsimt {
 }  // namespace ncsimt
 
 // ------------------------------------------------------------------------------------------------
@@ -330,7 +453,6 @@ inline __nv_bfloat16 atomicAdd(__nv_bfloat16* a, __nv_bfloat16 v) { return ::ncs
 // ------------------------------------------------------------------------------------------------
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }  // GPU: approximate (<= 2 ulp)
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-inline float rcbrtf(float x) { return 1.0f / cbrtf(x); }
 namespace ncsimt {
 // odd integer M and exponent e with v = M * 2^e (v > 0, finite)
 inline void odd_mantissa(double v, unsigned long long& M, int& e) {
@@ -372,58 +494,6 @@ inline float rsqrt_rn(float x) {
 }
 }  // namespace ncsimt
 inline float __frsqrt_rn(float x) { return ::ncsimt::rsqrt_rn(x); }
-inline float __fsqrt_rn(float x) { return sqrtf(x); }
-inline float __fsqrt_rd(float x) { return sqrtf(x); }
-inline float __fsqrt_ru(float x) { return sqrtf(x); }
-inline float __fsqrt_rz(float x) { return sqrtf(x); }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
-inline float __frcp_rn(float a) { return 1.0f / a; }
-inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline double __dmul_rn(double a, double b) { return a * b; }
-inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
-inline float __fdividef(float a, float b) { return a / b; }  // GPU: approximate
-inline float __expf(float x) { return expf(x); }            // GPU: approximate
-inline float __exp10f(float x) { return powf(10.0f, x); }
-inline float __logf(float x) { return logf(x); }
-inline float __log2f(float x) { return log2f(x); }
-inline float __log10f(float x) { return log10f(x); }
-inline float __powf(float a, float b) { return powf(a, b); }
-inline float __sinf(float x) { return sinf(x); }
-inline float __cosf(float x) { return cosf(x); }
-inline float __tanf(float x) { return tanf(x); }
-inline float __saturatef(float x) { return x != x ? 0.0f : (x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x)); }
-inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
-inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
-inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
-inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
-inline double __longlong_as_double(long long i) { double f; std::memcpy(&f, &i, 8); return f; }
-inline long long __double_as_longlong(double f) { long long i; std::memcpy(&i, &f, 8); return i; }
-inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
-inline int __float2int_rz(float x) { return (int)x; }
-inline int __float2int_rd(float x) { return (int)floorf(x); }
-inline int __float2int_ru(float x) { return (int)ceilf(x); }
-inline float __int2float_rn(int x) { return (float)x; }
-inline int __popc(unsigned x) { return __builtin_popcount(x); }
-inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
-inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
-inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
-inline int __ffs(int x) { return __builtin_ffs(x); }
-inline int __ffsll(long long x) { return __builtin_ffsll(x); }
-inline unsigned __brev(unsigned x) {
-  x = ((x >> 1) & 0x55555555u) | ((x & 0x55555555u) << 1);
-  x = ((x >> 2) & 0x33333333u) | ((x & 0x33333333u) << 2);
-  x = ((x >> 4) & 0x0f0f0f0fu) | ((x & 0x0f0f0f0fu) << 4);
-  x = ((x >> 8) & 0x00ff00ffu) | ((x & 0x00ff00ffu) << 8);
-  return (x >> 16) | (x << 16);
-}
-inline int __mul24(int a, int b) { return a * b; }
-inline unsigned __umul24(unsigned a, unsigned b) { return a * b; }
-inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
-inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 template <class T> inline T __ldg(const T* p) { return *p; }
 template <class T> inline T __ldcs(const T* p) { return *p; }
 template <class T> inline T __ldcg(const T* p) { return *p; }
@@ -432,26 +502,16 @@ template <class T> inline T __ldlu(const T* p) { return *p; }
 template <class T> inline void __stcs(T* p, T v) { *p = v; }
 template <class T> inline void __stcg(T* p, T v) { *p = v; }
 template <class T> inline void __stwt(T* p, T v) { *p = v; }
-// CUDA's unqualified device min/max overloads
-inline int max(int a, int b) { return a > b ? a : b; }
-inline int min(int a, int b) { return a < b ? a : b; }
-inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
-inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
-inline long long max(long long a, long long b) { return a > b ? a : b; }
-inline long long min(long long a, long long b) { return a < b ? a : b; }
-inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
-inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
-inline float max(float a, float b) { return fmaxf(a, b); }
-inline float min(float a, float b) { return fminf(a, b); }
-inline double max(double a, double b) { return fmax(a, b); }
-inline double min(double a, double b) { return fmin(a, b); }
-inline unsigned umin(unsigned a, unsigned b) { return a < b ? a : b; }
-inline unsigned umax(unsigned a, unsigned b) { return a > b ? a : b; }
+template <class T> inline T __ldcv(const T* p) { return *p; }
+template <class T> inline void __stwb(T* p, T v) { *p = v; }
+inline void __builtin_assume(bool) {}
 using std::isnan;
 using std::isinf;
 using std::isfinite;
 using std::signbit;
 
+#include "normcheck_math.h"
+#include "normcheck_device.h"
 #include "normcheck_ptx.h"
 
 #endif  // NORMCHECK_SIMT_H

@@ -1,7 +1,9 @@
 // normcheck cpu backend: CUB as the SIMT shim provides it.
 //
 // Supported: cub::BlockReduce (all three algorithms, in CUB's reduction order), cub::WarpReduce
-// (any logical warp width), cub::ThreadReduce, and the functors cub::Sum/Max/Min beside libcu++'s
+// (any logical warp width), cub::ThreadReduce, cub::BlockLoad / BlockStore / BlockExchange and
+// the LoadDirect* / StoreDirect* functions (every algorithm: data only moves), cub::KeyValuePair
+// with cub::ArgMax / ArgMin, and the functors cub::Sum/Max/Min beside libcu++'s
 // cuda::std::plus<> / cuda::maximum<> / cuda::minimum<>.  Every other CUB collective is declared
 // so that using it is a compile error naming the class.
 #pragma once
@@ -11,6 +13,9 @@
 #include "thread/thread_reduce.cuh"
 #include "warp/warp_reduce.cuh"
 #include "block/block_reduce.cuh"
+#include "block/block_exchange.cuh"
+#include "block/block_load.cuh"
+#include "block/block_store.cuh"
 
 namespace cub {
 #define NC_CUB_UNSUPPORTED_CLASS(NAME)                                                           \
@@ -21,10 +26,7 @@ namespace cub {
                   "provides cub::BlockReduce and cub::WarpReduce (reduce with those, warp "      \
                   "shuffles or cooperative_groups)");                                            \
   };
-NC_CUB_UNSUPPORTED_CLASS(BlockLoad)
-NC_CUB_UNSUPPORTED_CLASS(BlockStore)
 NC_CUB_UNSUPPORTED_CLASS(BlockScan)
-NC_CUB_UNSUPPORTED_CLASS(BlockExchange)
 NC_CUB_UNSUPPORTED_CLASS(BlockRadixSort)
 NC_CUB_UNSUPPORTED_CLASS(BlockHistogram)
 NC_CUB_UNSUPPORTED_CLASS(BlockDiscontinuity)

@@ -1,0 +1,102 @@
+"""The CUDA surface public norm kernels use, on the cpu backend: kernels in the style of each
+construct that once stopped it check from a spec without edits (tests/cuda/styles/), CUB's extra
+classes move data as CUB does, a guarded entry says what reveals it, and the architecture
+presented is stated."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normcheck import check, errors
+from normcheck.backends import get_backend
+
+HERE = Path(__file__).parent / "cuda"
+STYLES = HERE / "styles"
+
+
+@pytest.mark.parametrize("spec", ["rms_aligned", "rms_bf16", "ln_kvp", "rms_params", "rms_host",
+                                  "rms_host_ex", "rms_pdl"])
+def test_kernels_in_public_styles_check_from_their_spec(spec):
+    r = check.check_kernel(spec=STYLES / f"{spec}.toml", search=0, examples=8)
+    # every one is sound (computed in float, rounded once): pass, or warn where its summation
+    # order is a plain sequential one (rms_params, ln_kvp's mean)
+    assert r.verdict in ("pass", "warn"), r.render()
+    assert r.provenance["arch"].startswith("sm_90")
+
+
+def test_the_struct_argument_carries_every_pointer_and_the_host_launcher_runs_the_kernel():
+    r = check.check_kernel(spec=STYLES / "rms_params.toml", search=0, examples=8)
+    assert not [f for f in r.failures if "rstd" in f.detail]  # rstd written through the struct
+    host = check.check_kernel(spec=STYLES / "rms_host.toml", search=0, examples=8)
+    direct = check.check_kernel(spec=STYLES / "rms_aligned.toml", search=0, examples=8)
+    assert [f.max_ulp for f in host.families] == pytest.approx(
+        [f.max_ulp for f in direct.families], abs=0.51)  # one ulp of difference at most
+
+
+def test_an_entry_behind_an_arch_guard_says_which_guard_and_what_reveals_it():
+    with pytest.raises(errors.CompileError, match=r"defined at line \d+, under `#if "
+                                                  r"__CUDA_ARCH__ >= 800`.*__CUDA_ARCH__ is 750 "
+                                                  r".*--arch"):
+        check.check_kernel(spec=STYLES / "rms_bf16.toml", search=0, examples=8, arch="sm_75")
+
+
+def test_an_entry_behind_an_ifdef_names_the_define(tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text('#ifdef ENABLE_FP32\nextern "C" __global__ void k(float* y) {}\n#endif\n')
+    with pytest.raises(errors.CompileError, match=r"under `#if defined\(ENABLE_FP32\)`.*-D "
+                                                  r"ENABLE_FP32"):
+        get_backend("cpu").compile(src, "k")
+    get_backend("cpu").compile(src, "k", defines={"ENABLE_FP32": None})
+
+
+@pytest.fixture(scope="module")
+def cubx():
+    return get_backend("cpu").compile_many(HERE / "cub_extra.cu", [
+        "argmax_abs", "load_direct", "load_striped", "load_transpose", "warp_striped",
+        "exchange_store"])
+
+
+def test_argmax_over_key_value_pairs(cubx):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 300)).astype(np.float32)
+    x[2, [7, 200]] = 9.0  # a tie: the smaller key wins
+    col = np.zeros(5, np.int32)
+    val = np.zeros(5, np.float32)
+    cubx["argmax_abs"](5, 64, [col, val, x, np.int32(300)])
+    want = np.argmax(np.abs(x), axis=1)  # numpy takes the first of equal maxima, as ArgMax does
+    assert list(col) == list(want) and np.array_equal(val, np.abs(x)[np.arange(5), want])
+
+
+def _arrangement(kind, T=40, N=3, valid=100):
+    out = np.full((T, N), -7)
+    for t in range(T):
+        for k in range(N):
+            i = {"blocked": t * N + k, "striped": t + T * k,
+                 "warp": (t // 32) * 32 * N + t % 32 + 32 * k}[kind]
+            out[t, k] = i if i < valid else -7
+    return out.ravel()
+
+
+@pytest.mark.parametrize("entry,kind", [("load_direct", "blocked"), ("load_striped", "striped"),
+                                        ("load_transpose", "blocked"), ("warp_striped", "warp")])
+def test_block_load_arrangements_with_a_guard(cubx, entry, kind):
+    x = np.arange(120, dtype=np.int32)
+    out = np.zeros(120, np.int32)
+    cubx[entry](1, 40, [out, x, np.int32(100)])
+    assert np.array_equal(out, _arrangement(kind))
+
+
+def test_exchange_then_striped_store_is_the_identity(cubx):
+    x = np.arange(120, dtype=np.int32)
+    out = np.full(120, -1, np.int32)
+    cubx["exchange_store"](1, 40, [out, x, np.int32(110)])
+    assert np.array_equal(out[:110], x[:110]) and np.all(out[110:] == -1)
+
+
+def test_what_cub_still_lacks_is_a_compile_error_naming_it(tmp_path):
+    src = tmp_path / "sort.cu"
+    src.write_text('#include <cub/cub.cuh>\nextern "C" __global__ void k(float* y) {\n'
+                   '  using S = cub::BlockRadixSort<float, 128, 4>; S* s = nullptr; (void)s; S t; }\n')
+    with pytest.raises(errors.CompileError, match=r"cub::BlockRadixSort is not supported"):
+        get_backend("cpu").compile(src, "k")
