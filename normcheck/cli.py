@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "cuda_src/backward.cu's dx kernels")
     c.add_argument("--orders", type=int, default=8,
                    help="--backward: seeded block orders for dγ's run-to-run spread (default 8)")
+    c.add_argument("--quant", metavar="FIELDS", default=None,
+                   help="judge a quantised output under a contract: a preset (vllm, trtllm, "
+                        "flashinfer, te, exact, hf) or KEY=VALUE,... e.g. contract=vllm,"
+                        "granularity=per_token,format=e4m3 (over the spec's quant table)")
     c.add_argument("--strict", action="store_true", help="exit 1 on warn too")
     c.add_argument("--json", action="store_true", help="strict JSON on stdout")
     c.add_argument("--save-counterexample", metavar="PATH",
@@ -165,6 +169,29 @@ def _defines(items) -> dict:
     return out
 
 
+def _quant(text):
+    """--quant: a preset name or KEY=VALUE,... (numbers as numbers)."""
+    if text is None:
+        return None
+    if "=" not in text:
+        return {"contract": text.strip()}
+    out = {}
+    for item in text.split(","):
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise errors.invalid("--quant", text, "a preset or KEY=VALUE items separated by "
+                                 "commas", "e.g. --quant contract=vllm,granularity=per_token")
+        v = v.strip()
+        for conv in (int, float):
+            try:
+                v = conv(v)
+                break
+            except ValueError:
+                pass
+        out[k.strip()] = v
+    return out
+
+
 def _long_progress(done, rows, rate):
     left = (rows - done) / rate if rate > 0 else float("inf")
     print(f"normcheck check: long run {done:,}/{rows:,} rows ({100 * done / rows:.0f}%), "
@@ -196,7 +223,8 @@ def _check(args) -> int:
                                 out_dtype=args.out_dtype, examples=args.examples,
                                 search=args.search, seed=args.seed, timeout=args.timeout,
                                 save_counterexample=args.save_counterexample, rows=args.rows,
-                                cols=args.cols, progress=_long_progress, arch=args.arch)
+                                cols=args.cols, progress=_long_progress, arch=args.arch,
+                                quant=_quant(args.quant))
     print(result.to_json() if args.json else result.render())
     return result.exit_code(strict=args.strict)
 

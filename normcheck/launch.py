@@ -56,15 +56,23 @@ class Case:
                     cut(self.dy), cut(self.mean), cut(self.rstd))
 
 
-def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None) -> dict:
+def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None, quant=None) -> dict:
     """The format of every buffer role of a spec (storage format unless an arg says otherwise;
-    mean/rstd float32)."""
+    mean/rstd float32; a quantised output in its contract's format, its scale roles float32 or
+    the block-scale format)."""
     fmt = formats.get(dtype)
-    out = formats.get(out_dtype or spec.out_dtype or dtype)
+    out = quant.qformat if quant is not None else formats.get(out_dtype or spec.out_dtype or dtype)
     fm = {}
+    if quant is not None:
+        from normcheck.quant import formats as qformats
+
+        sf = quant.scale_format
+        fm.update({"scale": formats.FP32, "amax": formats.FP32,
+                   "scales": formats.FP32 if sf == "fp32" else qformats.get(sf)})
     for a in spec.args:
         for r in a.roles:
-            if r in ("scratch", "null", "stream") or r in specs.SCALAR_ROLES:
+            if r in ("scratch", "null", "stream") or r in specs.SCALAR_ROLES or \
+                    r in specs.QUANT_ROLES:
                 continue
             default = out if r == "output" else (formats.FP32 if r in specs.STAT_ROLES
                                                  else fmt)
@@ -82,14 +90,17 @@ class KernelTarget:
     """A compiled kernel (one entry per launch) run per its spec."""
 
     def __init__(self, spec: specs.KernelSpec, norm: norms.Norm, dtype, out_dtype, compiled,
-                 timeout=None, label=None):
+                 timeout=None, label=None, quant=None):
         self.spec = spec
         self.norm = norm
         self.fmt = formats.get(dtype)
-        self.out = formats.get(out_dtype or dtype)
+        self.quant = quant
+        self.out = quant.qformat if quant is not None else formats.get(out_dtype or dtype)
         self.kernels = compiled
         self.timeout = timeout
-        self.formats = buffer_formats(spec, self.fmt.name, self.out.name)
+        self.formats = buffer_formats(spec, self.fmt.name, None if quant else self.out.name,
+                                      quant=quant)
+        self.alternate_poison = False  # quantised codes: the second poison byte
         self.label = label or ", ".join(dict.fromkeys(spec.entries))
 
     def _stride(self, a, rows, cols):
@@ -112,6 +123,8 @@ class KernelTarget:
             return (np.zeros(max(n, 0), fmt.dtype) if a.fill == "zero" else
                     kernels.poisoned((max(n, 0),), fmt.dtype))
         zero = a.fill == "zero"
+        if first in specs.QUANT_ROLES or (first == "output" and self.quant is not None):
+            return self._quant_buffer(a, first, case, zero)
         if first in ("output", "h", "dx"):
             shape = (rows, self._stride(a, rows, cols))
             return np.zeros(shape, fmt.dtype) if zero else kernels.poisoned(shape, fmt.dtype)
@@ -138,6 +151,33 @@ class KernelTarget:
             return np.zeros(rows, fmt.dtype) if zero else kernels.poisoned((rows,), fmt.dtype)
         raise invalid(f"args.{a.label}", a.role, "a buffer role")
 
+    def _quant_buffer(self, a, role, case: Case, zero: bool):
+        """The buffers of a quantised output: q codes [rows, pitch] (two fp4 codes a byte),
+        the scales it writes ([rows] per token; [rows, groups], or [groups, rows] with
+        scale_layout col_major), amax ([1] per tensor, else one per scale), the static scale."""
+        rows, cols = case.rows, case.cols
+        c = self.quant
+        if role == "scale":
+            v = case.extra.get("scale")
+            if v is None:
+                raise invalid(f"args.{a.label}", None, "a static scale in the case")
+            return np.array([v], np.float32)
+        fmt = self.formats[role] if role != "output" else self.out
+        if role == "output":
+            pitch = fmt.storage_cols(cols) if not a.stride else self._stride(
+                a, rows, fmt.storage_cols(cols))
+            shape = (rows, pitch)
+        else:
+            g = c.groups(cols)
+            shape = (1,) if g == 0 else ((rows,) if c.granularity == "per_token" else
+                                         ((g, rows) if c.scale_layout == "col_major" else
+                                          (rows, g)))
+        if zero or role == "amax":  # amax accumulates (atomicMax): it starts at 0
+            return np.zeros(shape, fmt.dtype)
+        if fmt is formats.FP32:
+            return kernels.poisoned(shape, np.float32)
+        return np.full(shape, fmt.poison(self.alternate_poison), np.uint8).view(fmt.dtype)
+
     def _value(self, a: specs.ArgSpec, case: Case, buffers: dict):
         """The value of a (non-struct) argument or field: a scalar, None, or its buffer (one
         buffer per role, shared by every launch)."""
@@ -150,6 +190,8 @@ class KernelTarget:
             return specs.scalar_type(a)(rows)
         if a.role == "cols":
             return specs.scalar_type(a)(cols)
+        if a.role == "scale" and a.type is not None:  # the static scale by value
+            return specs.scalar_type(a)(case.extra.get("scale"))
         if a.role == "const":
             v = specs.evaluate(a.value, rows, cols, f"args.{a.label}.value")
             t = specs.scalar_type(a)
@@ -219,7 +261,11 @@ class KernelTarget:
         out = {}
         for a, buf in buffers.values():
             last = a.roles[-1]  # an in-place buffer is read as its exit role
-            if last in ("output", "h", "dx"):
+            if last == "output" and self.quant is not None:
+                out[last] = buf[:, :self.out.storage_cols(cols)]
+            elif last in ("scales", "amax"):
+                out[last] = buf
+            elif last in ("output", "h", "dx"):
                 out[last] = buf[:, :cols]
             elif last in ("dgamma", "dbeta") or (last in ("mean", "rstd") and
                                                  not self.spec.backward):
@@ -235,7 +281,7 @@ def _in_format(a, fmt):
 
 
 def bind(spec: specs.KernelSpec, source, *, norm, dtype, out_dtype=None, backend="cpu",
-         defines=None, timeout=None, options=None, arch=None) -> KernelTarget:
+         defines=None, timeout=None, options=None, arch=None, quant=None) -> KernelTarget:
     """Compile the entries of ``spec`` (from ``source``) and return the target."""
     be = get_backend(backend)
     entries = list(dict.fromkeys(spec.entries))
@@ -252,7 +298,7 @@ def bind(spec: specs.KernelSpec, source, *, norm, dtype, out_dtype=None, backend
         options = {**(options or {}), "arch": arch}
     compiled = be.compile_many(source, entries, defines=d, options=options,
                                include_dirs=spec.include_dirs)
-    return KernelTarget(spec, norms.get(norm), dtype, out_dtype, compiled, timeout)
+    return KernelTarget(spec, norms.get(norm), dtype, out_dtype, compiled, timeout, quant=quant)
 
 
 class CallableTarget:

@@ -31,7 +31,7 @@ from normcheck.errors import InvalidArgument, NormcheckError, invalid
 __all__ = ["save_case", "load_case", "command", "replay", "EMBEDDED_FLAG"]
 
 EMBEDDED_FLAG = "--run-embedded-source"
-_ARRAYS = ("x", "gamma", "beta", "residual", "dy", "mean", "rstd")
+_ARRAYS = ("x", "gamma", "beta", "residual", "dy", "mean", "rstd", "scale")
 
 
 def _slug(s):
@@ -198,6 +198,8 @@ _KERNEL_KEYS = {
     "block": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
     "callable": _str, "arch": lambda v: v is None or (isinstance(v, (int, str)) and
                                                       not isinstance(v, bool)),
+    "quant": lambda v: isinstance(v, dict) and len(v) <= 32 and all(
+        _str(k) and (x is None or isinstance(x, (str, int, float, list))) for k, x in v.items()),
 }
 
 
@@ -228,6 +230,9 @@ def load_case(path) -> dict:
     if not all(isinstance(k, str) and isinstance(v, str) and v in formats.FORMATS
                for k, v in meta["formats"].items()):
         raise _bad(path, "its formats are not fp32, fp16 or bf16")
+    for name in ("scale",):
+        if name in meta["formats"] and meta["formats"][name] != "fp32":
+            raise _bad(path, f"its {name} is not float32")
     try:
         out = {"kernel": meta["kernel"], "eps": np.float32(meta["eps"]),
                "note": str(meta.get("note", ""))}
@@ -301,11 +306,57 @@ def _kernel_target(case, k, path, backend, run_embedded, notes):
         spec.launches[0].entry = (k.get("entries") or [k.get("entry")])[0]
     norm = norm.with_affine(spec.has("gamma"), spec.has("beta")).with_reference(
         k.get("reference") or spec.reference or "exact")
+    quant = _contract(k, path)
     target = launch.bind(spec, src, norm=norm, dtype=k["dtype"],
-                         out_dtype=k.get("out_dtype") or spec.out_dtype or k["dtype"],
+                         out_dtype=None if quant else (k.get("out_dtype") or spec.out_dtype or
+                                                       k["dtype"]),
                          backend=backend, defines=k.get("defines") or None,
-                         arch=k.get("arch") or spec.arch)
+                         arch=k.get("arch") or spec.arch, quant=quant)
     return target, spec, norm
+
+
+def _contract(k, path):
+    """The contract a quantised case was judged under (or None)."""
+    if not k.get("quant"):
+        return None
+    from normcheck.quant import contract as qcontract
+
+    q = {f: v for f, v in k["quant"].items() if f in qcontract.FIELDS and f != "notes"}
+    try:
+        return qcontract.Contract(**{f: (tuple(v) if isinstance(v, list) else v)
+                                     for f, v in q.items()}).replace()
+    except (TypeError, InvalidArgument) as e:
+        raise _bad(path, f"its quant contract is not one normcheck knows ({e})") from None
+
+
+def _replay_quant(case, path, target, norm, contract, backend, notes) -> str:
+    from normcheck import launch
+    from normcheck.quant.judge import CLASSES, QuantJudge
+
+    x = case["x"]
+    extra = {} if case["scale"] is None else {"scale": np.float32(case["scale"].ravel()[0])}
+    c = launch.Case(x=x, gamma=case["gamma"], beta=case["beta"], residual=case["residual"],
+                    eps=case["eps"], extra=extra)
+    judge = QuantJudge(target, norm, formats.of_dtype(x.dtype), contract, eps=case["eps"])
+    m, fails = judge.measure("replay", c)
+    head = (f"case {path}: {x.shape[0]} row(s) of {x.shape[1]}, eps={float(case['eps'])!r}, "
+            f"contract {contract.describe()}" + (f" -- {case['note']}" if case["note"] else ""))
+    lines = [head] + [f"note: {n}" for n in notes]
+    if m is None:
+        return "\n".join(lines + [f"  [{f.kind}] {f.detail}" for f in fails])
+    v = m.counts
+    lines.append(f"replay of {target.label} ({backend} backend): {v.n} values, {v.exact} exact, "
+                 f"{v.order} order flips, {v.contract} contract flips"
+                 + (f"; scales {m.scale_counts.order} order flips, {m.scale_counts.contract} "
+                    f"contract flips" if m.scale_counts.n else ""))
+    bad = np.argwhere(m.cls != 0)[:8]
+    for i, j in bad:
+        lines.append(f"  row {i}, col {j}: x={float(x[i, j])!r} kernel={float(m.q[i, j])!r} "
+                     f"contract={float(m.ref.q[i, j])!r} ({CLASSES[int(m.cls[i, j])]}; "
+                     f"y={float(m.ref.y[i, j])!r})")
+    for f in fails:
+        lines.append(f"  [{f.kind}] {f.detail}")
+    return "\n".join(lines)
 
 
 def replay(path, backend="cpu", variant=None, run_embedded=False) -> str:
@@ -329,6 +380,8 @@ def replay(path, backend="cpu", variant=None, run_embedded=False) -> str:
         label = v.name
     elif k.get("source") or k.get("source_text"):
         target, spec, norm = _kernel_target(case, k, path, backend, run_embedded, notes)
+        if target.quant is not None:
+            return _replay_quant(case, path, target, norm, target.quant, backend, notes)
         c = launch.Case(x=x, gamma=g, beta=b, residual=r, eps=eps)
         y = target(c)["output"]
         ref = oracle.for_norm(norm, x, g, b, residual=r, eps=eps,

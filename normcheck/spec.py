@@ -48,7 +48,10 @@ or several, run in order on the same buffers (a role is the same buffer in every
 
 Roles (:data:`ROLES`): output (y), input (x), residual (x's partner in a fused add), h (the
 fused sum, written), gamma, beta, mean and rstd (per-row float32 outputs unless ``dtype`` says
-otherwise), scratch (an intermediate that is not judged: ``name``, ``dtype``, ``size`` in
+otherwise), scale, scales and amax (a quantised output's: the static scale -- a ``float*`` of one
+value, or the value itself with ``type = "float32"`` --, the scales it writes, the amax it
+writes; they need a ``quant`` table: ``quant = { contract = "vllm", granularity = "per_token",
+format = "e4m3" }`` with any field of normcheck.quant.contract), scratch (an intermediate that is not judged: ``name``, ``dtype``, ``size`` in
 elements; the same name is the same buffer), null (a null pointer), eps (the float ε), rows,
 cols, const.  ``role = ["input", "output"]`` is one buffer holding x on entry and y on exit
 (likewise ``["residual", "h"]``).  No ``gamma`` role: the exact function has γ = 1; no ``beta``:
@@ -72,7 +75,7 @@ import numpy as np
 from normcheck import formats, norms
 from normcheck.errors import SpecError
 
-__all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "default_spec",
+__all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "default_spec", "QUANT_ROLES",
            "default_backward_spec", "evaluate",
            "evaluate_dims", "ROLES", "NORMS", "INPLACE", "scalar_type"]
 
@@ -80,7 +83,10 @@ NORMS = norms.NORMS
 ROW_ROLES = ("output", "input", "residual", "h", "dy", "dx")
 VEC_ROLES = ("gamma", "beta", "dgamma", "dbeta")
 STAT_ROLES = ("mean", "rstd")
-BUFFER_ROLES = ROW_ROLES + VEC_ROLES + STAT_ROLES + ("scratch",)
+#: A quantised output's: the static scale (an input, per tensor; nvfp4's encode scale), the
+#: scales a dynamic quantiser writes (per token, group or block), the amax it writes.
+QUANT_ROLES = ("scale", "scales", "amax")
+BUFFER_ROLES = ROW_ROLES + VEC_ROLES + STAT_ROLES + QUANT_ROLES + ("scratch",)
 SCALAR_ROLES = ("eps", "rows", "cols", "const")
 ROLES = BUFFER_ROLES + ("null", "stream") + SCALAR_ROLES + ("struct",)
 #: What a field of a struct argument may be: every role but a struct, and padding.
@@ -98,7 +104,7 @@ _ARG_KEYS = {"role", "dtype", "type", "value", "stride", "name", "size", "fill",
 _LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host"}
 _TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "convention", "eps", "cols",
              "cols_multiple_of", "launch", "args", "source", "defines", "include", "reference",
-             "backward", "stats", "arch"}
+             "backward", "stats", "arch", "quant"}
 
 
 @dataclass
@@ -155,6 +161,7 @@ class KernelSpec:
     backward: bool = False
     stats: str | None = None   # backward: "saved" (mean/rstd given) or "recomputed"
     arch: str | None = None    # the architecture presented (__CUDA_ARCH__), e.g. "sm_80"
+    quant: dict | None = None  # a quantised output's contract (normcheck.quant.contract)
     source: Path | None = None
     path: Path | None = field(default=None, repr=False)
 
@@ -500,6 +507,20 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
         except InvalidArgument as e:
             raise SpecError(f"{where}: {e}") from None
         spec.arch = str(data["arch"])
+    if "quant" in data:
+        from normcheck.errors import InvalidArgument
+        from normcheck.quant import contract as qcontract
+
+        q = data["quant"]
+        if not isinstance(q, dict):
+            raise _err(where, "quant", q, "a table of contract fields",
+                       'e.g. quant = { format = "e4m3", granularity = "per_token", '
+                       'contract = "vllm" }')
+        try:
+            qcontract.resolve(q)
+        except InvalidArgument as e:
+            raise SpecError(f"{where}: {e}") from None
+        spec.quant = dict(q)
     if "source" in data and not isinstance(data["source"], str):
         raise _err(where, "source", data["source"], "a path to the .cu file")
     _check_roles(spec, where)
@@ -519,6 +540,7 @@ def _check_roles(spec: KernelSpec, where: str):
                    "in-place buffer with role = [\"input\", \"output\"])")
     if "input" not in roles:
         raise _err(where, "args", roles, "an input argument (x)")
+    _check_quant_roles(spec, roles, where)
     if backward and spec.stats is None:
         spec.stats = "saved" if "rstd" in roles else "recomputed"
     if backward and spec.stats == "saved" and "rstd" not in roles:
@@ -555,6 +577,34 @@ def _check_roles(spec: KernelSpec, where: str):
             if prev != (a.dtype, a.size):
                 raise _err(where, f"scratch {a.name!r}", a.size, "the same dtype and size in "
                            "every launch")
+
+
+def _check_quant_roles(spec: KernelSpec, roles, where: str):
+    used = [r for r in QUANT_ROLES if r in roles]
+    if spec.quant is None:
+        if used:
+            raise _err(where, "role", used[0], "a quant table for a quantised output",
+                       'add quant = { format = "e4m3", granularity = "per_token", ... }')
+        return
+    from normcheck.quant import contract as qcontract
+
+    c = qcontract.resolve(spec.quant)
+    if c.dynamic and "scales" not in roles:
+        raise _err(where, "args", roles, f"an argument with role scales ({c.granularity} "
+                   "scales are the kernel's output)")
+    if (not c.dynamic or c.granularity == "nvfp4") and "scale" not in roles:
+        raise _err(where, "args", roles, "an argument with role scale (the static per-tensor "
+                   "scale" + (", nvfp4's encode scale S_enc" if c.granularity == "nvfp4" else "")
+                   + ")")
+    if spec.out_dtype is not None:
+        raise _err(where, "out_dtype", spec.out_dtype, "no out_dtype with quant (the output "
+                   "is quant.format)")
+    for a in spec.args:
+        if a.role in QUANT_ROLES and a.dtype is not None:
+            raise _err(where, f"{a.role}.dtype", a.dtype, "no dtype: the contract says it "
+                       "(float32 scales; e8m0 for mx, ue4m3 for nvfp4)")
+        if a.role in ("scales", "amax") and a.type is not None:
+            raise _err(where, f"{a.role}.type", a.type, "no type: an output buffer")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -30,6 +30,22 @@ EXPECTED = {
                   "offset rows"),
     "apex_layernorm": ({"pass"}, None, "Welford, writes mean and invvar, 2-D block"),
     "warp_per_row": ({"pass", "warn"}, None, "one warp per row, 32 lanes summing C/32 each"),
+    # quantised outputs: each under the contract of the project whose style it follows
+    "vllm_rms_norm_static_fp8": ({"pass"}, None, "vllm contract: y twice, × (1/scale), clamp, "
+                                 "a non-saturating cast"),
+    "vllm_fused_add_rms_norm_static_fp8": ({"pass"}, None, "the residual added in fp16 in place, "
+                                           "statistics of that sum"),
+    "vllm_rms_norm_dynamic_fp8": ({"pass"}, None, "per token, amax of the rounded y, ÷ s, "
+                                  "statistics of the float sum"),
+    "vllm_rms_norm_dynamic_int8": ({"pass"}, None, "per token int8: × (1/s), cvt.rni.sat"),
+    "flashinfer_rms_norm_quant": ({"pass"}, None, "y in float with rsqrt.approx, × (1/scale[0]), "
+                                  "clamp"),
+    "trtllm_rmsnorm_fp8_static": ({"pass"}, None, "y once, × scale, satfinite"),
+    "trtllm_rmsnorm_fp8_per_token": ({"pass"}, None, "× 448/amax capped, amax from 1e-6f"),
+    "trtllm_rmsnorm_int8_per_token": ({"pass"}, None, "× 127/amax, cvt.rni.sat"),
+    "te_rmsnorm_fp8_delayed": ({"pass"}, None, "× scale, satfinite, amax by atomicMax"),
+    "te_rmsnorm_mxfp8": ({"pass"}, None, "rsigma pre-pass, 32x128 tiles, e8m0 rounded up, "
+                         "cvt.rn.satfinite.e4m3x2"),
 }
 
 
@@ -46,7 +62,13 @@ def test_example_verdict(name):
         assert not r.failures, r.render()
     if cause:
         assert r.cause and cause in r.cause, r.render()
-    assert len(r.families) == len(check.CHECK_FAMILIES)
+    if r.extra.get("quant"):
+        from normcheck.check.quantised import FAMILIES
+
+        assert {f.family for f in r.families} <= set(FAMILIES)
+        assert r.extra["quant"]["values"]["n"] > 0
+    else:
+        assert len(r.families) == len(check.CHECK_FAMILIES)
 
 
 def test_an_example_checks_from_the_command_line(tmp_path):

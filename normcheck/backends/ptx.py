@@ -360,23 +360,23 @@ def _mov(g: _Gen, ins: Instr) -> str:
     d, a = ins.args
     if d.startswith("{"):  # unpack
         parts = g.vec(d)
-        w = {"b64": 64, "b32": 32, "u64": 64, "u32": 32}.get(t)
+        w = {"b64": 64, "b32": 32, "u64": 64, "u32": 32, "b16": 16, "u16": 16}.get(t)
         if not w:
-            g.fail("unpacking needs .b32 or .b64")
+            g.fail("unpacking needs .b16, .b32 or .b64")
         piece = w // len(parts)
-        src = g.val(a, "b64" if w == 64 else "b32")
+        src = g.val(a, {64: "b64", 32: "b32", 16: "b16"}[w])
         pt = {8: "b8", 16: "b16", 32: "b32"}[piece]
         return " ".join(g.put(p, pt, f"({src} >> {piece * k})") for k, p in enumerate(parts))
     if a.startswith("{"):  # pack
         parts = g.vec(a)
-        w = {"b64": 64, "b32": 32, "u64": 64, "u32": 32}.get(t)
+        w = {"b64": 64, "b32": 32, "u64": 64, "u32": 32, "b16": 16, "u16": 16}.get(t)
         if not w:
-            g.fail("packing needs .b32 or .b64")
+            g.fail("packing needs .b16, .b32 or .b64")
         piece = w // len(parts)
         pt = {8: "b8", 16: "b16", 32: "b32"}[piece]
         acc = " | ".join(f"((uint64_t){g.val(p, pt)} << {piece * k})"
                          for k, p in enumerate(parts))
-        return g.put(d, "b64" if w == 64 else "b32", f"({acc})")
+        return g.put(d, {64: "b64", 32: "b32", 16: "b16"}[w], f"({acc})")
     return g.put(d, t, g.val(a, t))
 
 
@@ -469,7 +469,47 @@ def _div(g, t, v, ins):
     return f"(({v[0]}) / ({v[1]}))"
 
 
+#: cvt to the packed quantised formats (PTX ISA 8.6+): destination register type, and the
+#: cuda_fp8.h / cuda_fp4.h conversion of a float2 whose .x is the second source (the low part).
+_CVT_PACKED = {
+    "e4m3x2": ("b16", "__nv_cvt_float2_to_fp8x2(make_float2({b}, {a}), {sat}, __NV_E4M3)"),
+    "e5m2x2": ("b16", "__nv_cvt_float2_to_fp8x2(make_float2({b}, {a}), {sat}, __NV_E5M2)"),
+    "e2m1x2": ("b8", "__nv_cvt_float2_to_fp4x2(make_float2({b}, {a}), __NV_E2M1, "
+                     "cudaRoundNearest)"),
+    "ue8m0x2": ("b16", "__nv_cvt_float2_to_e8m0x2(make_float2({b}, {a}), {sat}, {rnd})"),
+}
+
+
+def _cvt_packed(g: _Gen, ins: Instr, dt: str) -> str:
+    """cvt.rn.satfinite.{e4m3x2,e5m2x2,e2m1x2}.f32 and cvt.{rz,rp}[.satfinite].ue8m0x2.f32: d,
+    a, b with a in the upper half."""
+    st = [m for m in ins.mods if m in _ALL_TYPES]
+    if st != ["f32"]:
+        g.fail(f"cvt.{dt} from .{st[0] if st else '?'} is not supported (only .f32 pairs)")
+    _nargs(g, ins, 3)
+    rnd = [m for m in ins.mods if m in ("rn", "rz", "rp", "rm")]
+    r = rnd[0] if rnd else None
+    if dt == "ue8m0x2":
+        if r not in ("rz", "rp"):
+            g.fail("cvt.ue8m0x2 needs .rz or .rp")
+        mode = "cudaRoundZero" if r == "rz" else "cudaRoundPosInf"
+    elif r != "rn":
+        g.fail(f"cvt.{dt} needs .rn")
+    else:
+        mode = "cudaRoundNearest"
+    if dt == "e2m1x2" and "satfinite" not in ins.mods:
+        g.fail("cvt.e2m1x2 needs .satfinite")
+    sat = "__NV_SATFINITE" if "satfinite" in ins.mods else "__NV_NOSAT"
+    reg, fn = _CVT_PACKED[dt]
+    expr = fn.format(a=g.val(ins.args[1], "f32"), b=g.val(ins.args[2], "f32"), sat=sat,
+                     rnd=mode)
+    return g.put(ins.args[0], reg, f"(({_ALL_TYPES[reg]})({expr}))")
+
+
 def _cvt(g: _Gen, ins: Instr) -> str:
+    packed = [m for m in ins.mods if m in _CVT_PACKED]
+    if packed:
+        return _cvt_packed(g, ins, packed[0])
     ts = [m for m in ins.mods if m in _ALL_TYPES]
     if len(ts) != 2:
         g.fail("expected a destination and a source type")

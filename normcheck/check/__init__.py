@@ -102,6 +102,10 @@ class CheckResult:
         return to_json(self.as_dict())
 
     def render(self) -> str:
+        if self.extra and self.extra.get("quant"):
+            from normcheck.check.quantised import render_quantised
+
+            return render_quantised(self)
         return render(self)
 
 
@@ -161,6 +165,34 @@ def _check_timeout(timeout):
         raise invalid("timeout", timeout, "a positive, finite number of seconds",
                       "e.g. --timeout 60")
     return float(timeout)
+
+
+def _contract(quant, spec):
+    """The quantised output's contract from ``quant`` (CLI/API) over the spec's, or None."""
+    from normcheck.quant import contract as qcontract
+
+    table = quant if quant is not None else (spec.quant if spec is not None else None)
+    if table is None:
+        return None
+    if isinstance(table, dict) and spec is not None and spec.quant and quant is not None:
+        table = {**spec.quant, **table}
+    return qcontract.resolve(table)
+
+
+def _quant_args(spec, contract, rows, reference, out_dtype):
+    for name, v in (("rows", rows), ("reference", reference), ("out_dtype", out_dtype)):
+        if v is not None:
+            raise invalid(name, v, f"no {name} with a quantised output",
+                          {"rows": "a quantised check runs its families only",
+                           "reference": "the contract's y_rounding says it (quant.contract)",
+                           "out_dtype": "quant.format is the output's format"}[name])
+    roles = spec.roles()
+    if contract.dynamic and "scales" not in roles:
+        raise invalid("spec.args", roles, f"a role scales for {contract.granularity} scales",
+                      "add [[args]] with role = \"scales\"")
+    if (not contract.dynamic or contract.granularity == "nvfp4") and "scale" not in roles:
+        raise invalid("spec.args", roles, "a role scale (the static scale)",
+                      "add [[args]] with role = \"scale\"")
 
 
 def _sha256(path) -> str:
@@ -230,11 +262,13 @@ def _peak_rss_mib() -> float:
 def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, spec=None,
                  backend="cpu", defines=None, reference=None, out_dtype=None, examples=64,
                  search=40, seed=0, timeout=None, save_counterexample=None, rows=None,
-                 cols=None, progress=None, arch=None) -> CheckResult:
+                 cols=None, progress=None, arch=None, quant=None) -> CheckResult:
     """Judge a CUDA C kernel (see the module docstring).  ``spec`` is a path, a KernelSpec or
     None for the default ABI; entry/norm/dtype may come from the spec; ``defines`` add to the
     spec's.  ``rows`` adds a long run of that many rows of width ``cols`` (streamed in bounded
-    memory; ``progress(done, rows, rows_per_s)`` is called every few seconds)."""
+    memory; ``progress(done, rows, rows_per_s)`` is called every few seconds).  ``quant`` (a
+    contract table, a preset name or a Contract; else the spec's ``quant``) judges a quantised
+    output (normcheck.check.quantised)."""
     _check_counts(examples, search, seed)
     timeout = _check_timeout(timeout)
     spec, n, fmt = _resolve(spec, norm, dtype)
@@ -267,12 +301,17 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
     src = source if source is not None else spec.source
     if src is None:
         raise invalid("source", None, "a .cu file (or `source` in the spec)")
-    out = formats.get(out_dtype or spec.out_dtype or fmt.name)
+    contract = _contract(quant, spec)
+    out = formats.get(out_dtype or spec.out_dtype or fmt.name) if contract is None else None
     from normcheck.backends.base import parse_arch
 
     arch = parse_arch(arch if arch is not None else spec.arch)
-    target = launch.bind(spec, src, norm=n, dtype=fmt.name, out_dtype=out.name,
-                         backend=backend, defines=defines, timeout=timeout, arch=arch)
+    if contract is not None:
+        _quant_args(spec, contract, rows, reference, out_dtype)
+    target = launch.bind(spec, src, norm=n, dtype=fmt.name,
+                         out_dtype=out.name if out is not None else None,
+                         backend=backend, defines=defines, timeout=timeout, arch=arch,
+                         quant=contract)
     eps = np.float32(spec.eps) if spec.eps is not None else np.float32(1e-5)
     stats_roles = [r for r in ("mean", "rstd") if spec.has(r)]
     long = _long_run(rows, cols, spec.cols, spec.cols_multiple_of)
@@ -281,11 +320,22 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
     else:
         desc = {"source": "<string>", "source_text": str(src)}
     desc.update({"entries": spec.entries, "norm": n.name, "reference": n.reference,
-                 "dtype": fmt.name, "out_dtype": out.name, "defines": {**spec.defines,
+                 "dtype": fmt.name, "out_dtype": out.name if out is not None else
+                 contract.qformat.name, "defines": {**spec.defines,
                                                                        **(defines or {})},
                  "spec": str(spec.path.resolve()) if spec.path else None,
                  "spec_sha256": _sha256(spec.path) if spec.path else None,
                  "block": block if not spec.path else None, "arch": arch})
+    if contract is not None:
+        from normcheck.check.quantised import judge_quantised
+
+        return judge_quantised(target, label=target.label, norm=n, storage=fmt,
+                               contract=contract,
+                               eps=np.float32(spec.eps) if spec.eps is not None else
+                               np.float32(1e-6), backend=backend, examples=examples, seed=seed,
+                               cols_range=spec.cols, cols_multiple_of=spec.cols_multiple_of,
+                               kernel_desc=desc, arch=arch,
+                               save_counterexample=save_counterexample)
     return _judge(target, label=target.label, norm=n, fmt=fmt, out=out,
                   convention=spec.convention, eps=eps, backend=backend, examples=examples,
                   search_examples=search, seed=seed, cols_range=spec.cols,
@@ -297,14 +347,40 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
 def check_callable(fn, norm, dtype, *, out_dtype=None, convention="exact",
                    eps=np.float32(1e-5), reference="exact", examples=64, search=40, seed=0,
                    cols=(1, 8192), backend="cpu", save_counterexample=None,
-                   name=None, rows=None, long_cols=None, progress=None) -> CheckResult:
+                   name=None, rows=None, long_cols=None, progress=None,
+                   quant=None) -> CheckResult:
     """Judge a Python function on the stored rows (numpy, or torch returning tensors):
     fn(x, gamma, beta, eps) -> y; fused norms fn(x, residual, gamma, beta, eps) -> (h, y);
     β is None for RMSNorm.  An exception it raises is a failure of kind ``error``.  The
-    built-in orders (the warn yardstick) run on ``backend``."""
+    built-in orders (the warn yardstick) run on ``backend``.
+
+    With ``quant`` (a contract: a table, a preset name or a Contract) the function quantises:
+    fn(x, gamma, beta, eps, scale) -> q, or (q, scales) for a dynamic contract; fused norms
+    fn(x, residual, gamma, beta, eps, scale) -> (h, q[, scales]).  ``scale`` is the static
+    scale (nvfp4: the encode scale) or None; q are float values (numpy, ml_dtypes float8/4,
+    torch float8 tensors) or uint8 codes, scales float values (or e8m0/ue4m3 codes)."""
     _check_counts(examples, search, seed)
     if not callable(fn):
         raise invalid("fn", fn, "a callable")
+    if quant is not None:
+        from normcheck.check.quantised import judge_quantised
+        from normcheck.quant import contract as qcontract
+        from normcheck.quant.judge import QuantCallableTarget
+
+        c = qcontract.resolve(quant)
+        n = norms.get(norm)
+        fmt = formats.get(dtype)
+        label = name or getattr(fn, "__name__", "callable")
+        lo, hi = cols
+        if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
+            raise invalid("cols", cols, "(min, max) widths with 1 <= min <= max")
+        return judge_quantised(QuantCallableTarget(fn, n, fmt, c, label), label=label, norm=n,
+                               storage=fmt, contract=c, eps=np.float32(oracle._eps(eps)),
+                               backend=backend, examples=examples, seed=seed,
+                               cols_range=(lo, hi), cols_multiple_of=1,
+                               kernel_desc={"callable": label, "norm": n.name,
+                                            "dtype": fmt.name},
+                               save_counterexample=save_counterexample)
     n = norms.get(norm).with_reference(reference)
     fmt = formats.get(dtype)
     out = formats.get(out_dtype or dtype)

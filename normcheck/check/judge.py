@@ -33,7 +33,8 @@ from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance
 from normcheck.errors import KernelError, NormcheckError
 from normcheck.launch import Case
 
-__all__ = ["CHECK_FAMILIES", "FATAL", "Failure", "Baseline", "Worst", "FamilyResult", "Judge"]
+__all__ = ["CHECK_FAMILIES", "FATAL", "Failure", "Baseline", "Worst", "FamilyResult", "Judge",
+           "check_h"]
 
 #: The families a check runs (``extremes`` is the report's business: see the module docstring).
 CHECK_FAMILIES = tuple(f for f in families.FAMILIES if f != "extremes")
@@ -121,6 +122,26 @@ class Measured:
     @property
     def scaled(self):
         return self.comparison.scaled
+
+
+def check_h(family, h, ref) -> list:
+    """The fused sum h = x + residual a kernel wrote, against its correct rounding (ref.h): a
+    sound kernel adds two stored values once, so anything else fails."""
+    hr = ref.h.rounded
+    fmt = formats.of_dtype(hr.dtype)
+    h = np.asarray(h)
+    if h.dtype != hr.dtype:
+        h = fmt.cast(h.astype(np.float64))
+    wrong = h.view(fmt.uint) != hr.view(fmt.uint)
+    wrong &= ~(np.isnan(h.astype(np.float64)) & np.isnan(hr.astype(np.float64)))
+    if not wrong.any():
+        return []
+    i, j = (int(v) for v in np.argwhere(wrong)[0])
+    what = "never written" if kernels.unwritten(h)[i, j] else "not correctly rounded"
+    return [Failure("accuracy" if what != "never written" else "unwritten", family,
+                    f"h = x + residual {what} in {int(wrong.sum())}/{h.size} elements; "
+                    f"e.g. row {i}, col {j}: kernel={float(h[i, j])!r} correctly rounded="
+                    f"{float(hr[i, j])!r}")]
 
 
 def _odd(n: int) -> int:
@@ -285,21 +306,7 @@ class Judge:
         return Measured(ref, y, c, limit, ratio, unbounded), fails
 
     def _check_h(self, family, h, ref):
-        hr = ref.h.rounded
-        fmt = formats.of_dtype(hr.dtype)
-        h = np.asarray(h)
-        if h.dtype != hr.dtype:
-            h = fmt.cast(h.astype(np.float64))
-        wrong = h.view(fmt.uint) != hr.view(fmt.uint)
-        wrong &= ~(np.isnan(h.astype(np.float64)) & np.isnan(hr.astype(np.float64)))
-        if not wrong.any():
-            return []
-        i, j = (int(v) for v in np.argwhere(wrong)[0])
-        what = "never written" if kernels.unwritten(h)[i, j] else "not correctly rounded"
-        return [Failure("accuracy" if what != "never written" else "unwritten", family,
-                        f"h = x + residual {what} in {int(wrong.sum())}/{h.size} elements; "
-                        f"e.g. row {i}, col {j}: kernel={float(h[i, j])!r} correctly rounded="
-                        f"{float(hr[i, j])!r}")]
+        return check_h(family, h, ref)
 
     def _check_stats(self, family, role, ref, got, rows):
         """mean and rstd against the exact statistics: the sound bound of the statistics (a

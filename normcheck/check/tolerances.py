@@ -45,6 +45,12 @@ TOLERANCES = {
     "bf16": Tolerance(
         1.0, 2.0, 1.0,
         "as fp16, with float 2^16 times finer than bf16"),
+    "quantised": Tolerance(
+        0.0, 0.0, 0.0,
+        "a quantised value is exact, an order flip (the exact value within the sound bound of "
+        "a rounding boundary: any sound kernel of the contract may land on either side) or a "
+        "contract flip; one fp8 step is 12.5%, so no ulp tolerance is meaningful and no warn "
+        "level either (normcheck.quant.judge)"),
 }
 
 #: mean and rstd outputs: float32 results of float arithmetic (a division, a square root).

@@ -69,6 +69,10 @@ def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster) -> d
 
     results["backward"] = backward.measure(be, seed=p.seed, mode=p.mode)
     folder.write(out / "backward.json", sweep._dump(results["backward"], indent=1))
+    from normcheck.report import quantised
+
+    results["quantised"] = quantised.measure(be, seed=p.seed, mode=p.mode, pattern=p.pattern)
+    folder.write(out / "quantised.json", sweep._dump(results["quantised"], indent=1))
     results["audit"] = audit.run_audit(results["records"], backend=be, timings=timings,
                                        backward=results["backward"])
     folder.write(out / "audit.json", sweep._dump(results["audit"], indent=1))

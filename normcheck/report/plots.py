@@ -211,6 +211,61 @@ def dgamma_rows(backward, path: Path) -> Path | None:
     return path
 
 
+def saturation_map(quant, path: Path) -> Path | None:
+    """The fp8 counterpart of the fp16 overflow map: the share of e4m3 values that are ±448, NaN
+    or inf against the rows' largest |y|/scale (in units of 448), per static contract."""
+    pts = (quant or {}).get("saturation") or []
+    if not pts:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    lines = {}
+    for p in pts:
+        lines.setdefault(p["kernel"], []).append(p)
+    for k, ps in lines.items():
+        ps = sorted(ps, key=lambda p: p["load"])
+        oracle = "oracle" in k
+        ax.plot([p["load"] for p in ps], [p["saturated"] for p in ps], marker="o",
+                linestyle="--" if oracle else "-", label=f"{k}: ±448")
+        if any(p["nan"] or p["inf"] for p in ps):
+            ax.plot([p["load"] for p in ps], [p["nan"] + p["inf"] for p in ps], marker="x",
+                    linestyle=":", label=f"{k}: NaN/inf")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("row's largest |y| / scale, in units of 448")
+    ax.set_ylabel("share of the values")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    _save(fig, path, 100)
+    plt.close(fig)
+    return path
+
+
+def order_flips(quant, path: Path) -> Path | None:
+    """Order flips (allowed) and contract flips (none for a built-in) per built-in quantised
+    kernel, on the gaussian and amax_boundary rows."""
+    recs = [d for d in (quant or {}).get("builtins") or []
+            if d["family"] in ("gaussian", "amax_boundary")]
+    if not recs:
+        return None
+    plt = _plt()
+    kern = list(dict.fromkeys(d["kernel"] for d in recs))
+    fig, ax = plt.subplots(figsize=(8, 0.28 * len(kern) + 1.5))
+    y = np.arange(len(kern))
+    for k, (fam, off) in enumerate((("gaussian", -0.2), ("amax_boundary", 0.2))):
+        vals = [next((100 * d["values"]["order_share"] for d in recs
+                      if d["kernel"] == kn and d["family"] == fam), 0.0) for kn in kern]
+        ax.barh(y + off, vals, height=0.4, label=f"order flips, {fam} rows")
+    ax.set_yticks(y)
+    ax.set_yticklabels(kern, fontsize=7)
+    worst = max(d["values"]["contract_share"] for d in recs)
+    ax.set_xlabel(f"% of the values (contract flips: at most {100 * worst:.3g}%)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    _save(fig, path, 100)
+    plt.close(fig)
+    return path
+
+
 def render_all(results, out_dir: Path, bins) -> dict:
     """Every plot that applies; none (and the report says so) where matplotlib is missing."""
     out_dir = Path(out_dir)
@@ -226,5 +281,8 @@ def render_all(results, out_dir: Path, bins) -> dict:
         "histograms": histograms(recs, out_dir / "histograms.png", bins),
         "rsqrt": rsqrt_cost(recs, out_dir / "rsqrt_cost.png", backend),
         "dgamma_rows": dgamma_rows(results.get("backward"), out_dir / "dgamma_rows.png"),
+        "saturation_map": saturation_map(results.get("quantised"),
+                                         out_dir / "fp8_saturation_map.png"),
+        "order_flips": order_flips(results.get("quantised"), out_dir / "quant_order_flips.png"),
     }
     return {k: v for k, v in made.items() if v is not None}

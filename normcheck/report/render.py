@@ -157,9 +157,23 @@ PLOT_TEXT = {
                     "strategy: float atomics and per-block partial sums stay near float's "
                     "rounding; summing in fp16/bf16 stagnates once the partial sum's spacing "
                     "passes the terms (2048 in fp16, 256 in bf16)."),
+    "saturation_map": ("fp8 saturation map", "The fp8 counterpart of the fp16 overflow map: "
+                       "the share of e4m3 values that are ±448 (solid) or NaN (dotted) against "
+                       "the rows' largest |y| over the static scale, in units of 448, for the "
+                       "static built-ins (clamped or satfinite: they saturate, never NaN) and "
+                       "for the contract without the clamp (the oracle: a cast that is not "
+                       "saturating returns NaN above 464)."),
+    "order_flips": ("Order flips of the quantised built-ins", "Share of the values that are "
+                    "order flips -- another value a sound kernel of the contract may write, "
+                    "the exact value being within the sound bound of a rounding boundary -- on "
+                    "gaussian rows and on rows whose amax sits on a bf16 boundary (where the "
+                    "whole row's scale flips).  A dynamic scale turns one flip of amax into "
+                    "flips across the row; the axis label gives the largest share of contract "
+                    "flips measured."),
 }
 
 _BACKWARD_PLOT = "dgamma_rows"
+_QUANT_PLOTS = ("saturation_map", "order_flips")
 
 
 def _plain_table(rows):
@@ -230,7 +244,7 @@ def render(results, out_dir, gpu=None) -> dict:
                   "need `--backend cuda`.\n")
     md.append("## Plots\n")
     for key, (title, text) in PLOT_TEXT.items():
-        if key in made:
+        if key in made and key not in _QUANT_PLOTS:
             md.append(f"### {title}\n\n{text}\n\n![{title}]({made[key].name})\n")
         elif key == "rsqrt":
             md.append(f"### {title}\n\nNeeds a GPU: the cpu backend evaluates rsqrtf as 1/sqrtf, "
@@ -244,6 +258,13 @@ def render(results, out_dir, gpu=None) -> dict:
         md.append(f"### {fam}: {note}\n\nwidths {', '.join(map(str, widths))}\n")
         md.append(_md_table(rows) + "\n")
     md += _backward_md(results.get("backward"))
+    from normcheck.report import quantised
+
+    md += quantised.markdown(results.get("quantised"))
+    for key in ("saturation_map", "order_flips"):
+        if key in made:
+            title, text = PLOT_TEXT[key]
+            md.append(f"### {title}\n\n{text}\n\n![{title}]({made[key].name})\n")
     md.append("")
     md.append("## The seed articles, measured\n")
     md.append(_audit_md(audit) if audit else "(not run)\n")
@@ -266,7 +287,7 @@ def render(results, out_dir, gpu=None) -> dict:
                 for k, v in prov.items() if k != "cpu_vs_gpu" and v is not None) + "</ul>",
             "<h2>Plots</h2>"]
     for key, (title, text) in PLOT_TEXT.items():
-        if key in made:
+        if key in made and key not in _QUANT_PLOTS:
             body.append(f"<h3>{html.escape(title)}</h3><p>{html.escape(text)}</p>{img(made[key])}")
         elif key == "rsqrt":
             body.append(f"<h3>{html.escape(title)}</h3><p>Needs a GPU: the cpu backend evaluates "
@@ -278,6 +299,15 @@ def render(results, out_dir, gpu=None) -> dict:
     bw_md = _backward_md(results.get("backward"))
     if bw_md:
         body.append("<h2>Backward</h2><pre>" + html.escape("\n".join(bw_md[1:])) + "</pre>")
+    q_md = quantised.markdown(results.get("quantised"))
+    if q_md:
+        body.append("<h2>Quantised outputs</h2><pre>" + html.escape("\n".join(q_md[1:]))
+                    + "</pre>")
+        for key in _QUANT_PLOTS:
+            if key in made:
+                title, text = PLOT_TEXT[key]
+                body.append(f"<h3>{html.escape(title)}</h3><p>{html.escape(text)}</p>"
+                            f"{img(made[key])}")
     body.append("<h2>The seed articles, measured</h2>")
     for a in audit:
         body.append(f"<h3 class='{a['verdict'].replace(' ', '-')}'>"

@@ -66,6 +66,7 @@ class Plan:
     mode: str
     tasks: list
     seed: int
+    pattern: str | None = None   # --kernels: also selects the quantised built-ins
 
 
 def plan(mode="quick", kernels_pattern=None, seed=0) -> Plan:
@@ -75,9 +76,13 @@ def plan(mode="quick", kernels_pattern=None, seed=0) -> Plan:
         raise invalid("mode", mode, '"quick" or "full"')
     import fnmatch
 
+    from normcheck.quant import kernels as qkernels
+
     vs = [v for v in kernels.variants()
           if kernels_pattern is None or fnmatch.fnmatchcase(v.name, kernels_pattern)]
-    if not vs:
+    qs = [v for v in qkernels.variants()
+          if kernels_pattern is None or fnmatch.fnmatchcase(v.name, kernels_pattern)]
+    if not vs and not qs:
         raise invalid("--kernels", kernels_pattern, "a pattern matching built-in kernels",
                       "list them with `normcheck kernels`; e.g. 'layernorm_*fp16*'")
     quick = mode == "quick"
@@ -105,7 +110,7 @@ def plan(mode="quick", kernels_pattern=None, seed=0) -> Plan:
             mag = min(2.0**e, 65504.0)
             tasks.append(Task(name, "magnitude", 256 if quick else 1024, rows,
                               (("magnitude", mag),)))
-    return Plan(mode, tasks, seed)
+    return Plan(mode, tasks, seed, kernels_pattern)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,545 @@
+"""Judging a quantised output: every code and every scale against the contract's exact result.
+
+Per element (normcheck.quant.oracle for the sets):
+
+========= =======================================================================================
+exact     the contract's exact value
+order     another value a sound kernel of the contract may write: the exact pre-quantisation
+          value lies within the sound bound of a float pipeline from a rounding boundary (of T,
+          of float32, of the quantiser, or of the scale through amax) -- allowed
+contract  any other value: no sound kernel of the contract writes it (a flip away from a tie,
+          NaN or inf where the contract saturates, a wrong scale) -- fails
+unwritten the element still holds the poison it started as (or, for formats without a NaN code,
+          it holds both poisons in two runs) -- fails
+========= =======================================================================================
+
+Scales (and amax) are judged the same way; q of a dynamic contract is judged with the kernel's
+own scale where that scale is sound (else with the sound range of scales), so one flip of a
+row's amax does not count as a contract flip of every element of the row.  Values compare as
+values: +0 and -0 are one value.  A fused kernel's h is checked as in the unquantised check
+(correctly rounded).  No warn: a quantised output is within its contract or not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from normcheck import formats, norms
+from normcheck.check.judge import FATAL, Failure, check_h
+from normcheck.errors import KernelError, KernelRaised, invalid
+from normcheck.launch import Case
+from normcheck.quant import families as qfamilies
+from normcheck.quant.contract import Contract
+from normcheck.quant.oracle import QOracle, QReference
+
+__all__ = ["QCounts", "QMeasured", "QFamilyResult", "QuantJudge", "classify", "as_values",
+           "QuantCallableTarget", "CLASSES"]
+
+CLASSES = ("exact", "order", "contract", "unwritten")
+_EXACT, _ORDER, _CONTRACT, _UNWRITTEN = range(4)
+
+
+@dataclass
+class QCounts:
+    """Counts of one kind of output (q, scales or amax) by class, and what the q were."""
+
+    n: int = 0
+    exact: int = 0
+    order: int = 0
+    contract: int = 0
+    unwritten: int = 0
+    nan: int = 0
+    inf: int = 0
+    saturated: int = 0
+
+    def add(self, o: "QCounts") -> "QCounts":
+        for k in asdict(self):
+            setattr(self, k, getattr(self, k) + getattr(o, k))
+        return self
+
+    @property
+    def order_share(self) -> float:
+        return self.order / self.n if self.n else 0.0
+
+    @property
+    def contract_share(self) -> float:
+        return self.contract / self.n if self.n else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "order_share": self.order_share,
+                "contract_share": self.contract_share}
+
+
+def _counts(cls, values=None, fmt=None) -> QCounts:
+    c = QCounts(int(cls.size), int((cls == _EXACT).sum()), int((cls == _ORDER).sum()),
+                int((cls == _CONTRACT).sum()), int((cls == _UNWRITTEN).sum()))
+    if values is not None:
+        c.nan = int(np.isnan(values).sum())
+        c.inf = int(np.isinf(values).sum())
+        if fmt is not None:
+            c.saturated = int((np.abs(values) == fmt.max_finite).sum())
+    return c
+
+
+@dataclass
+class QMeasured:
+    """One batch, classified."""
+
+    ref: QReference
+    q: np.ndarray            # the kernel's values [rows, cols]
+    cls: np.ndarray          # CLASSES index per element
+    scales: np.ndarray | None
+    scale_cls: np.ndarray | None
+    amax: np.ndarray | None
+    amax_cls: np.ndarray | None
+    counts: QCounts
+    scale_counts: QCounts
+    amax_counts: QCounts
+
+
+def _classify(kernel, exact, lo, hi, nan_ok, unwritten=None):
+    with np.errstate(invalid="ignore"):
+        same = (kernel == exact) | (np.isnan(kernel) & np.isnan(exact))
+        within = ((kernel >= lo) & (kernel <= hi)) | (np.isnan(kernel) & nan_ok)
+    cls = np.where(same, _EXACT, np.where(within, _ORDER, _CONTRACT)).astype(np.int8)
+    if unwritten is not None:
+        cls[unwritten] = _UNWRITTEN
+    return cls
+
+
+class ScaleShape(Exception):
+    """A kernel's scales that do not have the contract's shape."""
+
+    def __init__(self, got, want):
+        super().__init__(f"{got} scales where the contract has {want}")
+        self.got, self.want = got, want
+
+
+def _scale_layout(c: Contract, s: np.ndarray, rows: int) -> np.ndarray:
+    """Kernel scales as [rows, groups]."""
+    s = np.asarray(s, np.float64)
+    if c.granularity == "per_token":
+        if s.size != rows:
+            raise ScaleShape((s.size // max(rows, 1), s.size % max(rows, 1)), (rows, 1))
+        return s.reshape(rows, 1)
+    if s.size % max(rows, 1):
+        raise ScaleShape(s.shape, (rows, c.groups(1)))
+    if c.scale_layout == "col_major":
+        return s.reshape(-1, rows).T
+    return s.reshape(rows, -1)
+
+
+def classify(ref: QReference, q, scales=None, amax=None, unwritten=None,
+             scales_unwritten=None) -> QMeasured:
+    """Classify a kernel's values q [rows, cols] (float64 values), its scales [rows, groups]
+    (values) and amax against the reference."""
+    c = ref.contract
+    fmt = c.qformat
+    R = ref.y.shape[0]
+    s_k = None
+    scls = None
+    if c.dynamic:
+        if scales is None:
+            raise invalid("scales", None, f"the kernel's {c.granularity} scales")
+        if np.shape(scales) != ref.s.shape:
+            raise ScaleShape(np.shape(scales), ref.s.shape)
+        s_k = scales
+        scls = _classify(s_k, ref.s, ref.s_lo, ref.s_hi, np.zeros(ref.s.shape, bool),
+                         scales_unwritten)
+    lo, hi, nan_ok = ref.q_bounds(s_kernel=s_k if s_k is not None else None)
+    cls = _classify(q, ref.q, lo, hi, nan_ok, unwritten)
+    acls = None
+    if amax is not None:
+        a_k = np.asarray(amax, np.float64).reshape(ref.A.shape if amax.size == ref.A.size
+                                                   else (R, -1))
+        acls = _classify(a_k, _f32(ref.A), _rd(ref.A_lo), _ru(ref.A_hi),
+                         np.zeros(ref.A.shape, bool))
+    return QMeasured(ref, q, cls, s_k, scls, amax, acls, _counts(cls, q, fmt),
+                     _counts(scls) if scls is not None else QCounts(),
+                     _counts(acls) if acls is not None else QCounts())
+
+
+def _f32(a):
+    return np.asarray(a, np.float64).astype(np.float32).astype(np.float64)
+
+
+def _rd(a):
+    from normcheck.quant.oracle import _rd32
+    return _rd32(a)
+
+
+def _ru(a):
+    from normcheck.quant.oracle import _ru32
+    return _ru32(a)
+
+
+def as_values(a, fmt, cols: int) -> np.ndarray:
+    """A callable's q (or scales) as float64 values: floats (numpy, ml_dtypes float8/float4,
+    torch tensors of any float dtype) are values; uint8 arrays are codes of ``fmt`` (fp4 packed
+    two a byte); int8 arrays are int8 values."""
+    if hasattr(a, "detach"):  # torch
+        a = a.detach().cpu()
+        if a.dtype.is_floating_point:
+            a = a.float()
+        a = a.numpy()
+    a = np.asarray(a)
+    if a.dtype == np.uint8:
+        return fmt.from_storage(a, cols) if fmt.kind != "int" else a.view(np.int8).astype(float)
+    if a.dtype == np.int8:
+        return a.astype(np.float64)
+    try:
+        return a.astype(np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"expected float values or uint8 codes, got {a.dtype}") from None
+
+
+class QuantCallableTarget:
+    """A Python function under a contract: fn(x, gamma, beta, eps, scale) -> q or (q, scales);
+    fused norms fn(x, residual, gamma, beta, eps, scale) -> (h, q) or (h, q, scales).  ``scale``
+    is the static scale (nvfp4: the encode scale), None for other dynamic contracts."""
+
+    def __init__(self, fn, norm: norms.Norm, fmt, contract: Contract, label=None):
+        self.fn, self.norm, self.fmt, self.contract = fn, norm, fmt, contract
+        self.label = label or getattr(fn, "__name__", "callable")
+        self.alternate_poison = False
+
+    def __call__(self, case: Case, guard=None) -> dict:
+        g = case.gamma if self.norm.has_gamma else None
+        b = case.beta if self.norm.centred and self.norm.has_beta else None
+        sc = case.extra.get("scale")
+        try:
+            if self.norm.fused:
+                res = self.fn(case.x, case.residual, g, b, case.eps, sc)
+            else:
+                res = self.fn(case.x, g, b, case.eps, sc)
+            res = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+            want = (1 if self.norm.fused else 0) + (2 if self.contract.dynamic else 1)
+            if len(res) != want:
+                raise TypeError(f"expected {want} results ("
+                                + ("h, " if self.norm.fused else "") + "q"
+                                + (", scales" if self.contract.dynamic else "")
+                                + f"), got {len(res)}")
+            outs = {}
+            if self.norm.fused:
+                h, res = res[0], res[1:]
+                from normcheck.launch import _as_format
+                outs["h"] = _as_format(h, self.fmt)
+            fmt = self.contract.qformat
+            outs["q_values"] = as_values(res[0], fmt, case.cols)
+            if self.contract.dynamic:  # float values, or e8m0/ue4m3 codes of block scales
+                from normcheck.quant import formats as qformats
+
+                sfmt = self.contract.scale_format
+                sv = np.asarray(res[1]) if not hasattr(res[1], "detach") else res[1]
+                outs["scale_values"] = as_values(sv, qformats.get(sfmt), np.size(sv)) \
+                    if sfmt != "fp32" else as_values(sv, fmt, -1).astype(np.float64)
+        except Exception as e:  # the callable's failure, reported as such
+            raise KernelRaised(f"{self.label} raised {type(e).__name__}: {e}",
+                               exception=type(e).__name__) from None
+        if outs["q_values"].shape != case.x.shape:
+            raise KernelRaised(f"{self.label} returned q of shape {outs['q_values'].shape} "
+                               f"for rows of shape {case.x.shape}")
+        return outs
+
+
+@dataclass
+class QFamilyResult:
+    family: str
+    rows: int = 0
+    cols: list = field(default_factory=list)
+    q: QCounts = field(default_factory=QCounts)
+    scales: QCounts = field(default_factory=QCounts)
+    amax: QCounts = field(default_factory=QCounts)
+    certified: int = 0
+    verdict: str = "pass"
+    failures: dict = field(default_factory=dict)
+    cause: str | None = None
+    saturation: list = field(default_factory=list)  # (row's max|y|/scale, share saturated/NaN)
+
+    def as_dict(self) -> dict:
+        return {"family": self.family, "rows": self.rows, "cols": self.cols,
+                "q": self.q.as_dict(), "scales": self.scales.as_dict(),
+                "amax": self.amax.as_dict(), "certified": self.certified,
+                "verdict": self.verdict, "failures": self.failures, "cause": self.cause}
+
+
+@dataclass
+class QWorst:
+    """The row with the most contract flips (or the first order flip)."""
+
+    family: str
+    cols: int
+    row_index: int
+    detail: list
+    case: Case | None = field(default=None, repr=False, compare=False)
+
+    def as_dict(self) -> dict:
+        return {"family": self.family, "cols": self.cols, "row_index": self.row_index,
+                "detail": self.detail}
+
+
+class QuantJudge:
+    """Runs a target over the quant families under one contract."""
+
+    def __init__(self, target, norm: norms.Norm, storage, contract: Contract, *,
+                 eps=np.float32(1e-6), seed=0, cols_range=(1, 8192), cols_multiple_of=1):
+        self.target = target
+        self.norm = norms.get(norm)
+        self.storage = formats.get(storage)
+        self.contract = contract
+        self.eps = np.float32(eps)
+        self.seed = int(seed)
+        self.cols_range = tuple(cols_range)
+        self.multiple_of = int(cols_multiple_of)
+        self.timed_out = False
+
+    # -- one batch --------------------------------------------------------------------------------
+    def run_target(self, family, case, alternate=False):
+        try:
+            self.target.alternate_poison = alternate
+            return self.target(case, guard="both")
+        except KernelError as e:
+            if e.kind == "timeout":
+                self.timed_out = True
+            return Failure(e.kind, family, str(e))
+        finally:
+            self.target.alternate_poison = False
+
+    def oracle(self, case) -> QOracle:
+        sc = case.extra.get("scale")
+        return QOracle(self.norm, case, self.storage, scale=sc,
+                       s_enc=sc if self.contract.granularity == "nvfp4" else None)
+
+    def _decode(self, outs, case):
+        """(q values, unwritten mask, scales [rows, groups], scales unwritten, amax) from a
+        target's outputs."""
+        c = self.contract
+        fmt = c.qformat
+        if "q_values" in outs:  # a callable
+            q = outs["q_values"]
+            s = outs.get("scale_values")
+            s = None if s is None else _scale_layout(c, s, case.rows)
+            return q, None, s, None, None
+        raw = outs.get("output")
+        if raw is None:
+            raise KernelRaised("the target wrote no output (q)")
+        q = fmt.from_storage(raw, case.cols)
+        poison = fmt.poison()
+        codes = _codes(raw, fmt, case.cols)
+        unw = codes == (poison & (0xF if fmt.packed else 0xFF))
+        s = unw_s = None
+        if c.dynamic:
+            sraw = outs.get("scales")
+            if sraw is None:
+                raise KernelRaised("the target wrote no scales")
+            if c.scale_format == "fp32":
+                from normcheck import kernels
+                unw_s = _scale_layout(c, kernels.unwritten(sraw).astype(np.float64),
+                                      case.rows) > 0
+                s = _scale_layout(c, sraw, case.rows)
+            else:
+                from normcheck.quant import formats as qformats
+                sf = qformats.get(c.scale_format)
+                s = _scale_layout(c, sf.decode(sraw), case.rows)
+                unw_s = _scale_layout(c, (np.asarray(sraw) == sf.poison()).astype(np.float64),
+                                      case.rows) > 0
+        return q, unw, s, unw_s, outs.get("amax")
+
+    def measure(self, family, case, outs=None):
+        """(QMeasured or None, [Failure])."""
+        if outs is None:
+            outs = self.run_target(family, case)
+        if isinstance(outs, Failure):
+            return None, [outs]
+        try:
+            q, unw, s, unw_s, amax = self._decode(outs, case)
+        except KernelRaised as e:
+            return None, [Failure("error", family, str(e))]
+        except ScaleShape as e:
+            return None, [Failure("scale", family, f"the kernel wrote scales of shape "
+                                  f"{tuple(e.got)} for {case.rows} rows ({self.contract.granularity}"
+                                  f", width {case.cols}): they cannot be laid out as the "
+                                  "contract's")]
+        o = self.oracle(case)
+        ref = o.reference(self.contract)
+        fails = []
+        fmt = self.contract.qformat
+        if unw is not None and unw.any():
+            if fmt.kind == "float" and fmt.has_nan and not fmt.packed:
+                unw &= ~np.isnan(ref.q)  # the poison is the NaN code: unwritten unless NaN is due
+            else:  # the poison may be a value the kernel wrote: a second run, another poison
+                alt = self.run_target(family, case, alternate=True)
+                if isinstance(alt, Failure):
+                    return None, [alt]
+                mask = 0xF if fmt.packed else 0xFF
+                unw &= _codes(alt["output"], fmt, case.cols) == (fmt.poison(True) & mask)
+        try:
+            m = classify(ref, q, s, amax, unw if unw is not None and unw.any() else None,
+                         unw_s if unw_s is not None and unw_s.any() else None)
+        except ScaleShape as e:
+            return None, [self._shape_failure(family, case, e)]
+        if "h" in outs and ref.norm_ref is not None and getattr(ref.norm_ref, "h", None) is not None:
+            fails += check_h(family, outs["h"], ref.norm_ref)
+        fails += self._failures(family, case, m)
+        return m, fails
+
+    def _shape_failure(self, family, case, e: ScaleShape) -> Failure:
+        c = self.contract
+        per_row = e.got[1] if len(e.got) == 2 else 1
+        cause = None
+        if c.group_size and per_row:
+            for g2 in range(1, case.cols + 1):
+                if -(-case.cols // g2) == per_row and g2 != c.group_size and \
+                        g2 in (c.group_size // 2, c.group_size * 2, case.cols):
+                    cause = (f"groups of {g2} columns instead of {c.group_size}" if
+                             g2 != case.cols else "one scale per row (per token) instead of "
+                             f"groups of {c.group_size}")
+                    break
+        return Failure("scale", family, f"the kernel wrote {per_row} scales per row where the "
+                       f"contract has {e.want[1]} ({c.granularity}, width {case.cols})",
+                       cause=cause)
+
+    def _failures(self, family, case, m: QMeasured):
+        out = []
+        c = self.contract
+        D = case.cols
+        if m.counts.unwritten:
+            i, j = (int(v) for v in np.argwhere(m.cls == _UNWRITTEN)[0])
+            out.append(Failure("unwritten", family, f"{m.counts.unwritten}/{m.cls.size} q never "
+                               f"written (they still hold the poison), first at row {i}, col "
+                               f"{j}, width {D}, {case.rows} rows"))
+        if m.scale_counts.unwritten:
+            i, j = (int(v) for v in np.argwhere(m.scale_cls == _UNWRITTEN)[0])
+            out.append(Failure("unwritten", family, f"{m.scale_counts.unwritten} scales never "
+                               f"written, first row {i}, group {j}"))
+        if m.scale_counts.contract:
+            k = np.argwhere(m.scale_cls == _CONTRACT)[0]
+            i, j = int(k[0]), int(k[1])
+            out.append(Failure(
+                "scale", family, f"{m.scale_counts.contract}/{m.scale_cls.size} scales outside "
+                f"what a sound kernel of the contract writes; e.g. row {i}, group {j}: "
+                f"kernel={float(m.scales[i, j])!r} contract={float(m.ref.s[i, j])!r} (amax "
+                f"{float(m.ref.A[i, j])!r}; sound {float(m.ref.s_lo[i, j])!r} .. "
+                f"{float(m.ref.s_hi[i, j])!r})"))
+        if m.amax_counts.contract:
+            out.append(Failure("amax", family, f"{m.amax_counts.contract} amax values outside "
+                               f"the sound range (exact {float(m.ref.A.ravel()[0])!r}, kernel "
+                               f"{float(np.ravel(m.amax)[0])!r})"))
+        if m.counts.contract:
+            bad = m.cls == _CONTRACT
+            i, j = (int(v) for v in np.argwhere(bad)[0])
+            fmt = c.qformat
+            steps = int(fmt.steps(np.nan_to_num(m.q[i, j]), np.nan_to_num(m.ref.q[i, j])))
+            out.append(Failure(
+                "contract", family,
+                f"{m.counts.contract}/{m.cls.size} {fmt.name} values no sound kernel of the "
+                f"contract writes (flips away from a tie), order flips {m.counts.order}; e.g. "
+                f"width {D}, row {i}, col {j}: x={float(case.x[i, j])!r} "
+                f"kernel={float(m.q[i, j])!r} contract={float(m.ref.q[i, j])!r} "
+                f"({steps} step{'s' if steps != 1 else ''}), y={float(m.ref.y[i, j])!r} "
+                f"(exact t={float(m.ref.t[i, j])!r})"))
+        return out
+
+    # -- the families -----------------------------------------------------------------------------
+    def run_families(self, fams, examples: int, progress=None):
+        from normcheck.quant import diagnose
+
+        results, failures, worst = [], [], None
+        for fi, fam in enumerate(fams):
+            fr = QFamilyResult(fam)
+            ws = qfamilies.widths(fam, self.contract, self.cols_range, self.multiple_of)
+            per = max(1, examples // len(ws))
+            per = per if per % 2 else max(1, per - 1)
+            fam_fails, fam_worst = [], None
+            for k, cols in enumerate(ws):
+                if self.timed_out:
+                    break
+                case = qfamilies.case(fam, self.norm, self.contract, self.storage, per, cols,
+                                      seed=[self.seed, fi, k], eps=self.eps,
+                                      weights_seed=self.seed)
+                m, fails = self.measure(fam, case)
+                fr.rows += per
+                fr.cols.append(cols)
+                fam_fails += fails
+                if m is None:
+                    break
+                fr.q.add(m.counts)
+                fr.scales.add(m.scale_counts)
+                fr.amax.add(m.amax_counts)
+                fr.certified += m.ref.certified
+                fr.saturation += _saturation_points(m)
+                score = (m.cls == _CONTRACT).sum(axis=1) * 1000 + (m.cls == _ORDER).sum(axis=1)
+                if m.scale_cls is not None:
+                    score = score + 1000 * (m.scale_cls == _CONTRACT).sum(axis=1)
+                i = int(np.argmax(score))
+                if fam_worst is None or score[i] > fam_worst[0]:
+                    fam_worst = (int(score[i]), case, m, i)
+                if any(f.kind in FATAL for f in fails):
+                    break
+            for f in fam_fails:
+                fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
+            if fam_fails:
+                fr.verdict = "fail"
+                if fam_worst is not None and any(f.kind in ("contract", "scale", "amax")
+                                                 for f in fam_fails):
+                    _, case, m, _ = fam_worst
+                    fr.cause = diagnose.explain(self, case, m)
+                    for f in fam_fails:
+                        if f.kind in ("contract", "scale", "amax") and not f.cause:
+                            f.cause = fr.cause
+                fr.cause = fr.cause or next((f.cause for f in fam_fails if f.cause), None)
+            if fam_worst is not None and (worst is None or fam_worst[0] > worst[0]):
+                worst = (fam_worst[0], fam, fam_worst[1], fam_worst[2], fam_worst[3])
+            failures += fam_fails
+            results.append(fr)
+            if progress:
+                progress(fi + 1, len(fams))
+        w = None
+        if worst is not None:
+            _, fam, case, m, i = worst
+            w = QWorst(fam, case.cols, i, _row_detail(case, m, i), case.head(i))
+            w.case.extra = dict(case.extra)
+        return results, failures, w
+
+
+def _codes(raw, fmt, cols):
+    b = np.asarray(raw).view(np.uint8)
+    if fmt.packed:
+        codes = np.empty(b.shape[:-1] + (2 * b.shape[-1],), np.uint8)
+        codes[..., 0::2] = b & 0xF
+        codes[..., 1::2] = b >> 4
+        b = codes
+    return b[..., :cols]
+
+
+def _saturation_points(m: QMeasured):
+    """Per row: (largest |y| over the scale, in units of the format's largest value; share of
+    the row's q that are ±max, NaN or inf)."""
+    ref = m.ref
+    c = ref.contract
+    fmt = c.qformat
+    from normcheck.quant.oracle import multiplier
+    op, mm = multiplier(c, ref.s, ref.A, s_enc=ref.s_enc)
+    mm = ref.expand(np.broadcast_to(mm, (ref.y.shape[0], mm.shape[1])))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        v = np.abs(ref.y / mm if op == "div" else ref.y * mm)
+        load = np.nanmax(v, axis=1) / fmt.max_finite
+        sat = ((np.abs(m.q) == fmt.max_finite) | ~np.isfinite(m.q)).mean(axis=1)
+    return [(float(a), float(b)) for a, b in zip(load, sat) if np.isfinite(a)]
+
+
+def _row_detail(case, m: QMeasured, i, n=5):
+    bad = np.nonzero(m.cls[i] != _EXACT)[0][:n]
+    ref = m.ref
+    out = []
+    for j in bad:
+        out.append({"col": int(j), "x": float(case.x[i, j]), "kernel": float(m.q[i, j]),
+                    "contract": float(ref.q[i, j]), "class": CLASSES[int(m.cls[i, j])],
+                    "y": float(ref.y[i, j]), "t": float(ref.t[i, j])})
+    if m.scales is not None:
+        out.append({"scales_kernel": [float(v) for v in m.scales[i][:4]],
+                    "scales_contract": [float(v) for v in ref.s[i][:4]]})
+    return out
+
