@@ -318,13 +318,16 @@ def sound_bound(norm, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
     return E
 
 
-def sound_backward(norm, rows, dy, gamma=None, *, mean=None, rstd=None, eps=np.float32(1e-5)):
+def sound_backward(norm, rows, dy, gamma=None, *, mean=None, rstd=None, eps=np.float32(1e-5),
+                   xhat=None):
     """{"dx": E [rows, cols], "dgamma": E [cols], "dbeta": E [cols]}: the largest error (before
     the final rounding) a sound backward kernel may commit — float32 arithmetic, every sum in
     the worst order (sequential, or atomics in any order), x̂ = (x - mean)·rstd and g = dy·γ'.
 
     With ``rstd`` (and ``mean``) given, the kernel reads those saved statistics exactly; without,
-    it recomputes them, within the forward sound bound (:func:`sound_statistics`).  Per row,
+    it recomputes them, within the forward sound bound (:func:`sound_statistics`).  With
+    ``xhat`` (a backward that reads y: x̂ = (y - β)/γ, ``rows`` ignored) x̂ is known to three
+    roundings.  Per row,
     with D columns, u = 2^-24, γ_n = nu/(1-nu), c = Σg·x̂/D::
 
         x̂_j within γ_2|x̂_j| (+ |x̂_j|ρ_r + e_μ·r recomputed), g_j within u|g_j|
@@ -343,7 +346,12 @@ def sound_backward(norm, rows, dy, gamma=None, *, mean=None, rstd=None, eps=np.f
     g_ = np.ones(D) if gamma is None or not n_.has_gamma else np.asarray(gamma, np.float64)
     geff = 1.0 + g_ if n_.gemma else g_
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        if rstd is not None:
+        if xhat is not None:
+            r = np.asarray(rstd, np.float64)[:, None]
+            mu = 0.0
+            e_mu = np.zeros((R, 1))
+            rho = np.zeros((R, 1))
+        elif rstd is not None:
             r = np.asarray(rstd, np.float64)[:, None]
             mu = np.asarray(mean, np.float64)[:, None] if n_.centred else 0.0
             e_mu = np.zeros((R, 1))
@@ -354,9 +362,9 @@ def sound_backward(norm, rows, dy, gamma=None, *, mean=None, rstd=None, eps=np.f
             rho = np.max([t[1] for t in terms.values()], axis=0)[:, None]
             r = next(iter(terms.values()))[2][:, None]
             mu = x.mean(axis=1, keepdims=True) if n_.centred else 0.0
-        xh = (x - mu) * r
+        xh = (x - mu) * r if xhat is None else np.asarray(xhat, np.float64)
         axh = np.abs(xh)
-        dxh = _gamma_n(2) * axh + axh * rho + e_mu * r      # |δx̂_j|
+        dxh = _gamma_n(2 if xhat is None else 3) * axh + axh * rho + e_mu * r  # |δx̂_j|
         g = dyv * geff
         ag = np.abs(g)
         Sg = ag.sum(axis=1, keepdims=True) / D

@@ -206,14 +206,16 @@ def _check(args) -> int:
 
         for flag, v, default in (("--rows", args.rows, None), ("--reference", args.reference,
                                                                 None),
-                                 ("--save-counterexample", args.save_counterexample, None)):
+                                 ("--quant", args.quant, None)):
             if v != default:
                 raise errors.invalid(flag, v, "nothing with --backward",
-                                     "a backward check has no long run, definitions or case file")
+                                     "a backward check has no long run, definitions or "
+                                     "quantised output")
         result = check_backward(args.source, args.entry, args.norm, args.dtype, spec=args.spec,
                                 block=args.block, backend=args.backend,
                                 defines=_defines(args.defines), examples=args.examples,
-                                seed=args.seed, timeout=args.timeout, orders=args.orders)
+                                seed=args.seed, timeout=args.timeout, orders=args.orders,
+                                save_counterexample=args.save_counterexample)
         print(result.to_json() if args.json else result.render())
         return result.exit_code(strict=args.strict)
 

@@ -259,10 +259,15 @@ BACKWARD_FAMILIES = {
     "offset": ("x offset by κ its spread (1e5 in fp32, 100 in fp16, 30 in bf16): a naive "
                "Σg·x - mean·Σg cancels", (None, (768,))),
     "correlated": ("dy ≈ x̂: g - mean(g) and x̂·mean(g·x̂) cancel in dx", (None, (1024,))),
+    "small_var": ("x = 1e-3·N(0,1): the variance (1e-6) is of ε's size, so rstd and dx depend "
+                  "on ε as much as on the row", (None, (768,))),
     "constant_dy": ("dy the same everywhere: dx is 0 exactly when γ = 1", (None, (257,))),
     "large_dy": ("|dy| ~ 200 over 1001 rows: dγ, dβ overflow fp16 when summed in it",
                  (1001, (64,))),
     "tall": ("4097 rows of 7 columns: the column sums dγ, dβ over many rows", (4097, (7,))),
+    "tiles": ("2113 rows (33 tiles of 64, and one row more) of 64 columns, dy with a mean: "
+              "every stage of a multi-stage column sum (per-block partials, then a second "
+              "stage over 33 partials) rounds", (2113, (64,))),
 }
 
 
@@ -274,13 +279,16 @@ def backward_rows(family, fmt, rows: int, cols: int, seed=0):
     rng = np.random.default_rng([seed, list(BACKWARD_FAMILIES).index(family), f.bits, cols])
     z = rng.standard_normal((rows, cols))
     kappa = {"fp32": 1e5, "fp16": 100.0, "bf16": 30.0}[f.name]
-    x = f.cast(z + (kappa if family == "offset" else 0.0))
+    x = f.cast(z * (1e-3 if family == "small_var" else 1.0) +
+               (kappa if family == "offset" else 0.0))
     xv = x.astype(np.float64)
     if family == "correlated":
         xh = (xv - xv.mean(axis=1, keepdims=True)) / (xv.std(axis=1, keepdims=True) + 1e-30)
         dy = f.cast(xh + 1e-3 * rng.standard_normal((rows, cols)))
     elif family == "constant_dy":
         dy = f.cast(np.full((rows, cols), 0.5))
+    elif family == "tiles":
+        dy = f.cast(rng.standard_normal((rows, cols)) + 0.5)
     elif family == "large_dy":
         dy = f.cast(200.0 * np.abs(rng.standard_normal((rows, cols))) * np.sign(xv))
     else:

@@ -1,7 +1,9 @@
 """Running what is being judged on a case: a CUDA C kernel bound to its spec, or a Python callable.
 
 A *case* (:class:`Case`) is the stored rows and weights a norm is applied to (x, γ, β, the
-residual of a fused add, ε; for a backward kernel also dy and the saved statistics).  A *target*
+residual of a fused add, ε; for a backward kernel also dy and the saved statistics, and in
+``extra`` the residual stream's gradient dh of a fused backward, the forward's y of a backward
+that reads y, the static scale of a quantised output).  A *target*
 maps a case to the buffers the kernel wrote, by role: ``output`` (y), ``h``, ``mean``, ``rstd``,
 ``dx``, ``dgamma``, ``dbeta``.
 
@@ -52,8 +54,10 @@ class Case:
         """Rows i..i+n of the case (weights shared)."""
         def cut(a):
             return None if a is None else np.ascontiguousarray(a[i:i + n])
+        extra = {k: (cut(v) if isinstance(v, np.ndarray) and v.ndim == 2 and
+                     v.shape[0] == self.rows else v) for k, v in self.extra.items()}
         return Case(cut(self.x), self.gamma, self.beta, cut(self.residual), self.eps,
-                    cut(self.dy), cut(self.mean), cut(self.rstd))
+                    cut(self.dy), cut(self.mean), cut(self.rstd), extra)
 
 
 def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None, quant=None) -> dict:
@@ -77,8 +81,8 @@ def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None, quant=None) ->
             default = out if r == "output" else (formats.FP32 if r in specs.STAT_ROLES
                                                  else fmt)
             fm.setdefault(r, formats.get(a.dtype) if a.dtype else default)
-    for r in ("input", "residual", "h", "dy", "dx"):
-        if r in fm and fm[r] != fmt and r != "dx":
+    for r in ("input", "residual", "h", "dy", "dh", "y"):
+        if r in fm and fm[r] != fmt:
             raise SpecError(f"args: role {r!r} has dtype {fm[r].name}, but dtype = {fmt.name}: "
                             "x, the residual and h must share the storage format")
     fm.setdefault("output", out)
@@ -125,11 +129,12 @@ class KernelTarget:
         zero = a.fill == "zero"
         if first in specs.QUANT_ROLES or (first == "output" and self.quant is not None):
             return self._quant_buffer(a, first, case, zero)
-        if first in ("output", "h", "dx"):
+        if first in ("output", "h", "dx", "d_residual"):
             shape = (rows, self._stride(a, rows, cols))
             return np.zeros(shape, fmt.dtype) if zero else kernels.poisoned(shape, fmt.dtype)
-        if first in ("input", "residual", "dy"):
-            data = {"input": case.x, "residual": case.residual, "dy": case.dy}[first]
+        if first in ("input", "residual", "dy", "dh", "y"):
+            data = {"input": case.x, "residual": case.residual, "dy": case.dy,
+                    "dh": case.extra.get("dh"), "y": case.extra.get("y")}[first]
             if data is None:
                 raise invalid(f"args.{a.label}", None, f"the {first} rows of the case")
             buf = kernels.poisoned((rows, self._stride(a, rows, cols)), fmt.dtype)
@@ -265,7 +270,7 @@ class KernelTarget:
                 out[last] = buf[:, :self.out.storage_cols(cols)]
             elif last in ("scales", "amax"):
                 out[last] = buf
-            elif last in ("output", "h", "dx"):
+            elif last in ("output", "h", "dx", "d_residual"):
                 out[last] = buf[:, :cols]
             elif last in ("dgamma", "dbeta") or (last in ("mean", "rstd") and
                                                  not self.spec.backward):

@@ -41,7 +41,7 @@ from normcheck.errors import invalid
 from normcheck.formats import Format
 from normcheck.oracle import Reference, _decide, _eps, _two_sum, _ziv
 
-__all__ = ["BackwardReference", "backward", "STATS", "mp_backward"]
+__all__ = ["BackwardReference", "backward", "backward_from_y", "STATS", "mp_backward"]
 
 STATS = ("recomputed", "saved")
 _U = 2.0**-53
@@ -67,7 +67,8 @@ def _ints(a) -> tuple[np.ndarray, int]:
     mant = (m * 2.0**53).astype(np.int64)       # exact: |m| < 1
     shift = 53 - e.astype(np.int64)             # a = mant / 2^shift
     nz = mant != 0
-    K = int(shift[nz].max()) if nz.any() else 0
+    # K >= 0: values of 2^53 and above are integers (their shift is negative)
+    K = max(int(shift[nz].max()), 0) if nz.any() else 0
     flat = [int(v) << (K - int(k)) if v else 0 for v, k in zip(mant.ravel(), shift.ravel())]
     out = np.empty(a.size, dtype=object)
     out[:] = flat
@@ -182,6 +183,74 @@ def backward(norm, x, dy, gamma=None, *, residual=None, dh=None, eps=np.float32(
     dx_ref = Reference(out_fmt, exact, rounded.astype(out_fmt.dtype), slow)
     dgamma = _dgamma(exact_rows, p_fmt) if g is not None else None
     dbeta = _dbeta(DY, KDY, b_fmt) if (n.centred and n.has_beta) else None
+    return BackwardReference(dx_ref, dgamma, dbeta)
+
+
+def backward_from_y(norm, y, dy, gamma, beta=None, *, rstd, out=None, param_out=None,
+                    dbeta_out=None) -> BackwardReference:
+    """The exact gradients of a backward that reads the forward's output y instead of x (Apex's
+    memory-efficient LayerNorm/RMSNorm backward): x̂ = (y - β)/γ' from the stored y, β, γ
+    (γ' = 1+γ for Gemma) and the saved ``rstd``; then dx = rstd·(g - mean(g) - x̂·mean(g·x̂)),
+    dγ = Σ dy·x̂, dβ = Σ dy.  Every quantity is rational: float64 with a bound decides almost
+    every element, Fractions the rest."""
+    n = norms.get(norm)
+    y = _rows(y, "y")
+    fmt = formats.of_dtype(y.dtype, "y.dtype")
+    rows, cols = y.shape
+    dy = _like(dy, "dy", y)
+    if gamma is None or np.shape(gamma) != (cols,):
+        raise invalid("gamma", gamma, f"the [{cols}] γ the forward applied (x̂ = (y - β)/γ)")
+    r = np.asarray(rstd, np.float64)
+    if r.shape != (rows,) or not np.all(np.isfinite(r)):
+        raise invalid("rstd", rstd, f"the saved rstd, [{rows}] finite float32")
+    gf = np.asarray(gamma).astype(np.float64) + (1.0 if n.gemma else 0.0)
+    if np.any(gf == 0):
+        raise invalid("gamma", "<γ' = 0 somewhere>", "γ' != 0 everywhere: x̂ = (y - β)/γ' is "
+                      "undefined where it is 0", "a from-y backward cannot be used there")
+    b = np.zeros(cols) if beta is None or not n.centred else np.asarray(beta, np.float64)
+    out_fmt = formats.get(out) if out is not None else fmt
+    p_fmt = formats.get(param_out) if param_out is not None else formats.FP32
+    b_fmt = formats.get(dbeta_out) if dbeta_out is not None else p_fmt
+    Y, KY = _ints(y.astype(np.float64))
+    B, KB = _ints(b)
+    K1 = max(KY, KB)
+    YB = _scaled(Y, KY, K1) - _scaled(B, KB, K1)[None, :]       # y - β, over 2^K1
+    GM, KG = _ints(gf)
+    DY, KDY = _ints(dy.astype(np.float64))
+    R, KR = _ints(r)
+    D = cols
+    SG = (DY * GM[None, :]).sum(axis=1)                            # Σg · 2^(KDY+KG)
+    SDYB = (DY * YB).sum(axis=1)                                   # Σ g·x̂ · 2^(KDY+K1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        yb = _div(YB.ravel(), 1 << K1).reshape(rows, cols)
+        xh = yb / gf[None, :]
+        g = dy.astype(np.float64) * gf[None, :]
+        gbar = np.array([int(v) for v in SG], dtype=object)
+        gbar = _div(gbar, D << (KDY + KG)) if n.centred else np.zeros(rows)
+        c = _div(np.array([int(v) for v in SDYB], dtype=object), D << (KDY + K1))
+        t1, t2, t3 = g, gbar[:, None], xh * c[:, None]
+        val = r[:, None] * (t1 - t2 - t3)
+        e = 6.01 * _U * np.abs(r[:, None]) * (np.abs(t1) + np.abs(t2) + np.abs(t3))
+    bad = ~np.isfinite(val)
+    val = np.where(bad, 0.0, val)
+    e = np.where(bad, np.inf, e)
+    rounded, ok = _decide(val, e, out_fmt)
+    exact = val.copy()
+    for i, j in zip(*np.nonzero(~ok)):
+        q = Fraction(int(R[i]), 1 << KR) * (
+            Fraction(int(DY[i, j]) * int(GM[j]), 1 << (KDY + KG))
+            - (Fraction(int(SG[i]), D << (KDY + KG)) if n.centred else 0)
+            - Fraction(int(YB[i, j]) << KG, int(GM[j]) << K1)
+            * Fraction(int(SDYB[i]), D << (KDY + K1)))
+        exact[i, j], rounded[i, j] = float(q), out_fmt.round(q)
+    dx_ref = Reference(out_fmt, exact, rounded.astype(out_fmt.dtype), ~ok)
+    dg_exact, dg_round = np.empty(cols), np.empty(cols)
+    S = (DY * YB).sum(axis=0)
+    for j in range(cols):
+        q = Fraction(int(S[j]) << KG, int(GM[j]) << (KDY + K1))
+        dg_exact[j], dg_round[j] = float(q), p_fmt.round(q)
+    dgamma = Reference(p_fmt, dg_exact, dg_round.astype(p_fmt.dtype), np.zeros(cols, bool))
+    dbeta = _dbeta(DY, KDY, b_fmt) if n.centred else None
     return BackwardReference(dx_ref, dgamma, dbeta)
 
 
@@ -320,12 +389,19 @@ def _dgamma(rows_, fmt: Format) -> Reference:
 
 
 def _column_exact(rows_, j, fmt: Format):
-    """Σ_rows dy·x̂ of column j, exactly: Fractions when every r is rational (saved statistics,
-    or perfect squares), else intervals at rising precision."""
+    """Σ_rows dy·x̂ of column j, exactly.  The terms are c_k/√w_k (c_k, w_k rational; w_k a
+    square for saved statistics or perfect squares): the rational ones are summed in Fractions,
+    the others grouped by their radical -- rows whose w are equal, or whose ratio is the square
+    of a rational, share one √w -- and their coefficients summed exactly.  If every group
+    cancels, the column is that rational sum (a tie reached through cancellation is decided
+    exactly); otherwise it is irrational (square roots of distinct square-free numbers are
+    linearly independent over the rationals) and Ziv's strategy converges."""
     rational = Fraction(0)
-    irr = []
+    groups = {}
     for r in rows_:
         num = Fraction(int(r.T[j]), r.Qt)
+        if num == 0:
+            continue
         if r.w is None:
             rational += num
             continue
@@ -333,17 +409,38 @@ def _column_exact(rows_, j, fmt: Format):
         if rr is not None:
             rational += num / rr
         else:
-            irr.append((num, r.w))
+            groups[r.w] = groups.get(r.w, Fraction(0)) + num
+    irr = [(c, w) for w, c in groups.items() if c != 0]
     if not irr:
         return float(rational), fmt.round(rational)
 
-    def expr(ctx):
-        acc = ctx.mpf(rational)
-        for num, w in irr:
-            acc = acc + ctx.mpf(num) / ctx.sqrt(ctx.mpf(w))
-        return acc
+    def evaluate(terms, max_prec):
+        def expr(ctx):
+            acc = ctx.mpf(rational)
+            for num, w in terms:
+                acc = acc + ctx.mpf(num) / ctx.sqrt(ctx.mpf(w))
+            return acc
+        return _ziv(expr, fmt, max_prec=max_prec)
 
-    return _ziv(expr, fmt)
+    try:
+        return evaluate(irr, 1 << 12)
+    except ArithmeticError:
+        pass
+    # no convergence: the irrational groups may cancel across rows whose w differ by the square
+    # of a rational -- merge those (rare: only here) and decide exactly if all cancel
+    classes = []  # [w, c]: c/√w
+    for c, w in irr:
+        for cl in classes:
+            q = _rational_sqrt(cl[0] / w)  # c/√w = c·√(w0/w)/√w0
+            if q is not None:
+                cl[1] += c * q
+                break
+        else:
+            classes.append([w, c])
+    irr = [(c, w) for w, c in classes if c != 0]
+    if not irr:
+        return float(rational), fmt.round(rational)
+    return evaluate(irr, 1 << 16)
 
 
 def _dbeta(DY, KDY, fmt: Format) -> Reference:

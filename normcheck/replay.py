@@ -31,7 +31,7 @@ from normcheck.errors import InvalidArgument, NormcheckError, invalid
 __all__ = ["save_case", "load_case", "command", "replay", "EMBEDDED_FLAG"]
 
 EMBEDDED_FLAG = "--run-embedded-source"
-_ARRAYS = ("x", "gamma", "beta", "residual", "dy", "mean", "rstd", "scale")
+_ARRAYS = ("x", "gamma", "beta", "residual", "dy", "mean", "rstd", "scale", "dh", "y")
 
 
 def _slug(s):
@@ -198,6 +198,8 @@ _KERNEL_KEYS = {
     "block": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
     "callable": _str, "arch": lambda v: v is None or (isinstance(v, (int, str)) and
                                                       not isinstance(v, bool)),
+    "backward": lambda v: isinstance(v, dict) and set(v) <= {"stats", "mode"} and
+    v.get("stats") in ("saved", "recomputed") and v.get("mode") in ("x", "y"),
     "quant": lambda v: isinstance(v, dict) and len(v) <= 32 and all(
         _str(k) and (x is None or isinstance(x, (str, int, float, list))) for k, x in v.items()),
 }
@@ -257,7 +259,7 @@ def load_case(path) -> dict:
     for name in ("gamma", "beta"):
         if out[name] is not None and out[name].shape != (x.shape[1],):
             raise _bad(path, f"{name} has shape {out[name].shape}, not ({x.shape[1]},)")
-    for name in ("residual", "dy"):
+    for name in ("residual", "dy", "dh", "y"):
         if out[name] is not None and out[name].shape != x.shape:
             raise _bad(path, f"{name} has shape {out[name].shape}, not {x.shape}")
     return out
@@ -329,6 +331,39 @@ def _contract(k, path):
         raise _bad(path, f"its quant contract is not one normcheck knows ({e})") from None
 
 
+def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
+    from normcheck import launch
+    from normcheck.check import backward as cb
+    from normcheck.check.tolerances import TOLERANCES
+
+    x = case["x"]
+    extra = {k: case[k] for k in ("dh", "y") if case[k] is not None}
+    c = launch.Case(x=x, gamma=case["gamma"], beta=case["beta"], eps=case["eps"],
+                    dy=case["dy"], mean=case["mean"], rstd=case["rstd"], extra=extra)
+    fmt = formats.of_dtype(x.dtype)
+    outs = target(c)
+    n = norm.with_affine(True, norm.centred and (spec.has("dbeta") or spec.has("beta")))
+    ref = cb._reference(n, c, bw["mode"], bw["stats"], target.formats, fmt, case["eps"])
+    E = cb._bound(n, c, bw["mode"], ref, case["eps"])
+    scale = cb._scales(n, c, bw["mode"], case["eps"])
+    refs = {"dx": ref.dx, "d_residual": ref.dx, "dgamma": ref.dgamma, "dbeta": ref.dbeta}
+    lines = [f"case {path}: {x.shape[0]} row(s) of {x.shape[1]}, backward ({bw['stats']} "
+             f"statistics{', x̂ from y' if bw['mode'] == 'y' else ''})"
+             + (f" -- {case['note']}" if case["note"] else "")] + [f"note: {n_}" for n_ in notes]
+    for role in ("dx", "d_residual", "dgamma", "dbeta"):
+        if role not in outs or refs[role] is None:
+            continue
+        f, st = cb._compare(role, refs[role], outs[role], E[role],
+                            TOLERANCES[refs[role].fmt.name], "replay", c, n, scale[role],
+                            case["eps"])
+        lines.append(f"  {role}: max {st['max_ulp']:.4g} ulp, p99 {st['p99_ulp']:.4g}, "
+                     f"{st['max_scaled']:.4g} ulp of the terms, {st['of_bound']:.3g}x the sound "
+                     f"bound" + (f" -- {f.detail}" if f else ""))
+        if f is not None and f.cause:
+            lines.append(f"      likely cause: {f.cause}")
+    return "\n".join(lines)
+
+
 def _replay_quant(case, path, target, norm, contract, backend, notes) -> str:
     from normcheck import launch
     from normcheck.quant.judge import CLASSES, QuantJudge
@@ -380,6 +415,9 @@ def replay(path, backend="cpu", variant=None, run_embedded=False) -> str:
         label = v.name
     elif k.get("source") or k.get("source_text"):
         target, spec, norm = _kernel_target(case, k, path, backend, run_embedded, notes)
+        if k.get("backward"):
+            return _replay_backward(case, path, target, spec, norm, k["backward"], backend,
+                                    notes)
         if target.quant is not None:
             return _replay_quant(case, path, target, norm, target.quant, backend, notes)
         c = launch.Case(x=x, gamma=g, beta=b, residual=r, eps=eps)

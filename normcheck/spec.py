@@ -46,19 +46,21 @@ or several, run in order on the same buffers (a role is the same buffer in every
     entry = "normalization_kernel"
     ...
 
-Roles (:data:`ROLES`): output (y), input (x), residual (x's partner in a fused add), h (the
-fused sum, written), gamma, beta, mean and rstd (per-row float32 outputs unless ``dtype`` says
+Roles (:data:`ROLES`): output (y), input (x), residual (x's partner in a fused add), h (the fused
+sum, written), gamma, beta, mean and rstd (per-row float32 outputs unless ``dtype`` says
 otherwise), scale, scales and amax (a quantised output's: the static scale -- a ``float*`` of one
-value, or the value itself with ``type = "float32"`` --, the scales it writes, the amax it
-writes; they need a ``quant`` table: ``quant = { contract = "vllm", granularity = "per_token",
-format = "e4m3" }`` with any field of normcheck.quant.contract), scratch (an intermediate that is not judged: ``name``, ``dtype``, ``size`` in
-elements; the same name is the same buffer), null (a null pointer), eps (the float ε), rows,
-cols, const.  ``role = ["input", "output"]`` is one buffer holding x on entry and y on exit
-(likewise ``["residual", "h"]``).  No ``gamma`` role: the exact function has γ = 1; no ``beta``:
-β = 0 (an affine-free norm).  Output and scratch buffers start as a NaN poison; ``fill = "zero"``
-starts them at zero (for kernels that accumulate into them).  Scalar roles take ``type`` (int32
-by default; float32 for eps).  Expressions use rows, cols, integers, + - * // % ( ), min, max and
-ceil_div.
+value, or the value itself with ``type = "float32"`` --, the scales it writes, the amax it writes;
+they need a ``quant`` table: ``quant = { contract = "vllm", granularity = "per_token", format =
+"e4m3" }`` with any field of normcheck.quant.contract), scratch (an intermediate that is not
+judged: ``name``, ``dtype``, ``size`` in elements; the same name is the same buffer), dy, dx,
+dgamma, dbeta (a backward kernel's), dh and d_residual (a fused add's backward: the residual
+stream's gradient in and out), y (the forward's output, read by a memory-efficient backward instead
+of x), null (a null pointer), eps (the float ε), rows, cols, const. ``role = ["input", "output"]``
+is one buffer holding x on entry and y on exit (likewise ``["residual", "h"]``). No ``gamma`` role:
+the exact function has γ = 1; no ``beta``: β = 0 (an affine-free norm). Output and scratch buffers
+start as a NaN poison; ``fill = "zero"`` starts them at zero (for kernels that accumulate into
+them). Scalar roles take ``type`` (int32 by default; float32 for eps). Expressions use rows, cols,
+integers, + - * // % ( ), min, max and ceil_div.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ __all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "default_spec
            "evaluate_dims", "ROLES", "NORMS", "INPLACE", "scalar_type"]
 
 NORMS = norms.NORMS
-ROW_ROLES = ("output", "input", "residual", "h", "dy", "dx")
+ROW_ROLES = ("output", "input", "residual", "h", "dy", "dx", "dh", "d_residual", "y")
 VEC_ROLES = ("gamma", "beta", "dgamma", "dbeta")
 STAT_ROLES = ("mean", "rstd")
 #: A quantised output's: the static scale (an input, per tensor; nvfp4's encode scale), the
@@ -94,7 +96,8 @@ FIELD_ROLES = tuple(r for r in ROLES if r != "struct") + ("pad",)
 #: One buffer, two roles: what it holds on entry, what it holds on exit.
 INPLACE = {frozenset(("input", "output")): ("input", "output"),
            frozenset(("residual", "h")): ("residual", "h"),
-           frozenset(("dy", "dx")): ("dy", "dx")}
+           frozenset(("dy", "dx")): ("dy", "dx"),
+           frozenset(("dh", "d_residual")): ("dh", "d_residual")}
 _SCALAR_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": np.int16,
                  "uint16": np.uint16, "int32": np.int32, "int": np.int32, "int64": np.int64, "uint32": np.uint32,
                  "uint64": np.uint64, "float32": np.float32, "float": np.float32,
@@ -529,16 +532,28 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
 
 def _check_roles(spec: KernelSpec, where: str):
     roles = spec.roles()
-    backward = spec.backward or any(r in roles for r in ("dy", "dx", "dgamma", "dbeta"))
+    backward = spec.backward or any(r in roles for r in ("dy", "dx", "dgamma", "dbeta",
+                                                          "d_residual"))
     spec.backward = backward
     if backward:
-        if "dy" not in roles or not any(r in roles for r in ("dx", "dgamma", "dbeta")):
+        if "dy" not in roles or not any(r in roles for r in ("dx", "dgamma", "dbeta",
+                                                            "d_residual")):
             raise _err(where, "args", roles, "a backward kernel's dy and at least one of dx, "
-                       "dgamma, dbeta")
+                       "dgamma, dbeta, d_residual")
+        if "input" not in roles and "y" not in roles:
+            raise _err(where, "args", roles, "the rows the backward reads: input (x, or the "
+                       "fused sum h) or y (the forward's output, with the saved rstd)")
+        if "y" in roles and "rstd" not in roles:
+            raise _err(where, "args", roles, "the saved rstd with role y: x̂ = (y - β)/γ needs "
+                       "rstd for dx")
+        if "y" in roles and "input" in roles:
+            raise _err(where, "args", roles, "input (x) or y, not both")
     elif "output" not in roles or "input" not in roles:
         raise _err(where, "args", roles, "at least an output and an input argument (or one "
                    "in-place buffer with role = [\"input\", \"output\"])")
-    if "input" not in roles:
+    if not backward and any(r in roles for r in ("dh", "y")):
+        raise _err(where, "args", roles, "dh and y only in a backward kernel")
+    if "input" not in roles and not backward:
         raise _err(where, "args", roles, "an input argument (x)")
     _check_quant_roles(spec, roles, where)
     if backward and spec.stats is None:

@@ -8,6 +8,8 @@ formula (γ left out of dx) fails whenever γ ≠ 1, and summing dβ in fp16 fai
 sums pass 2048 (where fp16 steps by 2).  Hypothesis targets the largest error/bound ratio.
 """
 
+import math
+
 import mpmath
 import numpy as np
 import pytest
@@ -113,3 +115,50 @@ def test_the_article_formula_fails_when_gamma_is_not_one(backend):
     ref = ob.backward("layernorm", x, dy, g, stats="saved", mean=m, rstd=r)
     E = bounds.sound_backward("layernorm", x, dy, g, mean=m, rstd=r)["dx"]
     assert np.any(np.abs(dx.astype(np.float64) - ref.dx.exact) > bounds.sound_limit(ref.dx, E))
+
+
+# ------------------------------------------------------------------------------------------------
+# The backward oracle is total: every finite input, from subnormal to the format's largest
+# ------------------------------------------------------------------------------------------------
+@st.composite
+def any_finite_rows(draw, fmt):
+    """A few small rows of finite values of ``fmt`` at magnitudes drawn across its whole range
+    (subnormals, 1, the largest binade), and dy likewise: the oracle must decide them all."""
+    f = formats.get(fmt)
+    R = draw(st.integers(1, 3))
+    D = draw(st.integers(1, 5))
+    lo = math.log2(f.min_subnormal)
+    hi = math.log2(f.max_finite)
+
+    def values(n):
+        exps = draw(st.lists(st.floats(lo, hi), min_size=n, max_size=n))
+        mant = draw(st.lists(st.floats(-1, 1), min_size=n, max_size=n))
+        v = f.cast(np.array([m * 2.0**e for m, e in zip(mant, exps)]))
+        return np.where(np.isfinite(v.astype(np.float64)), v, f.cast(np.array([0.0]))[0])
+
+    return values(R * D).reshape(R, D), values(R * D).reshape(R, D), values(D)
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "gemma_rmsnorm"])
+@given(data=st.data())
+def test_the_backward_oracle_is_total(fmt, norm, data):
+    x, dy, g = data.draw(any_finite_rows(fmt))
+    stats = data.draw(st.sampled_from(["recomputed", "saved"]))
+    n = norm
+    mean = rstd = None
+    if stats == "saved":
+        mean, rstd = oracle.saved_statistics(n, x)
+        if not np.all(np.isfinite(rstd.astype(np.float64))):
+            stats, mean, rstd = "recomputed", None, None
+    ref = ob.backward(n, x, dy, g, stats=stats, mean=mean, rstd=rstd)
+    for part in (ref.dx, ref.dgamma):
+        assert part.rounded.shape == part.exact.shape
+    # dx of one row against mpmath at 400 bits (finite, representable ones)
+    dx_mp, _ = ob.mp_backward(x[0], dy[0], g, centred=n == "layernorm",
+                              gemma=n == "gemma_rmsnorm", mean=None if mean is None else mean[0],
+                              rstd=None if rstd is None else rstd[0], prec=400)
+    want = np.array([formats.get(fmt).round(v) for v in dx_mp])
+    got = ref.dx.rounded[0].astype(np.float64)
+    fin = np.isfinite(want)
+    assert np.array_equal(got[fin], want[fin])

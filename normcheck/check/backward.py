@@ -25,7 +25,9 @@ import time
 
 import numpy as np
 
-from normcheck import bounds, families, formats, kernels, launch, oracle, oracle_backward
+from normcheck import (bounds, formats, kernels, launch, metrics, norms, oracle,
+                       oracle_backward)
+from normcheck import families as families_mod
 from normcheck import spec as specs
 from normcheck.backends import get_backend
 from normcheck.check.judge import FATAL, Failure, FamilyResult, _odd
@@ -38,113 +40,435 @@ __all__ = ["check_backward", "ORDERS_DEFAULT"]
 ORDERS_DEFAULT = 8
 
 
-def _case(fam, fmt, rows, cols, seed, norm, formats_, stats, eps, reads_gamma):
-    x, dy = families.backward_rows(fam, fmt, rows, cols, seed=seed)
-    g, _ = families.weights(fmt, cols, seed=seed[0])
+def _case(fam, fmt, rows, cols, seed, norm, formats_, stats, eps, reads_gamma, mode):
+    """A backward case: x and dy of the family, the check's γ (and β where the kernel reads it:
+    a from-y backward), the saved statistics, and for a fused backward the residual stream's
+    gradient dh (extra), for a from-y backward the forward's y correctly rounded (extra)."""
+    x, dy = families_mod.backward_rows(fam, fmt, rows, cols, seed=seed)
+    g, b = families_mod.weights(fmt, cols, seed=seed[0])
     gf = formats_.get("gamma", formats.get(fmt))
     g = g if reads_gamma else np.ones(cols)
     g = g if g.dtype == gf.dtype else gf.cast(np.asarray(g, np.float64))
+    base = norms.get(norm.base)
     mean = rstd = None
-    if stats == "saved":
-        mean, rstd = oracle.saved_statistics(norm, x, eps=eps)
-    return launch.Case(x=x, gamma=g if norm.has_gamma else None, beta=None, eps=np.float32(eps),
-                       dy=dy, mean=mean, rstd=rstd)
+    if stats == "saved" or mode == "y":
+        mean, rstd = oracle.saved_statistics(base, x, eps=eps)
+    extra = {}
+    beta = None
+    if norm.fused:
+        rng = np.random.default_rng([*seed, 17])
+        extra["dh"] = formats.get(fmt).cast(rng.standard_normal((rows, cols)))
+    if mode == "y":
+        bf = formats_.get("beta", formats.get(fmt))
+        beta = (b if b.dtype == bf.dtype else bf.cast(b.astype(np.float64))) \
+            if norm.centred and norm.has_beta else None
+        extra["y"] = oracle.for_norm(base, x, g, beta, eps=eps).rounded
+    return launch.Case(x=x, gamma=g if norm.has_gamma else None, beta=beta,
+                       eps=np.float32(eps), dy=dy, mean=mean, rstd=rstd, extra=extra)
 
 
-def _candidates(norm, case, role, fmt):
-    """The usual wrong answers, in float64 from the exact inputs: {cause: values}."""
-    x = case.x.astype(np.float64)
+def _reference(norm, case, mode, stats, fm, fmt, eps):
+    base = norms.get(norm.base).with_affine(True, norm.centred and norm.has_beta)
+    out, po = fm.get("dx", fm.get("d_residual", fmt)).name, fm.get("dgamma", formats.FP32).name
+    bo = fm.get("dbeta", formats.FP32).name
+    if mode == "y":
+        return oracle_backward.backward_from_y(base, case.extra["y"], case.dy, case.gamma,
+                                               case.beta, rstd=case.rstd, out=out,
+                                               param_out=po, dbeta_out=bo)
+    return oracle_backward.backward(base, case.x, case.dy, case.gamma, eps=eps, stats=stats,
+                                    mean=case.mean, rstd=case.rstd, dh=case.extra.get("dh"),
+                                    out=out, param_out=po, dbeta_out=bo)
+
+
+def _bound(norm, case, mode, ref, eps):
+    """{role: E} of the sound backward bound (x̂ from y for a from-y backward; + dh rounds once
+    more)."""
+    base = norms.get(norm.base)
+    if mode == "y":
+        gf = case.gamma.astype(np.float64) + (1.0 if base.gemma else 0.0)
+        b = case.beta.astype(np.float64) if case.beta is not None else 0.0
+        xh = (case.extra["y"].astype(np.float64) - b) / gf
+        E = bounds.sound_backward(base, xh, case.dy, case.gamma, rstd=case.rstd, xhat=xh)
+    else:
+        E = bounds.sound_backward(base, case.x, case.dy, case.gamma, mean=case.mean,
+                                  rstd=case.rstd, eps=eps)
+    if "dh" in case.extra:
+        E["dx"] = E["dx"] + 2.0**-24 * bounds.SOUND_SAFETY * np.abs(ref.dx.exact)
+    E["d_residual"] = E["dx"]
+    return E
+
+
+def _scales(norm, case, mode, eps):
+    """{role: the magnitude of the terms each output sums} (float64): dx's r·(|g| + |ḡ| +
+    |x̂|·mean|g·x̂|), dγ's Σ|dy·x̂|, dβ's Σ|dy| -- the scaled error's yardstick, as max(|γx̂|,
+    |β|) is the forward's."""
+    base = norms.get(norm.base)
     dy = case.dy.astype(np.float64)
-    D = x.shape[1]
+    gm = np.ones(case.cols) if case.gamma is None else case.gamma.astype(np.float64)
+    if base.gemma:
+        gm = 1.0 + gm
+    g = dy * gm
+    if mode == "y":
+        b = case.beta.astype(np.float64) if case.beta is not None else 0.0
+        xh = (case.extra["y"].astype(np.float64) - b) / gm
+        r = case.rstd.astype(np.float64)[:, None]
+    else:
+        x = case.x.astype(np.float64)
+        if case.rstd is not None:
+            r = case.rstd.astype(np.float64)[:, None]
+            mu = case.mean.astype(np.float64)[:, None] if base.centred else 0.0
+        else:
+            mu = x.mean(axis=1, keepdims=True) if base.centred else 0.0
+            r = 1 / np.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + float(eps))
+        xh = (x - mu) * r
+    ag = np.abs(g)
+    dxs = r * (ag + np.abs(g.mean(axis=1, keepdims=True)) +
+               np.abs(xh) * (ag * np.abs(xh)).mean(axis=1, keepdims=True))
+    if "dh" in case.extra:
+        dxs = dxs + np.abs(case.extra["dh"].astype(np.float64))
+    return {"dx": dxs, "d_residual": dxs, "dgamma": np.abs(dy * xh).sum(axis=0),
+            "dbeta": np.abs(dy).sum(axis=0)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Causes
+# ------------------------------------------------------------------------------------------------
+def _stats_of(norm, case, eps):
+    """(x as float64, mean, r, var) the kernel reads or recomputes."""
+    x = case.x.astype(np.float64)
+    mu_x = x.mean(axis=1, keepdims=True) if norm.centred else 0.0
+    var = ((x - mu_x) ** 2).mean(axis=1, keepdims=True)
     if case.rstd is not None:
         r = case.rstd.astype(np.float64)[:, None]
         mu = case.mean.astype(np.float64)[:, None] if norm.centred else 0.0
     else:
-        mu = x.mean(axis=1, keepdims=True) if norm.centred else 0.0
-        r = 1 / np.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + float(case.eps))
-    xh = (x - mu) * r
+        r = 1 / np.sqrt(var + float(eps))
+        mu = mu_x
+    return x, mu, r, var
+
+
+def _sum_rounded(vals, fmt, axis):
+    """A sequential sum with every partial sum rounded to fmt."""
+    v = np.moveaxis(vals, axis, 0)
+    acc = np.zeros(v.shape[1:])
+    for row in v:
+        acc = fmt.round_array(acc + fmt.round_array(row))
+    return acc
+
+
+def _candidates(norm, case, role, fmt, eps):
+    """The usual wrong answers, from the exact inputs: [(key, description, values, kind)] --
+    kind "formula" (a different formula, evaluated exactly: the kernel's float evaluation of it
+    lies within the sound limit), or "order" (order-dependent: a storage-format or cancelling
+    evaluation emulated in one order: the kernel's error has its size and sign)."""
+    base = norms.get(norm.base)
+    x, mu, r, var = _stats_of(base, case, eps)
+    dy = case.dy.astype(np.float64)
+    D = x.shape[1]
     gam = np.ones(D) if case.gamma is None else case.gamma.astype(np.float64)
-    g = dy * (1 + gam if norm.gemma else gam)
-    out = {}
-    if role == "dx":
-        def dx_of(gg, mean_term=True, xhat_term=True):
-            m = gg.mean(axis=1, keepdims=True) if (norm.centred and mean_term) else 0.0
+    gp = 1 + gam if base.gemma else gam
+    g = dy * gp
+    saved = case.rstd is not None
+    out = []
+
+    def dx_of(gg, rr=r, mean_term=True, xhat_term=True, sums=None):
+        xh = (x - mu) * rr
+        if sums is None:
+            m = gg.mean(axis=1, keepdims=True) if (base.centred and mean_term) else 0.0
             c = (gg * xh).mean(axis=1, keepdims=True) if xhat_term else 0.0
-            return r * (gg - m - xh * c)
-        out["γ left out of dx (the seed article's formula: dy in place of dy·γ)"] = dx_of(dy)
-        if norm.centred:
-            out["the mean term of dx missing (-mean(dy·γ))"] = dx_of(g, mean_term=False)
-        out["the x̂ term of dx missing (-x̂·mean(dy·γ·x̂))"] = dx_of(g, xhat_term=False)
-        out["dx not scaled by rstd"] = dx_of(g) / r
-    else:
-        terms = dy * xh if role == "dgamma" else dy
-        st = formats.get(fmt) if fmt in ("fp16", "bf16") else None
-        if st is not None:
-            acc = np.zeros(D)
-            for row in terms:
-                acc = st.round_array(acc + st.round_array(row))
-            out[f"{role} summed in {fmt} (every partial sum rounded to it)"] = acc
-        rows_sums = terms.sum(axis=1)
-        if rows_sums.size >= D:
-            out[f"{role} summed over the wrong axis (per row, not per column)"] = rows_sums[:D]
-        if role == "dgamma":
-            out["dγ without x̂ (Σdy, the dβ sum)"] = dy.sum(axis=0)
-            out["dγ with γ in it (Σdy·γ·x̂)"] = (g * xh).sum(axis=0)
+        else:
+            m, c = sums(gg, xh)
+        return rr * (gg - m - xh * c)
+
+    def rows_variants(kind):
+        """r (and so x̂) from another variance: recomputing kernels only."""
+        if saved:
+            return []
+        v = var
+        return [("bessel", "variance divided by D-1 instead of D",
+                 1 / np.sqrt(v * D / max(D - 1, 1) + eps)),
+                ("eps_missing", "ε missing from the variance", 1 / np.sqrt(v)),
+                ("eps_on_sigma", "ε added to σ instead of σ² (rstd = 1/(σ + ε))",
+                 1 / (np.sqrt(v) + eps))]
+
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if role in ("dx", "d_residual"):
+            dh = case.extra.get("dh")
+            add = 0.0 if dh is None else dh.astype(np.float64)
+            out.append(("gamma_dropped", "γ left out of dx (the seed article's formula: dy in "
+                        "place of dy·γ)", dx_of(dy) + add, "formula"))
+            if base.centred:
+                out.append(("mean_term", "the mean term of dx missing (-mean(dy·γ))",
+                            dx_of(g, mean_term=False) + add, "formula"))
+            out.append(("xhat_term", "the x̂ term of dx missing (-x̂·mean(dy·γ·x̂))",
+                        dx_of(g, xhat_term=False) + add, "formula"))
+            out.append(("no_rstd", "dx not scaled by rstd", dx_of(g) / r + add, "formula"))
+            for key, desc, rr in rows_variants("dx"):
+                out.append((key, desc, dx_of(g, rr) + add, "formula"))
+            if case.gamma is not None:
+                if base.gemma:
+                    out.append(("gemma_gamma", "γ where Gemma's norm scales by 1+γ",
+                                dx_of(dy * gam) + add, "formula"))
+                else:
+                    out.append(("gemma_gamma", "1+γ (Gemma's) where the norm scales by γ",
+                                dx_of(dy * (1 + gam)) + add, "formula"))
+            if dh is not None:
+                out.append(("dh_missing", "the residual stream's gradient dh not added",
+                            dx_of(g), "formula"))
+            if base.centred:
+                # PyTorch 1.x: b = (db·mean - ds)·rstd³/D, c = -b·mean - db·rstd/D from
+                # ds = Σg·x, db = Σg (rounded once each); dx = rstd·g + b·x + c in float
+                f32 = formats.FP32.round_array
+                ds, db = f32((g * x).sum(axis=1, keepdims=True)), f32(g.sum(axis=1, keepdims=True))
+                rf, mf = f32(r), f32(mu)
+                bb = f32(f32(f32(f32(db * mf) - ds) * f32(rf * f32(rf * rf))) / D)
+                cc = f32(f32(-bb * mf) - f32(f32(db * rf) / D))
+                out.append(("old_formula", "dx = rstd·g + b·x + c with b, c from Σg·x and Σg "
+                            "(PyTorch 1.x's formula, x not centred before the sums): b·x and c "
+                            "cancel on offset rows", f32(f32(f32(rf * f32(g)) + f32(bb * x)) + cc)
+                            + add, "size"))
+            for B in (32, 64, 128, 256, 512, 1024):
+                if B >= D:
+                    break
+                grp = (np.arange(D) % B) // 32
+
+                def sums(gg, xh, grp=grp):
+                    m = np.zeros_like(gg)
+                    c = np.zeros_like(gg)
+                    for k in np.unique(grp):
+                        sel = grp == k
+                        if base.centred:
+                            m[:, sel] = gg[:, sel].sum(axis=1, keepdims=True) / D
+                        c[:, sel] = (gg[:, sel] * xh[:, sel]).sum(axis=1, keepdims=True) / D
+                    return m, c
+
+                out.append((f"partial_{B}", "a partial reduction: Σdy·γ and Σdy·γ·x̂ of each "
+                            f"warp only, never combined across the block ({B} threads: the "
+                            "columns j with the same (j mod B)/32)",
+                            dx_of(g, sums=sums) + add, "formula"))
+        else:
+            xh = (x - mu) * r
+            terms = dy * xh if role == "dgamma" else dy
+            for S in (formats.FP16, formats.BF16):  # whatever the output's format
+                out.append((f"{role}_storage", f"{role} summed in {S.name} (every partial sum "
+                            "rounded to it)", _sum_rounded(terms, S, 0), "order"))
+                for T in (32, 64, 128):
+                    R = terms.shape[0]
+                    n = -(-R // T)
+                    pad = np.zeros((n * T, D))
+                    pad[:R] = terms
+                    part = formats.FP32.round_array(pad.reshape(n, T, D).sum(axis=1))
+                    out.append((f"{role}_stage", f"{role}'s second stage -- the per-block "
+                                f"partial sums of a two-stage column sum -- summed in {S.name}",
+                                _sum_rounded(part, S, 0), "order"))
+            rows_sums = terms.sum(axis=1)
+            if rows_sums.size >= D:
+                out.append((f"{role}_axis", f"{role} summed over the wrong axis (per row, not "
+                            "per column)", rows_sums[:D], "formula"))
+            if role == "dgamma":
+                out.append(("dgamma_no_xhat", "dγ without x̂ (Σdy, the dβ sum)", dy.sum(axis=0),
+                            "formula"))
+                out.append(("dgamma_gamma", "dγ with γ in it (Σdy·γ·x̂)",
+                            (g * xh).sum(axis=0), "formula"))
+                for key, desc, rr in rows_variants("dgamma"):
+                    out.append((key, desc, (dy * (x - mu) * rr).sum(axis=0), "formula"))
     return out
 
 
-def _explain(norm, case, role, got, limit, fmt):
-    """The cause whose values the kernel's output matches within the sound limit (x4), if one
-    does."""
-    best, best_r = None, np.inf
+def _explain(norm, case, role, got, ref, limit, fmt, eps):
+    """The cause that explains the kernel's output, better than every other candidate: a
+    formula reproduced within the sound limit (4x), unambiguously (the next best at least twice
+    as far); else an order-dependent cause whose emulation lands nearer the kernel than the
+    exact value does on 80% of the elements off, with an error of the same size."""
     y = np.asarray(got, np.float64)
-    for cause, cand in _candidates(norm, case, role, fmt).items():
-        if cand.shape != y.shape:
-            continue
-        with np.errstate(invalid="ignore", over="ignore"):
-            rr = np.nanmax(np.abs(y - cand) / np.maximum(limit, np.abs(cand) * 2.0**-10))
-        if rr < best_r:
-            best, best_r = cause, rr
-    return best if best_r <= 4.0 else None
+    t = ref.exact
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if np.all(y == 0) and np.any(t != 0):
+            return ("never written: the output still holds the zeros its buffer started as "
+                    "(fill = \"zero\"); nothing was added to it")
+        off = np.abs(y - t) > limit
+        fits = []
+        for key, desc, cand, kind in _candidates(norm, case, role, fmt, eps):
+            if np.shape(cand) != y.shape:
+                continue
+            if kind == "formula":
+                rr = float(np.nanmax(np.abs(y - cand) / np.maximum(limit, np.abs(cand) *
+                                                                   2.0**-20)))
+                fits.append((rr, key, desc, kind))
+            elif kind == "size" and off.any():
+                # an error of the size the formula leaves in float, which itself fails
+                dk = np.abs(y - t)[off]
+                de = np.abs(cand - t)[off]
+                ratio = float(np.median(dk) / max(float(np.median(de)), 1e-300))
+                fails = float(np.mean(de > limit[off]))
+                if 0.25 <= ratio <= 4 and fails >= 0.5:
+                    fits.append((7.0, key, desc, "order"))
+            elif off.any():
+                dk = np.abs(y - t)[off]
+                dc = np.abs(y - cand)[off]
+                de = np.abs(cand - t)[off]
+                nearer = float(np.mean(dc <= 0.5 * dk))
+                size = float(np.median(de / np.where(dk > 0, dk, 1)))
+                same_sign = float(np.mean(np.sign(y - t)[off] == np.sign(cand - t)[off]))
+                if nearer >= 0.8 and 0.2 <= size <= 5 and same_sign >= 0.8:
+                    fits.append((8.0 - nearer, key, desc, kind))
+    if role in ("dx", "d_residual") and off.any():
+        sig = _affine_signature(norm, case, y, t, off, fmt, eps)
+        if sig is not None:
+            fits.append((7.5, "signature", sig, "order"))
+    if not fits:
+        return None
+    fits.sort(key=lambda f: f[0])
+    form = [f for f in fits if f[3] == "formula"]
+    if form and form[0][0] <= 4.0:
+        if len(form) > 1 and form[1][0] < 2 * form[0][0] and \
+                form[1][2].split(":")[0] != form[0][2].split(":")[0]:
+            return None  # two formulas fit as well: no single cause
+        return form[0][2]
+    order = [f for f in fits if f[3] == "order"]
+    if order:
+        return order[0][2]
+    return None
 
 
-def _compare(role, ref, got, E, tol, fam, case, norm):
-    """(Failure or None, max ulp, worst ratio to the limit) of one output."""
+def _affine_signature(norm, case, y, t, off, fmt, eps):
+    """dx = r·(g - ḡ - x̂·c): a kernel whose row sums ḡ, c are off by δm, δc is off by
+    -r·(δm + x̂·δc) -- affine in x̂ on each row.  On the rows that fail, fit that; when it
+    explains the error (R² >= 0.9 on 60% of them), the size of the implied δm, δc names the
+    cause: relative errors of the sums of the order of the storage format's unit roundoff (row
+    sums accumulated in fp16/bf16), or, on offset rows (κ >= 100) of a LayerNorm, far beyond
+    float's: the PyTorch 1.x formula dx = rstd·g + b·x + c, whose b·x and c cancel."""
+    base = norms.get(norm.base)
+    x, mu, r, var = _stats_of(base, case, eps)
+    xh = (x - mu) * r
+    dy = case.dy.astype(np.float64)
+    gam = np.ones(x.shape[1]) if case.gamma is None else case.gamma.astype(np.float64)
+    g = dy * (1 + gam if base.gemma else gam)
+    rows = np.nonzero(off.any(axis=1))[0]
+    good, rel, kap = 0, [], []
+    out_fmt = formats.of_dtype(np.asarray(y).dtype) if np.asarray(y).dtype != np.float64 else \
+        formats.of_dtype(case.x.dtype)
+    for i in rows:
+        # weighted by 1/ulp(t): each element's own final rounding is noise of half an ulp
+        w = 1.0 / np.maximum(out_fmt.ulp_array(np.abs(t[i])), 1e-300)
+        e = (y[i] - t[i]) / r[i, 0] * w
+        A = np.stack([np.ones_like(xh[i]), xh[i]], axis=1) * w[:, None]
+        coef, *_ = np.linalg.lstsq(A, e, rcond=None)
+        res = e - A @ coef
+        tot = np.sum(e ** 2)
+        if tot > 0 and 1 - np.sum(res ** 2) / tot >= 0.9:
+            good += 1
+            m_scale = max(abs(g[i].mean()), np.abs(g[i]).mean() / np.sqrt(x.shape[1]))
+            c_scale = max(abs((g[i] * xh[i]).mean()),
+                          np.abs(g[i] * xh[i]).mean() / np.sqrt(x.shape[1]))
+            rel.append(max(abs(coef[0]) / m_scale, abs(coef[1]) / c_scale))
+            sd = np.sqrt(var[i, 0]) if np.ndim(var) else 0.0
+            kap.append(abs(float(np.mean(x[i]))) / sd if sd > 0 else np.inf)
+    if rows.size == 0 or good < 0.6 * rows.size:
+        return None
+    rel_m, kap_m = float(np.median(rel)), float(np.median(kap))
+    S = formats.of_dtype(case.x.dtype)
+    if S.precision < 24 and 2.0 ** -S.precision / 8 <= rel_m <= 64 * 2.0 ** -S.precision:
+        return (f"the row sums Σdy·γ and Σdy·γ·x̂ accumulated in {S.name} (the error of each "
+                f"failing row is affine in x̂, the sums' relative error {rel_m:.2g}, of the "
+                f"order of {S.name}'s unit roundoff)")
+    if base.centred and kap_m >= 100:
+        return ("dx = rstd·g + b·x + c with b, c from Σg·x and Σg (PyTorch 1.x's formula, x "
+                "not centred before the sums): b·x and c cancel on offset rows (the error of "
+                f"each failing row is affine in x; κ ≈ {kap_m:.3g})")
+    return None
+
+
+def _compare(role, ref, got, E, tol, fam, case, norm, scale, eps):
+    """(Failure or None, stats) of one output: stats has max_ulp, p99_ulp, max_scaled,
+    of_bound."""
     got = np.asarray(got)
     fmt = ref.fmt
     if got.dtype != fmt.dtype:
         got = fmt.cast(got.astype(np.float64))
+    st = {"max_ulp": 0.0, "p99_ulp": 0.0, "max_scaled": 0.0, "of_bound": 0.0}
     unw = kernels.unwritten(got)
     if unw.any():
         i = np.argwhere(unw)[0]
+        st.update(max_ulp=np.inf, of_bound=np.inf)
         return (Failure("unwritten", fam, f"{role}: {int(unw.sum())}/{got.size} elements never "
-                        f"written, first at {tuple(int(v) for v in i)}"), np.inf, np.inf)
+                        f"written, first at {tuple(int(v) for v in i)}"), st)
     ulp = ref.ulp_error(got)
     a = got.astype(np.float64)
     t = ref.exact
+    fin = np.isfinite(ulp)
+    st["max_ulp"], st["p99_ulp"], _ = metrics.ulp_stats(ulp.ravel())
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        sc = np.abs(a - t) / fmt.ulp_array(np.maximum(scale, np.abs(t)))
+        sc = np.where(ulp == 0, 0.0, sc)
+    st["max_scaled"] = float(np.max(np.where(fin, sc, 0.0))) if sc.size else 0.0
     bad_nf = ~np.isfinite(a) & np.isfinite(ref.rounded.astype(np.float64))
     if bad_nf.any():
         i = tuple(int(v) for v in np.argwhere(bad_nf)[0])
+        st["of_bound"] = np.inf
         return (Failure("nonfinite", fam, f"{role}: {int(bad_nf.sum())} non-finite where the "
                         f"exact value is finite, e.g. at {i}: kernel={float(a[i])!r} "
-                        f"exact={float(t[i])!r}"), np.inf, np.inf)
+                        f"exact={float(t[i])!r}"), st)
     limit = bounds.sound_limit(ref, E, tol.fail_floor)
     with np.errstate(invalid="ignore", over="ignore"):
         ratio = np.where(np.isfinite(a) & np.isfinite(t), np.abs(a - t) / limit, 0.0)
     ratio = np.nan_to_num(ratio, nan=0.0)
     worst = float(ratio.max()) if ratio.size else 0.0
-    mu = float(np.max(np.where(np.isfinite(ulp), ulp, 0.0))) if ulp.size else 0.0
+    st["of_bound"] = worst
     if worst <= 1.0:
-        return None, mu, worst
+        return None, st
     k = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
     lim_ulp = float(limit[k] / fmt.ulp_array(np.abs(t[k])))
-    cause = _explain(norm, case, role, a, limit, fmt.name if role != "dx" else None)
+    cause = _explain(norm, case, role, a, ref, limit, fmt if role not in ("dx", "d_residual")
+                     else formats.of_dtype(case.x.dtype), eps)
+    where = f"{case.rows}x{case.cols}"
     return (Failure("accuracy", fam,
                     f"{role}: {int((ratio > 1).sum())}/{ratio.size} elements beyond what a sound "
-                    f"kernel can produce; worst at {tuple(int(v) for v in k)} of "
-                    f"{case.rows}x{case.cols}: kernel={float(a[k])!r} exact={float(t[k])!r}, "
-                    f"{float(ulp[k]):.4g} ulp where the sound bound allows {lim_ulp:.4g} "
-                    f"({worst:.3g}x)", cause=cause), mu, worst)
+                    f"kernel can produce; worst at {tuple(int(v) for v in k)} of {where}: "
+                    f"kernel={float(a[k])!r} exact={float(t[k])!r}, {float(ulp[k]):.4g} ulp "
+                    f"where the sound bound allows {lim_ulp:.4g} ({worst:.3g}x)", cause=cause),
+            st)
+
+
+def _baseline(norm, case, roles, refs, fm, backend, mode):
+    """{role: [(built-in, its values)]}: the built-in sound strategies on the same rows (two
+    block reductions for dx; float atomics, and float partials with a float second stage, for
+    dγ, dβ), each answer rounded to the kernel's output format -- the yardstick of warn is the
+    larger of their errors (a sound kernel is as good as the common strategies)."""
+    base = norms.get(norm.base)
+    if base.gemma or mode == "y":
+        return {}
+    st = formats.of_dtype(case.x.dtype).name
+    mean, rstd = case.mean, case.rstd
+    if rstd is None:
+        mean, rstd = oracle.saved_statistics(base, case.x, eps=case.eps)
+    out = {}
+    g = case.gamma if case.gamma is not None else np.ones(case.cols, case.x.dtype)
+    if any(r in roles for r in ("dx", "d_residual")):
+        v = kernels.get_backward(f"{base.name}_backward_dx_stable_{st}")
+        dx = kernels.run_backward_dx(v, case.x, case.dy, g.astype(case.x.dtype), mean, rstd,
+                                     backend=backend).astype(np.float64)
+        if "dh" in case.extra:
+            dx = dx + case.extra["dh"].astype(np.float64)
+        out["dx"] = out["d_residual"] = [(v.name, dx)]
+    if any(r in roles for r in ("dgamma", "dbeta")):
+        for algo in ("partial", "atomic"):
+            v = kernels.get_backward(f"{base.name}_backward_dparams_{algo}_{st}")
+            dg, db = kernels.run_backward_dparams(v, case.x, case.dy, mean, rstd,
+                                                  backend=backend)
+            out.setdefault("dgamma", []).append((v.name, dg.astype(np.float64)))
+            if db is not None:
+                out.setdefault("dbeta", []).append((v.name, db.astype(np.float64)))
+    return out
+
+
+def _scaled_max(ref, vals, scale):
+    fmt = ref.fmt
+    a = fmt.round_array(vals)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        sc = np.abs(a - ref.exact) / fmt.ulp_array(np.maximum(scale, np.abs(ref.exact)))
+    sc = sc[np.isfinite(sc)]
+    return float(sc.max()) if sc.size else 0.0
 
 
 def _spread(outs_runs, fmt):
@@ -159,20 +483,25 @@ def _spread(outs_runs, fmt):
 
 def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=256,
                    backend="cpu", defines=None, examples=64, seed=0, timeout=None,
-                   orders=ORDERS_DEFAULT):
+                   orders=ORDERS_DEFAULT, save_counterexample=None, families=None):
     """Judge a backward kernel (see the module docstring).  Without ``spec`` the kernel has the
-    ABI of cuda_src/backward.cu's dx kernels: (dx, dy, x, γ, mean, rstd, rows, cols)."""
+    ABI of cuda_src/backward.cu's dx kernels: (dx, dy, x, γ, mean, rstd, rows, cols).
+    ``families`` selects some of normcheck.families.BACKWARD_FAMILIES (default: all)."""
     from normcheck.check import CheckResult, _check_counts, _check_timeout, _resolve
 
     _check_counts(examples, 0, seed)
     timeout = _check_timeout(timeout)
     if isinstance(orders, bool) or not isinstance(orders, int) or not 0 <= orders <= 64:
         raise invalid("orders", orders, "0 to 64 block orders for the race measurement")
+    fams = list(families_mod.BACKWARD_FAMILIES) if families is None else list(families)
+    for f in fams:
+        if f not in families_mod.BACKWARD_FAMILIES:
+            raise invalid("families", f, f"some of {', '.join(families_mod.BACKWARD_FAMILIES)}")
     spec, n, fmt = _resolve(spec, norm, dtype)
-    if n.fused:
-        raise invalid("norm", n.name, "layernorm, rmsnorm or gemma_rmsnorm: the fused add's "
-                      "backward is the norm's (plus dh) -- check the norm's backward kernel")
     if spec is None:
+        if n.fused:
+            raise invalid("norm", n.name, "a spec for a fused backward (roles dh and "
+                          "d_residual: the residual stream's gradient in and out)")
         if entry is None:
             raise invalid("entry", None, "the kernel to run (give --entry or a spec)")
         spec = specs.default_backward_spec(n, block)
@@ -185,7 +514,14 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
             if len(spec.launches) > 1:
                 raise invalid("entry", entry, "no --entry: the spec names one entry per launch")
             spec.launches[0].entry = entry
-    # γ is always part of the maths (1 where the kernel takes none); β only through dβ
+    mode = "y" if spec.has("y") else "x"
+    if n.fused and not (spec.has("dh") or spec.has("d_residual")):
+        raise invalid("norm", n.name, "roles dh (the residual stream's gradient, in) and "
+                      "d_residual (out) for a fused backward", "or check the norm's backward "
+                      "with norm = " + repr(n.base))
+    if mode == "y" and not spec.has("gamma"):
+        raise invalid("spec.args", spec.roles(), "gamma with role y (x̂ = (y - β)/γ)")
+    # γ is always part of the maths (1 where the kernel takes none); β only through dβ or y
     n = n.with_affine(True, n.centred and (spec.has("dbeta") or spec.has("beta")))
     reads_gamma = spec.has("gamma")
     src = source if source is not None else spec.source
@@ -195,57 +531,66 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                          timeout=timeout, arch=spec.arch)
     fm = target.formats
     eps = np.float32(spec.eps) if spec.eps is not None else np.float32(1e-5)
-    stats = spec.stats or "recomputed"
-    roles = [r for r in ("dx", "dgamma", "dbeta") if spec.has(r)]
-    tol = TOLERANCES[fm.get("dx", fmt).name]
+    stats = "saved" if mode == "y" else (spec.stats or "recomputed")
+    roles = [r for r in ("dx", "d_residual", "dgamma", "dbeta") if spec.has(r)]
     t0 = time.perf_counter()
-    results, failures = [], []
+    results, failures, warnings = [], [], []
     races = {}
     lo, hi = spec.cols
     m = max(1, spec.cols_multiple_of)
-    for fi, (fam, (_, (fam_rows, widths))) in enumerate(families.BACKWARD_FAMILIES.items()):
+    be = get_backend(backend)
+    worst_case = None
+    for fi, (fam, (_, (fam_rows, widths))) in enumerate(families_mod.BACKWARD_FAMILIES.items()):
+        if fam not in fams:
+            continue
         fr = FamilyResult(fam)
         ws = sorted({min(max(w, lo), hi) // m * m or m for w in widths})
         rows = fam_rows or _odd(max(1, examples))
-        worst = 0.0
+        stats_by_role, base_by_role = {}, {}
         for k, cols in enumerate(ws):
             case = _case(fam, fmt.name, rows, cols, [seed, fi, k], n, fm, stats, eps,
-                         reads_gamma)
+                         reads_gamma, mode)
             try:
                 outs = target(case, guard="both")
             except KernelError as e:
                 failures.append(Failure(e.kind, fam, str(e)))
                 fr.failures[e.kind] = fr.failures.get(e.kind, 0) + 1
                 break
-            ref = oracle_backward.backward(
-                n, case.x, case.dy, case.gamma, eps=eps, stats=stats, mean=case.mean,
-                rstd=case.rstd, out=fm.get("dx", fmt).name,
-                param_out=fm.get("dgamma", formats.FP32).name,
-                dbeta_out=fm.get("dbeta", formats.FP32).name)
-            E = bounds.sound_backward(n, case.x, case.dy, case.gamma, mean=case.mean,
-                                      rstd=case.rstd, eps=eps)
+            ref = _reference(n, case, mode, stats, fm, fmt, eps)
+            E = _bound(n, case, mode, ref, eps)
+            scale = _scales(n, case, mode, eps)
             fr.rows += rows
             fr.cols.append(cols)
+            refs = {"dx": ref.dx, "d_residual": ref.dx, "dgamma": ref.dgamma,
+                    "dbeta": ref.dbeta}
+            base = _baseline(n, case, [r for r in roles if r in outs], refs, fm, be, mode)
             for role in roles:
-                r_ref = getattr(ref, role)
-                if r_ref is None:
+                r_ref = refs[role]
+                if r_ref is None or role not in outs:
                     continue
-                if role not in outs:
-                    continue
-                f, mu, w = _compare(role, r_ref, outs[role], E[role], tol, fam, case, n)
-                if role == "dx":
-                    fr.max_ulp = max(fr.max_ulp, mu)
-                worst = max(worst, w)
+                f, st = _compare(role, r_ref, outs[role], E[role], TOLERANCES[r_ref.fmt.name],
+                                 fam, case, n, scale[role], eps)
+                acc = stats_by_role.setdefault(role, {"max_ulp": 0.0, "p99_ulp": 0.0,
+                                                      "max_scaled": 0.0, "of_bound": 0.0})
+                for key in acc:
+                    acc[key] = max(acc[key], st[key])
+                for name, vals in base.get(role, ()):
+                    prev = base_by_role.get(role, (name, 0.0))
+                    e = _scaled_max(r_ref, vals, scale[role])
+                    if e >= prev[1]:
+                        base_by_role[role] = (name, e)
                 if f is not None:
                     failures.append(f)
                     fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
                     if f.cause and not fr.cause:
                         fr.cause = f.cause
+                    if worst_case is None:
+                        worst_case = (fam, case)
             if orders and any(r in outs for r in ("dgamma", "dbeta")) and \
-                    get_backend(backend).name == "cpu" and fam in ("gaussian", "tall"):
-                runs = {r: [outs[r]] for r in ("dgamma", "dbeta") if r in outs}
-                for s in range(1, orders):
-                    o = target(case, schedule="random", seed=s, workers=1)
+                    be.name == "cpu" and fam in ("gaussian", "tall", "tiles"):
+                runs = {r: [] for r in ("dgamma", "dbeta") if r in outs}
+                for s_ in range(orders):  # every order seeded: the spread is reproducible
+                    o = target(case, schedule="random", seed=seed * 1000 + s_ + 1, workers=1)
                     for r in runs:
                         runs[r].append(o[r])
                 for r, vals in runs.items():
@@ -253,8 +598,39 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                         vals, formats.of_dtype(np.asarray(vals[0]).dtype))
             if any(f.kind in FATAL for f in failures):
                 break
-        fr.max_of_bound = worst
-        fr.verdict = "fail" if fr.failures else "pass"
+        outputs = {}
+        for role, st in stats_by_role.items():
+            d = dict(st)
+            if role in base_by_role:
+                tol = TOLERANCES[refs[role].fmt.name] if refs.get(role) is not None else None
+                name, bmax = base_by_role[role]
+                d["baseline"] = {"name": name, "max_scaled": bmax}
+                if tol is not None:
+                    d["warn_at"] = max(tol.warn_floor, tol.warn_k * bmax)
+            outputs[role] = d
+        fr.outputs = outputs
+        fr.max_ulp = max([d["max_ulp"] for d in outputs.values()] + [0.0])
+        fr.p99_ulp = max([d["p99_ulp"] for d in outputs.values()] + [0.0])
+        fr.max_scaled = max([d["max_scaled"] for d in outputs.values()] + [0.0])
+        fr.max_of_bound = max([d["of_bound"] for d in outputs.values()] + [0.0])
+        if fr.failures:
+            fr.verdict = "fail"
+        else:
+            over = [(role, d) for role, d in outputs.items()
+                    if "warn_at" in d and d["max_scaled"] > d["warn_at"]]
+            if over:
+                fr.verdict = "warn"
+                role, d = over[0]
+                worst_case = worst_case or (fam, case)
+                cause = _warn_cause(n, case, role, outs, refs, E, fm, eps)
+                fr.cause = fr.cause or cause
+                warnings.append(Failure(
+                    "warn", fam, f"{role}: max {d['max_scaled']:.4g} ulp (of the terms summed) "
+                    f"is {d['max_scaled'] / max(d['baseline']['max_scaled'], 1e-300):.3g}x the "
+                    f"built-in strategies' ({d['baseline']['name']}: "
+                    f"{d['baseline']['max_scaled']:.4g}) and above the warn level "
+                    f"{d['warn_at']:.4g}; within the sound bound ({d['of_bound']:.3g} of it)",
+                    cause=cause))
         results.append(fr)
         if any(f.kind in FATAL for f in failures):
             break
@@ -263,18 +639,63 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
         if (f.kind, f.family, f.detail.split(":")[0]) not in seen:
             seen.add((f.kind, f.family, f.detail.split(":")[0]))
             uniq.append(f)
-    be = get_backend(backend)
-    verdict = "fail" if uniq else "pass"
+    verdict = "fail" if uniq else ("warn" if warnings else "pass")
     label = target.label
+    ce = None
+    if worst_case is not None and (verdict != "pass" or save_counterexample):
+        ce = _save(worst_case, target, spec, src, n, fmt, stats, mode, defines,
+                   save_counterexample)
     return CheckResult(
         kernel=label, norm=n.name, norm_desc=n.describe() + " backward", reference="exact",
-        dtype=fmt.name, out_dtype=fm.get("dx", fmt).name, backend=be.name, verdict=verdict,
+        dtype=fmt.name, out_dtype=fm.get("dx", fm.get("d_residual", fmt)).name,
+        backend=be.name, verdict=verdict,
         max_ulp=max([fr.max_ulp for fr in results] + [0.0]),
-        rows_checked=sum(fr.rows for fr in results), failures=uniq, warnings=[],
-        families=results, worst=None, tolerance=tol, seconds=time.perf_counter() - t0,
-        baseline_note="backward: pass or fail against the sound backward bound "
-                      "(normcheck.bounds.sound_backward); statistics " + stats,
-        cause=next((f.cause for f in uniq if f.cause), None),
+        rows_checked=sum(fr.rows for fr in results), failures=uniq, warnings=warnings,
+        families=results, worst=None, tolerance=TOLERANCES[fm.get("dx", fmt).name],
+        seconds=time.perf_counter() - t0, counterexample=ce,
+        baseline_note="backward: fail beyond the sound backward bound "
+                      "(normcheck.bounds.sound_backward); warn beyond k x the built-in "
+                      "strategies' on the same rows; statistics " + stats
+                      + ("; x̂ from y" if mode == "y" else ""),
+        cause=next((f.cause for f in uniq + warnings if f.cause), None),
         provenance=be.provenance(),
-        extra={"backward": {"outputs": roles, "stats": stats,
-                            "races_ulp": races, "orders": orders}})
+        extra={"backward": {"outputs": roles, "stats": stats, "mode": mode,
+                            "races_ulp": races, "orders": orders, "seed": seed}})
+
+
+def _warn_cause(n, case, role, outs, refs, E, fm, eps):
+    """A warn's cause: the order-dependent candidates (a storage stage) against the output."""
+    ref = refs[role]
+    limit = np.zeros_like(ref.exact)  # every element off counts
+    fmt = ref.fmt if role not in ("dx", "d_residual") else formats.of_dtype(case.x.dtype)
+    got = np.asarray(outs[role]).astype(np.float64)
+    return _explain(n, case, role, got, ref, limit, fmt, eps)
+
+
+def _save(worst, target, spec, src, n, fmt, stats, mode, defines, path):
+    """The case of the first failing (or warned) family, saved for ``normcheck replay``."""
+    import hashlib
+    from pathlib import Path
+
+    from normcheck import replay
+
+    fam, case = worst
+    if isinstance(src, (str, Path)) and "\n" not in str(src):
+        desc = {"source": str(Path(src).resolve()),
+                "sha256": hashlib.sha256(Path(src).read_bytes()).hexdigest()}
+    else:
+        desc = {"source": "<string>", "source_text": str(src)}
+    desc.update({"entries": spec.entries, "norm": n.name, "dtype": fmt.name,
+                 "defines": {**spec.defines, **(defines or {})},
+                 "spec": str(spec.path.resolve()) if spec.path else None,
+                 "spec_sha256": hashlib.sha256(spec.path.read_bytes()).hexdigest()
+                 if spec.path else None,
+                 "backward": {"stats": stats, "mode": mode}})
+    extra = {k: v for k, v in (("dy", case.dy), ("mean", case.mean), ("rstd", case.rstd),
+                               ("dh", case.extra.get("dh")), ("y", case.extra.get("y")))
+             if v is not None}
+    return str(replay.save_case(Path(path) if path else None, kernel=desc, x=case.x,
+                                gamma=case.gamma, beta=case.beta, eps=case.eps,
+                                note=f"first failing family of normcheck check --backward "
+                                     f"({fam})", label=target.label, exclusive=path is None,
+                                **extra))

@@ -42,6 +42,8 @@ CAUSES = {
     "var_storage": ("variance rounded to the storage format", "bit"),
     "exact_not_hf": ("the exact definition (γ·x̂ rounded once), not Hugging Face's "
                      "(x̂ rounded first)", "bit"),
+    "partial_reduction": ("a partial reduction: the statistics of each warp's columns only, "
+                          "never combined across the block", "bit"),
     "one_pass": ("one-pass variance E[x²] - E[x]²: catastrophic cancellation, error grows as κ²",
                  "stat"),
     "storage_sums": ("sums accumulated in the storage format", "stat"),
@@ -81,6 +83,23 @@ def _models(norm, fmt, out, x, g, b, mean, var, eps):
         m["squares_storage"] = y_of(1.0 / np.sqrt(sq.mean(axis=1, keepdims=True) + eps))
         if norm.reference == "hf":
             m["exact_not_hf"] = y_of(r)
+        # partial reductions: a block of B threads whose warps never combine (warp w holds the
+        # columns j with (j mod B) / 32 = w), each using its own sums as the row's
+        for B in (32, 64, 128, 256, 512, 1024):
+            if B >= D:
+                break
+            grp = (np.arange(D) % B) // 32
+            mu_p = np.zeros_like(x)
+            v_p = np.zeros_like(x)
+            for k in np.unique(grp):
+                sel = grp == k
+                if norm.centred:
+                    mk = x[:, sel].sum(axis=1, keepdims=True) / D
+                    mu_p[:, sel] = mk
+                    v_p[:, sel] = ((x[:, sel] - mk) ** 2).sum(axis=1, keepdims=True) / D
+                else:
+                    v_p[:, sel] = (x[:, sel] ** 2).sum(axis=1, keepdims=True) / D
+            m[("partial_reduction", B)] = ge * (x - mu_p) / np.sqrt(v_p + eps) + b
     return m
 
 
@@ -125,7 +144,8 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
     d_exact = _distance(out, yk, ref.rounded.astype(np.float64))
     best, best_key = None, None
     models = _models(norm, fmt, out, x, g, b, mean, var, eps)
-    for rank, key in enumerate(k for k in CAUSES if k in models):
+    keys = [k for k in CAUSES if k in models] + [k for k in models if isinstance(k, tuple)]
+    for rank, key in enumerate(keys):
         model = models[key]
         if isinstance(model, tuple):
             pred = model[1]
@@ -144,7 +164,14 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
     best_score = best_key[0] if best_key else 0.0
     if best is not None:
         n = int(fin.sum())
-        return (f"{CAUSES[best][0]} (reproduces the kernel to within 1 ulp on "
+        if isinstance(best, tuple):
+            what = (f"{CAUSES[best[0]][0]} (a block of {best[1]} threads: warp w holds the "
+                    "columns j with (j mod blockDim)/32 = w)")
+        elif best == "xhat_storage" and norm.centred:
+            what = "x̂ rounded to the storage format before ×γ + β"  # hf is RMSNorm's only
+        else:
+            what = CAUSES[best][0]
+        return (f"{what} (reproduces the kernel to within 1 ulp on "
                 f"{int(round(best_score * n))}/{n} of the elements off)")
     return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad) or \
         _nonfinite(norm, fmt, x, mean, var, eps, yk, ref, bad)
@@ -295,6 +322,11 @@ def _nonfinite(norm, fmt, x, mean, var, eps, y, ref, bad):
     for (key, _), vm in models.items():
         if key == "one_pass":
             neg |= (vm + eps) < 0
+    # in another summation order: E[x²] - E[x]² in float is off by up to about D·u·2E[x²]
+    # (Higham (4.4) on both sums), so a row whose var + ε is below that may come out negative
+    D = x.shape[1]
+    second = np.mean(x[rows] ** 2, axis=1)
+    neg |= (var[rows] + eps) < 2 * D * 2.0**-24 * second
     if neg.mean() < 0.6:
         return None
     with np.errstate(invalid="ignore", divide="ignore"):

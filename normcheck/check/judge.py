@@ -97,6 +97,7 @@ class FamilyResult:
     verdict: str = "pass"
     failures: dict = field(default_factory=dict)
     cause: str | None = None
+    outputs: dict = field(default_factory=dict)  # backward: per output (dx, dγ, dβ) figures
 
     def as_dict(self) -> dict:
         d = asdict(self)

@@ -16,8 +16,11 @@ def render(r) -> str:
                  "fail: beyond what a sound float backward kernel can produce -- sums in any "
                  "order, one final rounding (normcheck.bounds.sound_backward), never below "
                  f"{t.fail_floor:g} ulp; or non-finite, unwritten, a crash, out of bounds, a "
-                 "deadlock, a timeout, a sandbox violation, an exception.  No warn."]
-        return "\n".join(lines + _body(r))
+                 "deadlock, a timeout, a sandbox violation, an exception",
+                 "warn: within that bound, but an output's largest scaled error (in ulps of the "
+                 "terms it sums) more than k x the best built-in strategy's on the same rows "
+                 "(normcheck.check.tolerances)"]
+        return "\n".join(lines + _body(r, backward=True))
     lines = [f"normcheck check: {r.kernel} ({r.norm_desc}, {r.dtype} -> {r.out_dtype}, "
              f"{r.backend} backend)",
              "fail: beyond what a sound kernel can produce -- a float-accumulating two-pass, "
@@ -30,7 +33,30 @@ def render(r) -> str:
     return "\n".join(lines + _body(r))
 
 
-def _body(r) -> list:
+def _backward_table(r):
+    roles = r.extra["backward"]["outputs"]
+    head = ["family", "rows", "cols"]
+    for role in roles:
+        head += [f"{role} max/p99/scaled", "x bound", "best built-in"]
+    head.append("verdict")
+    table = []
+    for f in r.families:
+        row = [f.family, str(f.rows), ",".join(map(str, f.cols))]
+        for role in roles:
+            d = f.outputs.get(role)
+            if d is None:
+                row += ["-", "-", "-"]
+                continue
+            b = d.get("baseline")
+            row += [f"{_fmt(d['max_ulp'])} / {_fmt(d['p99_ulp'])} / {_fmt(d['max_scaled'])}",
+                    _fmt(d["of_bound"]),
+                    f"{_fmt(b['max_scaled'])}" if b else "-"]
+        row.append(f.verdict.upper() if f.verdict != "pass" else f.verdict)
+        table.append(row)
+    return head, table
+
+
+def _body(r, backward=False) -> list:
     lines = []
     prov = r.provenance or {}
     if prov.get("arch"):
@@ -41,7 +67,9 @@ def _body(r) -> list:
     head = ["family", "rows", "cols", "max ulp", "p99 ulp", "max scaled", "x bound",
             "bound ulp", "best built-in", "verdict"]
     table = []
-    for f in r.families:
+    if backward:
+        head, table = _backward_table(r)
+    for f in r.families if not backward else ():
         base = "-" if f.baseline is None else f"{f.baseline.name} {_fmt(f.baseline.max_scaled)}"
         bound = _fmt(f.bound_ulp)
         if f.unbounded_rows:
@@ -49,7 +77,7 @@ def _body(r) -> list:
         table.append([f.family, str(f.rows), ",".join(map(str, f.cols)), _fmt(f.max_ulp),
                       _fmt(f.p99_ulp), _fmt(f.max_scaled), _fmt(f.max_of_bound), bound, base,
                       f.verdict.upper() if f.verdict != "pass" else f.verdict])
-    if r.search:
+    if r.search and not backward:
         table.append(["search", str(r.search["examples"]), "-", "-", "-", "-",
                       _fmt(r.search.get("max_of_bound")), "-", "-",
                       "FAIL" if r.search["failed"] else "pass"])
@@ -81,8 +109,9 @@ def _body(r) -> list:
     bw = r.extra.get("backward") if r.extra else None
     if bw and bw.get("races_ulp"):
         worst = max(bw["races_ulp"].items(), key=lambda kv: kv[1])
-        lines.append(f"nondeterminism: over {bw['orders']} seeded block orders (atomics arriving "
-                     f"in each), the largest spread is {worst[1]:.3g} ulps ({worst[0]}); "
+        lines.append(f"nondeterminism: over {bw['orders']} block orders seeded from the check's "
+                     f"seed {bw.get('seed', 0)} (atomics arriving in each), the largest spread "
+                     f"is {worst[1]:.3g} ulps ({worst[0]}); "
                      + "; ".join(f"{k}: {v:.3g}" for k, v in bw["races_ulp"].items()))
     long = next((f for f in r.families if f.family == "long"), None)
     if long is not None:
