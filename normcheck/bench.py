@@ -4,6 +4,9 @@
   pure-mpmath LayerNorm.
 * ``normcheck bench backend`` — cpu-backend rows/s of a one-block-per-row LayerNorm kernel
   beside numpy's vectorised float32 two-pass LayerNorm (the ratio is how many times slower).
+* ``normcheck bench check``   — from one run, per format: the oracle alone, the kernel alone
+  and the whole long check (rows generated, run, the exact results, the sound bound, the
+  measurement) at D = 4096, for a built-in kernel on the cpu backend and a numpy callable.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import numpy as np
 
 from normcheck import formats, oracle
 
-__all__ = ["numpy_layernorm", "oracle_benchmark", "backend_benchmark", "cub_benchmark"]
+__all__ = ["numpy_layernorm", "numpy_rmsnorm", "oracle_benchmark", "backend_benchmark",
+           "cub_benchmark", "check_benchmark"]
 
 
 def _best(fn, repeats):
@@ -32,6 +36,85 @@ def numpy_layernorm(x, g, b, eps=np.float32(1e-5)):
     d = x - m
     v = np.mean(d * d, axis=1, keepdims=True)
     return d / np.sqrt(v + eps) * g + b
+
+
+def numpy_rmsnorm(fmt):
+    """A float32 numpy RMSNorm storing to ``fmt`` (the callable of the check benchmark)."""
+    f = formats.get(fmt)
+
+    def rmsnorm(x, g, b, eps):
+        xf = x.astype(np.float32)
+        r = 1 / np.sqrt((xf * xf).mean(axis=1, keepdims=True) + np.float32(eps))
+        return f.cast((xf * r * g.astype(np.float32)).astype(np.float64))
+
+    return rmsnorm
+
+
+def _peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
+                    targets=("builtin", "numpy"), builtin_rows=None, echo=print) -> list[dict]:
+    """Rows/s of the oracle alone, the kernel alone and the whole long check
+    (normcheck.check.judge.Judge.run_long: generation, the kernel, the oracle, the sound bound
+    and the compiled measurement, pipelined) on the same batches; RMSNorm, the built-in
+    ``rmsnorm_rms_<fmt>[_upcast_square]`` on the cpu backend and :func:`numpy_rmsnorm`.  ``check /
+    oracle`` is the issue's figure; ``check / slower`` divides by the slower of the oracle and
+    the kernel (what the check could reach were its own work free)."""
+    from normcheck import kernels, launch, norms, oracle_fast
+    from normcheck import spec as specs
+    from normcheck.check.judge import Judge
+
+    n = norms.get("rmsnorm")
+    out = []
+    echo(f"long check at D = {cols}: RMSNorm, batches of about 2^20 elements, oracle and "
+         f"measurement on {oracle_fast.threads()} threads")
+    echo(f"{'target':26} {'rows':>6} {'oracle rows/s':>14} {'kernel rows/s':>14} "
+         f"{'check rows/s':>13} {'check/oracle':>13} {'check/slower':>13} {'peak MiB':>9}")
+    for name in fmts:
+        fmt = formats.get(name)
+        for kind in targets:
+            if kind == "builtin":
+                v = kernels.get(f"rmsnorm_rms_{name}" + ("" if name == "fp32" else "_upcast_square"))
+                sp = specs.default_spec(n, 256)
+                sp.launches[0].entry = v.name
+                target = launch.bind(sp, v.path, norm=n, dtype=name, backend="cpu")
+                label, R = v.name, builtin_rows or rows
+            else:
+                target = launch.CallableTarget(numpy_rmsnorm(name), n, fmt, fmt, "numpy_rmsnorm")
+                label, R = f"numpy_rmsnorm ({name})", rows
+            j = Judge(target, n, fmt, fmt)
+            batch = max(1, (1 << 20) // cols) | 1
+            cases = [j.case("gaussian", batch, cols, seed=[0, k], pooled=True)
+                     for k in range(max(1, min(4, R // batch)))]
+            j.reference(cases[0])
+            j.run_target("gaussian", cases[0], "end")
+            t0 = time.perf_counter()
+            for c in cases:
+                j.reference(c)
+            t_or = (time.perf_counter() - t0) / (len(cases) * batch)
+            t0 = time.perf_counter()
+            for c in cases:
+                j.run_target("gaussian", c, "end")
+            t_k = (time.perf_counter() - t0) / (len(cases) * batch)
+            del cases
+            t0 = time.perf_counter()
+            fr, fails, _ = j.run_long(R, cols)
+            t_all = (time.perf_counter() - t0) / R
+            row = {"target": label, "format": name, "rows": R, "cols": cols,
+                   "oracle_rows_per_s": 1 / t_or, "kernel_rows_per_s": 1 / t_k,
+                   "check_rows_per_s": 1 / t_all, "check_over_oracle": t_or / t_all,
+                   "check_over_slower": max(t_or, t_k) / t_all, "verdict": fr.verdict,
+                   "peak_rss_mib": _peak_rss_mib()}
+            out.append(row)
+            echo(f"{label:26} {R:6d} {row['oracle_rows_per_s']:14,.0f} "
+                 f"{row['kernel_rows_per_s']:14,.0f} {row['check_rows_per_s']:13,.0f} "
+                 f"{row['check_over_oracle']:12.0%} {row['check_over_slower']:12.0%} "
+                 f"{row['peak_rss_mib']:9.0f}")
+    return out
 
 
 def oracle_benchmark(cols=(1024, 4096), fmts=("fp16", "bf16", "fp32"), elements=1 << 21,

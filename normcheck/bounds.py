@@ -278,9 +278,11 @@ def sound_statistics(norm, rows, eps=np.float32(1e-5), exact_input_sum=True):
 
 
 def sound_bound(norm, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
-                storage=None) -> np.ndarray:
+                storage=None, compiled=True) -> np.ndarray:
     """E_j of every element: the largest error (absolute, before the final rounding) a sound
-    kernel may commit (see above); inf where no float kernel can promise anything."""
+    kernel may commit (see above); inf where no float kernel can promise anything.  The exact
+    reference's is computed compiled (normcheck.measure, beside the measurement; ``compiled=False``
+    or NORMCHECK_MEASURE=numpy: this numpy version, equal to 1e-12)."""
     from normcheck import formats, norms
 
     n_ = norms.get(norm)
@@ -290,6 +292,13 @@ def sound_bound(norm, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
     geff = 1.0 + g if n_.gemma else g
     b = np.zeros(D) if beta is None or not (n_.centred and n_.has_beta) else \
         np.asarray(beta, np.float64)
+    if n_.reference != "hf" and compiled:
+        from normcheck import measure
+
+        E = measure.sound_bound(x, geff, b, float(np.float32(eps)), n_.centred, n_.gemma,
+                                SOUND_SAFETY)
+        if E is not None:
+            return E
     terms = sound_statistics(n_, x, eps)
     E = None
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):

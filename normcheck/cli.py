@@ -10,7 +10,7 @@ import sys
 
 from normcheck import __version__
 from normcheck import errors
-from normcheck.errors import NormcheckError
+from normcheck.errors import NormcheckError, invalid
 
 __all__ = ["main", "build_parser"]
 
@@ -118,9 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
     sf.add_argument("--missing", action="store_true", help="list every missing function too")
     sf.set_defaults(func=_surface)
 
-    b = sub.add_parser("bench", help="print performance figures (oracle, backend, gpu)")
-    b.add_argument("what", choices=("oracle", "backend", "gpu", "cub"), help="what to measure")
-    b.add_argument("--cols", type=int, nargs="+", default=[1024, 4096])
+    b = sub.add_parser("bench", help="print performance figures (oracle, backend, check, gpu)")
+    b.add_argument("what", choices=("oracle", "backend", "check", "gpu", "cub"),
+                   help="what to measure")
+    b.add_argument("--cols", type=int, nargs="+", default=None,
+                   help="widths (oracle, backend: 1024 4096; check: 4096)")
+    b.add_argument("--rows", type=int, default=None,
+                   help="check: rows of the long check (default 8191; built-in kernels 1023)")
     b.add_argument("--seed", type=int, default=0)
     b.set_defaults(func=_bench)
     return p
@@ -140,10 +144,17 @@ def _surface(args) -> int:
 def _bench(args) -> int:
     from normcheck import bench
 
+    cols = tuple(args.cols or (1024, 4096))
+    if args.rows is not None and args.rows < 1:
+        raise invalid("--rows", args.rows, "at least 1")
     if args.what == "oracle":
-        bench.oracle_benchmark(cols=tuple(args.cols), seed=args.seed)
+        bench.oracle_benchmark(cols=cols, seed=args.seed)
     elif args.what == "backend":
-        bench.backend_benchmark(cols=tuple(args.cols), seed=args.seed)
+        bench.backend_benchmark(cols=cols, seed=args.seed)
+    elif args.what == "check":
+        for c in (args.cols or (4096,)):
+            bench.check_benchmark(rows=args.rows or 8191, cols=c,
+                                  builtin_rows=args.rows or 1023)
     elif args.what == "cub":
         bench.cub_benchmark()
     else:

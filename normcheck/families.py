@@ -36,7 +36,7 @@ from normcheck import formats
 from normcheck.errors import invalid
 
 __all__ = ["Source", "NumpySource", "Family", "FAMILIES", "get", "generate", "weights",
-           "kappa_max", "kappa_quantised", "TAIL_COLS", "widths", "BACKWARD_FAMILIES",
+           "kappa_max", "kappa_quantised", "TAIL_COLS", "normal_pool", "widths", "BACKWARD_FAMILIES",
            "backward_rows"]
 
 TAIL_COLS = (1, 2, 3, 31, 33, 255, 257, 4097)
@@ -59,10 +59,19 @@ class Source:
 
 
 class NumpySource(Source):
-    def __init__(self, rng: np.random.Generator):
+    """A seeded numpy generator.  With ``pool`` (an array of standard normals), ``normal(n)``
+    is a window of the pool at a random offset with a random sign: rows as varied as the
+    recipes' own parameters make them, at the cost of a copy instead of n fresh normals (the
+    long check's batches, where drawing normals would cost more than the oracle)."""
+
+    def __init__(self, rng: np.random.Generator, pool: np.ndarray | None = None):
         self.rng = rng
+        self.pool = pool
 
     def normal(self, n):
+        if self.pool is not None and n <= len(self.pool):
+            off = int(self.rng.integers(0, len(self.pool) - n + 1))
+            return self.pool[off:off + n] * (1.0 if self.rng.random() < 0.5 else -1.0)
         return self.rng.standard_normal(n)
 
     def uniform(self, lo, hi):
@@ -230,17 +239,28 @@ def widths(family, cols_range=(1, 1 << 20), multiple_of: int = 1) -> list[int]:
     return out
 
 
-def generate(family, fmt, rows: int, cols: int, seed=0) -> np.ndarray:
-    """``rows`` rows of ``cols`` values of a family, in the storage dtype of ``fmt``, seeded."""
+_POOL = []
+
+
+def normal_pool() -> np.ndarray:
+    """2^20 + 2^13 standard normals from a fixed seed, drawn once (see NumpySource)."""
+    if not _POOL:
+        _POOL.append(np.random.default_rng(0x6E6F726D).standard_normal((1 << 20) + (1 << 13)))
+    return _POOL[0]
+
+
+def generate(family, fmt, rows: int, cols: int, seed=0, pooled: bool = False) -> np.ndarray:
+    """``rows`` rows of ``cols`` values of a family, in the storage dtype of ``fmt``, seeded;
+    ``pooled``: their normals are windows of :func:`normal_pool` (a long check's batches)."""
     fam = get(family)
     f = formats.get(fmt)
     if cols < 1 or rows < 1:
         raise invalid("cols" if cols < 1 else "rows", cols if cols < 1 else rows, "at least 1")
     rng = np.random.default_rng(seed if isinstance(seed, np.random.Generator) else
                                 [seed, sorted(FAMILIES).index(fam.name), f.bits, cols])
-    src = NumpySource(rng)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.stack([fam.row(src, f, cols) for _ in range(rows)])
+    src = NumpySource(rng, normal_pool() if pooled else None)
+    with np.errstate(over="ignore", invalid="ignore"):  # rounded once, all rows together
+        return f.cast(np.stack([fam.recipe(src, f, cols) for _ in range(rows)]))
 
 
 def weights(fmt, cols: int, seed=0):

@@ -20,7 +20,8 @@ from normcheck import formats, oracle
 from normcheck.backends import get_backend
 from normcheck.errors import invalid
 
-__all__ = ["Variant", "variants", "get", "run", "reference", "poisoned", "unwritten", "CUDA_SRC",
+__all__ = ["Variant", "variants", "get", "run", "reference", "poisoned", "unwritten", "poison_bits",
+           "CUDA_SRC",
            "NORMS", "ORDERS", "ALGORITHMS", "BackwardVariant", "backward_variants",
            "get_backward", "run_backward_dx", "run_backward_dparams"]
 
@@ -54,6 +55,11 @@ def poisoned(shape, dtype) -> np.ndarray:
     """An array of the poison NaN of dtype's format."""
     fmt = formats.of_dtype(dtype)
     return np.full(shape, _POISON_BITS[fmt.name], fmt.uint).view(fmt.dtype)
+
+
+def poison_bits(dtype) -> int:
+    """The bits of the poison NaN of dtype's format."""
+    return _POISON_BITS[formats.of_dtype(dtype).name]
 
 
 def unwritten(a) -> np.ndarray:

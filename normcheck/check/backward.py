@@ -28,6 +28,7 @@ import numpy as np
 from normcheck import (bounds, formats, kernels, launch, metrics, norms, oracle,
                        oracle_backward)
 from normcheck import families as families_mod
+from normcheck import measure as measure_mod
 from normcheck import spec as specs
 from normcheck.backends import get_backend
 from normcheck.check.judge import FATAL, Failure, FamilyResult, _odd
@@ -380,28 +381,24 @@ def _affine_signature(norm, case, y, t, off, fmt, eps):
 
 
 def _compare(role, ref, got, E, tol, fam, case, norm, scale, eps):
-    """(Failure or None, stats) of one output: stats has max_ulp, p99_ulp, max_scaled,
-    of_bound."""
+    """(Failure or None, stats) of one output (normcheck.measure): stats has max_ulp, p99_ulp,
+    max_scaled, of_bound."""
     got = np.asarray(got)
     fmt = ref.fmt
     if got.dtype != fmt.dtype:
         got = fmt.cast(got.astype(np.float64))
-    st = {"max_ulp": 0.0, "p99_ulp": 0.0, "max_scaled": 0.0, "of_bound": 0.0}
-    unw = kernels.unwritten(got)
-    if unw.any():
-        i = np.argwhere(unw)[0]
+    m = measure_mod.measure(ref, got, E=E, floor=tol.fail_floor, scale=scale,
+                            poison=kernels.poison_bits(got.dtype))
+    st = {"max_ulp": m.max_ulp if m.n else 0.0, "p99_ulp": 0.0,
+          "max_scaled": m.max_scaled, "of_bound": m.max_ratio}
+    st["p99_ulp"] = metrics.ulp_stats(m.ulp.ravel())[1]
+    if m.unwritten:
+        i = np.argwhere(kernels.unwritten(got))[0]
         st.update(max_ulp=np.inf, of_bound=np.inf)
-        return (Failure("unwritten", fam, f"{role}: {int(unw.sum())}/{got.size} elements never "
+        return (Failure("unwritten", fam, f"{role}: {m.unwritten}/{got.size} elements never "
                         f"written, first at {tuple(int(v) for v in i)}"), st)
-    ulp = ref.ulp_error(got)
     a = got.astype(np.float64)
     t = ref.exact
-    fin = np.isfinite(ulp)
-    st["max_ulp"], st["p99_ulp"], _ = metrics.ulp_stats(ulp.ravel())
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        sc = np.abs(a - t) / fmt.ulp_array(np.maximum(scale, np.abs(t)))
-        sc = np.where(ulp == 0, 0.0, sc)
-    st["max_scaled"] = float(np.max(np.where(fin, sc, 0.0))) if sc.size else 0.0
     bad_nf = ~np.isfinite(a) & np.isfinite(ref.rounded.astype(np.float64))
     if bad_nf.any():
         i = tuple(int(v) for v in np.argwhere(bad_nf)[0])
@@ -409,25 +406,27 @@ def _compare(role, ref, got, E, tol, fam, case, norm, scale, eps):
         return (Failure("nonfinite", fam, f"{role}: {int(bad_nf.sum())} non-finite where the "
                         f"exact value is finite, e.g. at {i}: kernel={float(a[i])!r} "
                         f"exact={float(t[i])!r}"), st)
-    limit = bounds.sound_limit(ref, E, tol.fail_floor)
-    with np.errstate(invalid="ignore", over="ignore"):
-        ratio = np.where(np.isfinite(a) & np.isfinite(t), np.abs(a - t) / limit, 0.0)
-    ratio = np.nan_to_num(ratio, nan=0.0)
-    worst = float(ratio.max()) if ratio.size else 0.0
-    st["of_bound"] = worst
-    if worst <= 1.0:
+    if not m.over:
         return None, st
-    k = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    k = np.unravel_index(m.argmax_ratio, got.shape)
+    limit = bounds.sound_limit(_Scaled(ref, scale), E, tol.fail_floor)
     lim_ulp = float(limit[k] / fmt.ulp_array(np.abs(t[k])))
     cause = _explain(norm, case, role, a, ref, limit, fmt if role not in ("dx", "d_residual")
                      else formats.of_dtype(case.x.dtype), eps)
     where = f"{case.rows}x{case.cols}"
     return (Failure("accuracy", fam,
-                    f"{role}: {int((ratio > 1).sum())}/{ratio.size} elements beyond what a sound "
-                    f"kernel can produce; worst at {tuple(int(v) for v in k)} of {where}: "
-                    f"kernel={float(a[k])!r} exact={float(t[k])!r}, {float(ulp[k]):.4g} ulp "
-                    f"where the sound bound allows {lim_ulp:.4g} ({worst:.3g}x)", cause=cause),
-            st)
+                    f"{role}: {m.over}/{got.size} elements beyond what a sound kernel can "
+                    f"produce; worst at {tuple(int(v) for v in k)} of {where}: "
+                    f"kernel={float(a[k])!r} exact={float(t[k])!r}, {float(m.ulp[k]):.4g} ulp "
+                    f"where the sound bound allows {lim_ulp:.4g} ({m.max_ratio:.3g}x)",
+                    cause=cause), st)
+
+
+class _Scaled:
+    """A reference with the backward's own scale (the terms an output sums)."""
+
+    def __init__(self, ref, scale):
+        self.fmt, self.exact, self.scale = ref.fmt, ref.exact, scale
 
 
 def _baseline(norm, case, roles, refs, fm, backend, mode):

@@ -28,13 +28,14 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from normcheck import bounds, families, formats, kernels, metrics, norms, oracle
+from normcheck import measure as measure_mod
 from normcheck.check import diagnose
 from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance
 from normcheck.errors import KernelError, NormcheckError
 from normcheck.launch import Case
 
 __all__ = ["CHECK_FAMILIES", "FATAL", "Failure", "Baseline", "Worst", "FamilyResult", "Judge",
-           "check_h"]
+           "check_h", "element_text"]
 
 #: The families a check runs (``extremes`` is the report's business: see the module docstring).
 CHECK_FAMILIES = tuple(f for f in families.FAMILIES if f != "extremes")
@@ -105,24 +106,42 @@ class FamilyResult:
         return d
 
 
-@dataclass
 class Measured:
-    """One batch, measured: per element errors and where they stand against the bound."""
+    """One batch, measured (normcheck.measure): per element errors and where they stand
+    against the bound.  The per-element arrays are measured again on first use (a long check
+    keeps only the reductions); ``again(lo, hi)`` measures a few rows with their arrays."""
 
-    ref: object
-    y: np.ndarray
-    comparison: object
-    limit: np.ndarray       # the sound limit (absolute)
-    ratio: np.ndarray       # |y - t| / limit, finite classes only (0 elsewhere)
-    unbounded: int
+    def __init__(self, ref, y, m, unbounded, E=None, floor=1.0, poison=None):
+        self.ref, self.y, self.m, self.unbounded = ref, y, m, unbounded
+        self._args = (E, floor, poison)
+
+    def _full(self):
+        if self.m.ulp is None:
+            E, floor, poison = self._args
+            self.m = measure_mod.measure(self.ref, self.y, E=E, floor=floor, poison=poison)
+        return self.m
+
+    def again(self, lo: int, hi: int):
+        E, floor, poison = self._args
+        return measure_mod.measure(measure_mod.Rows(self.ref, lo, hi), self.y[lo:hi],
+                                   E=None if E is None else E[lo:hi], floor=floor,
+                                   poison=poison, hist=False)
 
     @property
     def ulp(self):
-        return self.comparison.ulp
+        return self._full().ulp
 
     @property
     def scaled(self):
-        return self.comparison.scaled
+        return self._full().scaled
+
+    @property
+    def ratio(self):
+        return self._full().ratio
+
+    @property
+    def cls(self):
+        return self._full().cls
 
 
 def check_h(family, h, ref) -> list:
@@ -143,6 +162,21 @@ def check_h(family, h, ref) -> list:
                     f"h = x + residual {what} in {int(wrong.sum())}/{h.size} elements; "
                     f"e.g. row {i}, col {j}: kernel={float(h[i, j])!r} correctly rounded="
                     f"{float(hr[i, j])!r}")]
+
+
+class _Point:
+    """One element of a reference, for the sound limit at that element."""
+
+    def __init__(self, ref, i, j):
+        self.fmt = ref.fmt
+        self.exact = ref.exact[i:i + 1, j:j + 1]
+        self.scale = measure_mod.Rows(ref, i, i + 1).scale[:, j:j + 1]
+
+
+def element_text(i, j, x, y, exact) -> str:
+    """The one layout of a mismatching element: "row i, col j: x=… kernel=… exact=…"."""
+    return (f"row {i}, col {j}: x={float(x[i, j])!r} kernel={float(y[i, j])!r} "
+            f"exact={float(exact[i, j])!r}")
 
 
 def _odd(n: int) -> int:
@@ -205,13 +239,13 @@ class Judge:
         return out
 
     # cases ------------------------------------------------------------------------------------------
-    def case(self, family: str, rows: int, cols: int, seed) -> Case:
+    def case(self, family: str, rows: int, cols: int, seed, pooled: bool = False) -> Case:
         fmt = self.fmt
-        x = families.generate(family, fmt, rows, cols, seed=seed)
+        x = families.generate(family, fmt, rows, cols, seed=seed, pooled=pooled)
         g, b = families.weights(fmt, cols, seed=self.seed)
-        return self.make_case(x, g, b, families.generate("gaussian", fmt, rows, cols,
-                                                          seed=seed) if self.norm.fused else None,
-                              self.eps)
+        return self.make_case(x, g, b, families.generate(
+            "gaussian", fmt, rows, cols, seed=seed, pooled=pooled) if self.norm.fused else None,
+            self.eps)
 
     def make_case(self, x, g, b, r, eps) -> Case:
         n = self.norm
@@ -253,58 +287,61 @@ class Judge:
         if y is None:
             return None, [Failure("error", family, "the target wrote no output (y)")]
         x = case.x
-        unw = kernels.unwritten(y)
-        if unw.any():
-            i, j = (int(v) for v in np.argwhere(unw)[0])
-            fails.append(Failure(
-                "unwritten", family, f"{int(unw.sum())}/{y.size} output elements never written "
-                f"(they still hold the poison NaN), first at row {i}, col {j}, width "
-                f"{x.shape[1]}, {x.shape[0]} rows"))
-        c = metrics.compare(ref, y, ordinal=False)
-        bad_cls = np.isin(c.cls, [metrics.CLASSES.index(k) for k in metrics.FAILURE_CLASSES])
-        bad_cls &= ~unw
-        if bad_cls.any():
-            counts = {}
-            for k in metrics.FAILURE_CLASSES:
-                m = int(((c.cls == metrics.CLASSES.index(k)) & ~unw).sum())
-                if m:
-                    counts[k] = m
-            i, j = (int(v) for v in np.argwhere(bad_cls)[0])
-            fails.append(Failure(
-                "nonfinite", family, f"{', '.join(f'{v} {k}' for k, v in counts.items())} at "
-                f"width {x.shape[1]}; e.g. row {i}, col {j}: x={float(x[i, j])!r} "
-                f"kernel={float(y[i, j])!r} exact={float(ref.exact[i, j])!r}"))
-        if "h" in outs:
-            fails += self._check_h(family, outs["h"], ref)
         rows = kernels.normalised_rows(ref, x, case.residual, self.convention)
-        for role in self.stats_roles:
-            if role in outs:
-                fails += self._check_stats(family, role, ref, outs[role], rows)
         E = bounds.sound_bound(self.norm, rows, case.gamma, case.beta, eps=case.eps,
                                storage=self.fmt)
         if self.norm.fused and self.convention == "exact" and self.fmt.name == "fp32":
             E = E + 2 ** -24 * bounds.SOUND_SAFETY * np.abs(ref.exact - (
                 ref.beta if ref.beta is not None else 0.0))  # the float sum h rounds once
-        limit = bounds.sound_limit(ref, E, self.tol.fail_floor)
-        finite = c.cls == metrics.CLASSES.index("finite")
-        with np.errstate(invalid="ignore", over="ignore"):
-            err = np.abs(y.astype(np.float64) - ref.exact)
-            ratio = np.where(finite & ~unw, err / limit, 0.0)
-        ratio = np.nan_to_num(ratio, nan=0.0)
-        over = ratio > 1.0
-        if over.any():
-            k = int(np.argmax(ratio))
-            i, j = np.unravel_index(k, ratio.shape)
-            lim_ulp = float(limit[i, j] / self.out.ulp_array(np.abs(ref.exact[i, j])))
+        poison = kernels.poison_bits(y.dtype)
+        mm = measure_mod.measure(ref, y, E=E, floor=self.tol.fail_floor, poison=poison,
+                                 keep=())
+        fails_cls = sum(mm.classes[k] for k in metrics.FAILURE_CLASSES)
+        measured = Measured(ref, y, mm, int(np.isinf(E).any(axis=1).sum()), E,
+                            self.tol.fail_floor, poison)
+        if mm.unwritten or fails_cls or mm.over:
+            mm = measured._full()
+        unw = kernels.unwritten(y) if mm.unwritten else None
+        if mm.unwritten:
+            i, j = (int(v) for v in np.argwhere(unw)[0])
+            fails.append(Failure(
+                "unwritten", family, f"{mm.unwritten}/{y.size} output elements never written "
+                f"(they still hold the poison NaN), first at row {i}, col {j}, width "
+                f"{x.shape[1]}, {x.shape[0]} rows"))
+        n_bad = sum(mm.classes[k] for k in metrics.FAILURE_CLASSES)
+        if n_bad > (mm.unwritten if unw is not None else 0):
+            bad_cls = np.isin(mm.cls, [metrics.CLASSES.index(k)
+                                       for k in metrics.FAILURE_CLASSES])
+            if unw is not None:
+                bad_cls &= ~unw
+            if bad_cls.any():
+                counts = {}
+                for k in metrics.FAILURE_CLASSES:
+                    c_ = int(((mm.cls == metrics.CLASSES.index(k)) & bad_cls).sum())
+                    if c_:
+                        counts[k] = c_
+                i, j = (int(v) for v in np.argwhere(bad_cls)[0])
+                fails.append(Failure(
+                    "nonfinite", family, f"{', '.join(f'{v} {k}' for k, v in counts.items())} "
+                    f"at width {x.shape[1]}; e.g. " + element_text(
+                        i, j, x, y, ref.exact)))
+        if "h" in outs:
+            fails += self._check_h(family, outs["h"], ref)
+        for role in self.stats_roles:
+            if role in outs:
+                fails += self._check_stats(family, role, ref, outs[role], rows)
+        if mm.over:
+            i, j = np.unravel_index(mm.argmax_ratio, y.shape)
+            lim = bounds.sound_limit(_Point(ref, i, j), E[i:i + 1, j:j + 1],
+                                     self.tol.fail_floor)[0, 0]
+            lim_ulp = float(lim / self.out.ulp_array(np.abs(ref.exact[i, j])))
             fails.append(Failure(
                 "accuracy", family,
-                f"{int(over.sum())}/{over.size} elements beyond what a sound kernel can produce; "
-                f"worst at width {x.shape[1]}, row {i}, col {j}: x={float(x[i, j])!r} "
-                f"kernel={float(y[i, j])!r} exact={float(ref.exact[i, j])!r}, "
-                f"{float(c.ulp[i, j]):.4g} ulp where the sound bound allows {lim_ulp:.4g} "
-                f"({float(ratio[i, j]):.3g}x)"))
-        unbounded = int(np.isinf(E).any(axis=1).sum())
-        return Measured(ref, y, c, limit, ratio, unbounded), fails
+                f"{mm.over}/{y.size} elements beyond what a sound kernel can produce; worst at "
+                f"width {x.shape[1]}, " + element_text(i, j, x, y, ref.exact) +
+                f", {float(mm.ulp[i, j]):.4g} ulp where the sound bound allows {lim_ulp:.4g} "
+                f"({float(mm.ratio[i, j]):.3g}x)"))
+        return measured, fails
 
     def _check_h(self, family, h, ref):
         return check_h(family, h, ref)
@@ -427,7 +464,7 @@ class Judge:
         from concurrent.futures import ThreadPoolExecutor
 
         fr = FamilyResult("long", cols=[cols])
-        ulp, scaled = metrics.StreamStats(), metrics.StreamStats()
+        ulp = metrics.StreamStats()
         fails, worst = [], None
         batch = _odd(max(1, min(rows, (1 << 20) // cols)))
         fams = [f for f in CHECK_FAMILIES if f not in ("special", "tails")]
@@ -441,10 +478,9 @@ class Judge:
             done += case.rows
             fr.rows += case.rows
             if m is not None:
-                ulp.add(m.ulp)
-                sc = m.scaled
-                scaled.add(sc[np.isfinite(sc)])
-                fr.max_of_bound = max(fr.max_of_bound, float(m.ratio.max()))
+                measure_mod.accumulate(ulp, m.m)
+                fr.max_scaled = max(fr.max_scaled, m.m.max_scaled)
+                fr.max_of_bound = max(fr.max_of_bound, m.m.max_ratio)
                 fr.unbounded_rows += m.unbounded
                 w = self._worst("long", case, m)
                 if w is not None and (worst is None or (w.of_bound, w.scaled_ulp) >
@@ -462,7 +498,7 @@ class Judge:
             while k * batch < rows:
                 n = min(batch, rows - k * batch)
                 fam = fams[k % len(fams)]
-                case = self.case(fam, n, cols, seed=[self.seed, 1 << 20, k])
+                case = self.case(fam, n, cols, seed=[self.seed, 1 << 20, k], pooled=True)
                 outs = self.run_target(fam, case, "end")
                 if prev is not None and collect(prev):
                     prev = None
@@ -476,7 +512,6 @@ class Judge:
             if prev is not None:
                 collect(prev)
         fr.max_ulp, fr.p99_ulp, fr.mean_ulp = ulp.stats()
-        fr.max_scaled = scaled.max
         for f in fails:
             fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
         if worst is not None:
@@ -490,22 +525,31 @@ class Judge:
         return fr, fails, None if worst is None else worst[0]
 
     def _worst(self, fam, case, m: Measured):
-        if not m.ulp.size:
+        """The worst element of a batch (beyond the bound the most, else non-finite, else the
+        largest scaled error), from the reductions; only its row is measured again."""
+        mm = m.m
+        if not mm.n:
             return None
-        score = np.where(np.isfinite(m.scaled), m.scaled, np.inf)
-        key = m.ratio if m.ratio.max() > 0 else score
-        k = int(np.argmax(np.nan_to_num(key, nan=0.0)))
-        i, j = np.unravel_index(k, m.ulp.shape)
+        if mm.max_ratio > 0:
+            k = mm.argmax_ratio
+        elif mm.inf_ulp:
+            k = int(np.argmax(~np.isfinite(m.scaled).ravel()))
+        else:
+            k = max(mm.argmax_scaled, 0)
+        i, j = (int(v) for v in np.unravel_index(k, case.x.shape if case.x.shape ==
+                                                 m.y.shape else m.y.shape))
+        row = m.again(i, i + 1)
+        ulp, sc, rt = row.ulp[0], row.scaled[0], row.ratio[0]
         first = []
-        for jj in np.argsort(-np.nan_to_num(m.ulp[i], nan=np.inf))[:5]:
+        for jj in np.argsort(-np.nan_to_num(ulp, nan=np.inf))[:5]:
             first.append({"col": int(jj), "x": float(case.x[i, jj]), "kernel": float(m.y[i, jj]),
-                          "exact": float(m.ref.exact[i, jj]), "ulp": float(m.ulp[i, jj])})
-        return Worst(fam, int(case.cols), int(i), int(j), float(m.ulp[i, j]),
-                     float(score[i, j]), float(m.ratio[i, j]),
+                          "exact": float(m.ref.exact[i, jj]), "ulp": float(ulp[jj])})
+        score = float(sc[j]) if np.isfinite(sc[j]) else math.inf
+        return Worst(fam, int(case.cols), int(i), int(j), float(ulp[j]), score, float(rt[j]),
                      [float(v) for v in case.x[i].astype(np.float64)], first, case.head(int(i)))
 
     def diagnose(self, case: Case, m: Measured) -> str | None:
-        fail_cls = np.isin(m.comparison.cls, [metrics.CLASSES.index(k)
+        fail_cls = np.isin(m.cls, [metrics.CLASSES.index(k)
                                               for k in metrics.FAILURE_CLASSES])
         bad = (m.ratio > 1.0) | (fail_cls & ~kernels.unwritten(m.y))
         if not bad.any():

@@ -1,0 +1,324 @@
+"""The measurement: a kernel's answers against the oracle's exact values, element by element and
+reduced -- one piece of code for the check (forward and backward), the report, the audit and
+the property suite.
+
+:func:`measure` gives a :class:`Measurement`: per element (each only when asked) the ULP error,
+the outcome class (normcheck.metrics.CLASSES), the scaled error (ulps of max(|γx̂|, |β|)) and the
+ratio to the sound limit (normcheck.bounds.sound_limit); and the reductions of the batch -- max
+with its position, mean, a histogram for p99 (normcheck.metrics.StreamStats's bins), the class
+counts, the unwritten (poisoned) elements and those beyond the limit.  It runs compiled
+(``measure.cpp`` beside this file: one pass, threaded over contiguous ranges), the numpy version
+below is the fallback (``NORMCHECK_MEASURE=numpy``) and the tests hold the two equal element for
+element (the mean up to its summation order).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from normcheck import formats
+from normcheck.metrics import CLASSES, StreamStats
+
+__all__ = ["Measurement", "measure", "library", "ELEMENTS", "merge", "accumulate",
+           "sound_bound", "Rows"]
+
+SOURCE = Path(__file__).with_name("measure.cpp")
+# -fno-trapping-math: no FP exception traps are installed, so comparisons may become selects
+# (the loops vectorise); results are IEEE's either way (nothing is reassociated or contracted)
+FLAGS = ["-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
+         "-fno-fast-math", "-fno-trapping-math", "-fopenmp-simd", "-fvisibility=hidden"]
+#: The per-element arrays a measurement can keep.
+ELEMENTS = ("ulp", "cls", "scaled", "ratio")
+_KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2,
+          formats.BF16.dtype: 3}
+_EDGES = StreamStats().edges
+
+
+@dataclass
+class Measurement:
+    """One batch, measured (module docstring).  Positions are flat indices; ``hist`` counts on
+    StreamStats's bins, so measurements merge (:func:`merge`) into exact max/mean and a p99
+    within 4.4 %."""
+
+    n: int
+    max_ulp: float
+    argmax_ulp: int
+    max_scaled: float
+    argmax_scaled: int
+    max_ratio: float
+    argmax_ratio: int
+    sum_ulp: float
+    inf_ulp: int
+    hist: np.ndarray
+    classes: dict
+    unwritten: int
+    over: int
+    ulp: np.ndarray | None = field(default=None, repr=False)
+    cls: np.ndarray | None = field(default=None, repr=False)
+    scaled: np.ndarray | None = field(default=None, repr=False)
+    ratio: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def mean_ulp(self) -> float:
+        if not self.n:
+            return 0.0
+        return float("inf") if self.inf_ulp else self.sum_ulp / self.n
+
+    def stream(self) -> StreamStats:
+        """The ULP statistics as a StreamStats (to merge over batches)."""
+        s = StreamStats()
+        s.counts = self.hist.copy()
+        s.count = self.n
+        s.total = float("inf") if self.inf_ulp else self.sum_ulp
+        s.max = max(self.max_ulp, 0.0)
+        return s
+
+    def p99(self) -> float:
+        return self.stream().stats()[1]
+
+
+def accumulate(stream: StreamStats, m: Measurement) -> StreamStats:
+    """Add a measurement's ULP statistics to a running StreamStats."""
+    stream.counts += m.hist
+    stream.count += m.n
+    stream.total += float("inf") if m.inf_ulp else m.sum_ulp
+    stream.max = max(stream.max, m.max_ulp, 0.0)
+    return stream
+
+
+def merge(ms) -> StreamStats:
+    """The ULP statistics of several measurements together."""
+    out = StreamStats()
+    for m in ms:
+        accumulate(out, m)
+    return out
+
+
+class _Job(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_long), ("t", ctypes.c_void_p), ("r", ctypes.c_void_p),
+                ("r_kind", ctypes.c_int), ("a", ctypes.c_void_p), ("a_kind", ctypes.c_int),
+                ("scale", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("cols", ctypes.c_long), ("E", ctypes.c_void_p), ("p", ctypes.c_int),
+                ("emin", ctypes.c_int), ("emax", ctypes.c_int), ("floor_ulp", ctypes.c_double),
+                ("check_poison", ctypes.c_int), ("poison", ctypes.c_uint32),
+                ("edges", ctypes.c_void_p), ("n_edges", ctypes.c_int),
+                ("want_hist", ctypes.c_int),
+                ("ulp", ctypes.c_void_p), ("cls", ctypes.c_void_p), ("scaled", ctypes.c_void_p),
+                ("ratio", ctypes.c_void_p),
+                ("max_ulp", ctypes.c_double), ("max_scaled", ctypes.c_double),
+                ("max_ratio", ctypes.c_double), ("sum_ulp", ctypes.c_double),
+                ("argmax_ulp", ctypes.c_long), ("argmax_scaled", ctypes.c_long),
+                ("argmax_ratio", ctypes.c_long), ("hist", ctypes.c_void_p),
+                ("classes", ctypes.c_longlong * len(CLASSES)),
+                ("unwritten", ctypes.c_longlong), ("over", ctypes.c_longlong),
+                ("inf_ulp", ctypes.c_longlong), ("threads", ctypes.c_int)]
+
+
+class _BoundJob(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_int), ("cols", ctypes.c_int), ("x", ctypes.c_void_p),
+                ("g", ctypes.c_void_p), ("b", ctypes.c_void_p), ("eps", ctypes.c_double),
+                ("safety", ctypes.c_double), ("centred", ctypes.c_int), ("gemma", ctypes.c_int),
+                ("E", ctypes.c_void_p), ("threads", ctypes.c_int)]
+
+
+_lib = None
+_lock = threading.Lock()
+
+
+def library():
+    """The compiled measurement (built on first use), or None where it cannot be built."""
+    global _lib
+    if os.environ.get("NORMCHECK_MEASURE") == "numpy":
+        return None
+    with _lock:
+        if _lib is None:
+            from normcheck.backends import confine
+
+            path = confine.build_library(SOURCE, "measure", "measure", FLAGS,
+                                         "building the compiled measurement")
+            lib = ctypes.CDLL(str(path))
+            if lib.nc_measure_job_size() != ctypes.sizeof(_Job):
+                raise RuntimeError("measure.cpp and measure.py disagree on the job layout")
+            lib.nc_measure.argtypes = [ctypes.POINTER(_Job)]
+            lib.nc_measure.restype = None
+            if lib.nc_bound_job_size() != ctypes.sizeof(_BoundJob):
+                raise RuntimeError("measure.cpp and measure.py disagree on the bound's layout")
+            lib.nc_sound_bound.argtypes = [ctypes.POINTER(_BoundJob)]
+            lib.nc_sound_bound.restype = None
+            _lib = lib
+    return _lib
+
+
+def _flat(a, dtype=None):
+    a = np.asarray(a)
+    if dtype is not None and a.dtype != dtype:
+        a = a.astype(dtype)
+    if a.dtype not in _KINDS:
+        a = a.astype(np.float64)
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
+            keep=ELEMENTS, hist=True) -> Measurement:
+    """Measure ``actual`` (any float dtype, the reference's shape) against ``ref`` (a
+    normcheck.oracle.Reference); ``E`` the sound bound per element (or None: no ratio),
+    ``floor`` the limit's floor in ulps, ``scale`` per element (default the reference's
+    max(|γx̂|, |β|)), ``poison`` the bits of an unwritten element (of actual's dtype), ``keep``
+    the per-element arrays wanted, ``hist`` whether the histogram (p99 over batches) is
+    counted (without it, take p99 from the ``ulp`` array)."""
+    fmt = ref.fmt
+    shape = ref.exact.shape
+    a = np.asarray(actual)
+    if a.shape != shape:
+        from normcheck.errors import invalid
+
+        raise invalid("actual", a, f"an array of shape {shape}",
+                      "pass the kernel output for the same rows as the reference")
+    beta = getattr(ref, "beta", None) if scale is None else None
+    lib = library()
+    if lib is None:
+        return _measure_numpy(ref, a, E, floor, ref.scale if beta is not None else scale,
+                              poison, keep)
+    hist_on = bool(hist)
+    t = _flat(ref.exact, np.float64)
+    r = _flat(ref.rounded)
+    af = _flat(a)
+    sc = None if scale is None else _flat(np.broadcast_to(scale, shape), np.float64)
+    bt = None
+    if beta is not None:  # the scale max(|t - β|, |β|) per column, formed in the loop
+        bt = np.ascontiguousarray(np.broadcast_to(np.asarray(beta, np.float64),
+                                                  shape[-1:]), np.float64)
+    Ef = None if E is None else _flat(np.broadcast_to(E, shape), np.float64)
+    n = t.size
+    out = {k: (np.empty(n, np.int8 if k == "cls" else np.float64) if k in keep else None)
+           for k in ELEMENTS}
+    counts = np.zeros(len(_EDGES) + 2, np.int64)
+    edges = np.ascontiguousarray(_EDGES, np.float64)
+    job = _Job(n=n, t=t.ctypes.data, r=r.ctypes.data, r_kind=_KINDS[r.dtype],
+               a=af.ctypes.data, a_kind=_KINDS[af.dtype],
+               scale=None if sc is None else sc.ctypes.data,
+               beta=None if bt is None else bt.ctypes.data, cols=shape[-1] if shape else 1,
+               E=None if Ef is None else Ef.ctypes.data, p=fmt.precision, emin=fmt.emin,
+               emax=fmt.emax, floor_ulp=float(floor), check_poison=int(poison is not None),
+               poison=0 if poison is None else int(poison), edges=edges.ctypes.data,
+               n_edges=len(edges), want_hist=int(hist_on),
+               ulp=_ptr(out["ulp"]), cls=_ptr(out["cls"]), scaled=_ptr(out["scaled"]),
+               ratio=_ptr(out["ratio"]), hist=counts.ctypes.data, threads=_threads())
+    lib.nc_measure(ctypes.byref(job))
+    classes = {c: int(job.classes[i]) for i, c in enumerate(CLASSES)}
+    return Measurement(
+        n=n, max_ulp=float(job.max_ulp), argmax_ulp=int(job.argmax_ulp),
+        max_scaled=max(float(job.max_scaled), 0.0), argmax_scaled=int(job.argmax_scaled),
+        max_ratio=max(float(job.max_ratio), 0.0), argmax_ratio=int(job.argmax_ratio),
+        sum_ulp=float(job.sum_ulp), inf_ulp=int(job.inf_ulp), hist=counts, classes=classes,
+        unwritten=int(job.unwritten), over=int(job.over),
+        **{k: (None if v is None else v.reshape(shape)) for k, v in out.items()})
+
+
+class Rows:
+    """Rows ``lo:hi`` of a reference (fmt, exact, rounded, beta, scale), to measure a few rows
+    again without the whole batch."""
+
+    def __init__(self, ref, lo: int, hi: int):
+        self.fmt = ref.fmt
+        self.exact = ref.exact[lo:hi]
+        self.rounded = ref.rounded[lo:hi]
+        self.beta = getattr(ref, "beta", None)
+
+    @property
+    def scale(self):
+        if self.beta is None:
+            return np.abs(self.exact)
+        return np.maximum(np.abs(self.exact - self.beta), np.abs(self.beta))
+
+
+def _ptr(a):
+    return None if a is None else a.ctypes.data
+
+
+def sound_bound(rows, geff, b, eps: float, centred: bool, gemma: bool, safety: float):
+    """E of normcheck.bounds.sound_bound (the exact reference), compiled; None where the
+    compiled measurement is not available (the caller computes it in numpy)."""
+    lib = library()
+    if lib is None:
+        return None
+    x = np.ascontiguousarray(rows, np.float64)
+    R, D = x.shape
+    g = None if geff is None else np.ascontiguousarray(np.broadcast_to(geff, (D,)), np.float64)
+    bb = None if b is None else np.ascontiguousarray(np.broadcast_to(b, (D,)), np.float64)
+    E = np.empty((R, D))
+    if R and D:
+        job = _BoundJob(rows=R, cols=D, x=x.ctypes.data, g=_ptr(g), b=_ptr(bb), eps=float(eps),
+                        safety=float(safety), centred=int(centred), gemma=int(gemma),
+                        E=E.ctypes.data, threads=_threads())
+        lib.nc_sound_bound(ctypes.byref(job))
+    return E
+
+
+def _threads() -> int:
+    from normcheck import oracle_fast
+
+    return oracle_fast.threads()
+
+
+def _measure_numpy(ref, a, E, floor, scale, poison, keep) -> Measurement:
+    """The same in numpy (the fallback, and the tests' second opinion)."""
+    with np.errstate(invalid="ignore", over="ignore"):  # a poison NaN may signal on a cast
+        return _measure_numpy_(ref, a, E, floor, scale, poison, keep)
+
+
+def _measure_numpy_(ref, a, E, floor, scale, poison, keep) -> Measurement:
+    from normcheck import bounds, metrics
+
+    fmt = ref.fmt
+    c = metrics.compare(ref, a, ordinal=False)
+    ulp, cls = c.ulp, c.cls
+    t = ref.exact
+    if scale is not None:
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = np.abs(a.astype(np.float64) - t) / fmt.ulp_array(np.maximum(scale, np.abs(t)))
+        err = np.where(ulp == 0, 0.0, err)
+        scaled = np.where(np.isfinite(ulp), err, ulp)
+    else:
+        scaled = c.scaled
+    unw = np.zeros(t.shape, bool) if poison is None else \
+        (np.ascontiguousarray(a).view(fmt.uint if a.dtype == fmt.dtype else
+                                      formats.of_dtype(a.dtype).uint) == poison)
+    if E is not None:
+        if scale is not None:
+            class _R:
+                pass
+            rr = _R()
+            rr.fmt, rr.exact, rr.scale = fmt, t, scale
+        else:
+            rr = ref
+        limit = bounds.sound_limit(rr, E, floor)
+        finite = cls == CLASSES.index("finite")
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = np.abs(a.astype(np.float64) - t)
+            ratio = np.where(finite & ~unw, err / limit, 0.0)
+        ratio = np.nan_to_num(ratio, nan=0.0)
+    else:
+        ratio = np.zeros(t.shape)
+    u = np.where(np.isnan(ulp), np.inf, ulp).ravel()
+    inf = np.isinf(u)
+    fin_s = np.where(np.isfinite(scaled), scaled, -1.0).ravel()
+    st = StreamStats()
+    st.add(u)
+    n = u.size
+    return Measurement(
+        n=n, max_ulp=float(u.max()) if n else -1.0, argmax_ulp=int(np.argmax(u)) if n else -1,
+        max_scaled=max(float(fin_s.max()), 0.0) if n else 0.0,
+        argmax_scaled=int(np.argmax(fin_s)) if n else -1,
+        max_ratio=float(ratio.max()) if n and E is not None else 0.0,
+        argmax_ratio=int(np.argmax(ratio)) if n and E is not None else -1,
+        sum_ulp=float(u[~inf].sum()), inf_ulp=int(inf.sum()), hist=st.counts,
+        classes={k: int((cls == i).sum()) for i, k in enumerate(CLASSES)},
+        unwritten=int(unw.sum()), over=int((ratio > 1).sum()),
+        ulp=ulp if "ulp" in keep else None, cls=cls if "cls" in keep else None,
+        scaled=scaled if "scaled" in keep else None, ratio=ratio if "ratio" in keep else None)

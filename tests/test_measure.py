@@ -1,0 +1,147 @@
+"""The compiled measurement (normcheck/measure.cpp) against its numpy version, element by
+element and reduction by reduction, on rows that reach every class; and the pieces it rests
+on (StreamStats's bins read from the bits, the one-rounding casts, pooled rows)."""
+
+import numpy as np
+import pytest
+
+from normcheck import bounds, families, formats, kernels, measure, metrics, oracle
+
+
+def _both(monkeypatch, ref, y, **kw):
+    a = measure.measure(ref, y, **kw)
+    monkeypatch.setenv("NORMCHECK_MEASURE", "numpy")
+    b = measure.measure(ref, y, **kw)
+    monkeypatch.delenv("NORMCHECK_MEASURE")
+    return a, b
+
+
+def _planted(fmt, norm="layernorm", cols=1000):
+    """Rows of several families with every outcome planted: a few ulps off, ±inf and NaN
+    answers, an unwritten element, NaN inputs, and an overflowing row in fp16."""
+    F = formats.get(fmt)
+    x = np.concatenate([families.generate(f, F, 8, cols, seed=1)
+                        for f in ("gaussian", "offset", "tiny", "outlier", "constant")])
+    x[3, 5] = np.nan
+    g, b = families.weights(F, cols)
+    if norm == "layernorm":
+        ref = oracle.layernorm(x, g, b)
+        E = bounds.sound_bound("layernorm", x.astype(np.float64), g, b)
+    else:
+        ref = oracle.rmsnorm(x, g)
+        E = bounds.sound_bound("rmsnorm", x.astype(np.float64), g)
+    yy = ref.rounded.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        yy[1, :10] += F.ulp_array(yy[1, :10]) * 3
+        yy[9, 100:140] *= 1.01
+        yy[2, 3] = np.inf
+        yy[2, 4] = np.nan
+        yy[2, 6] = -np.inf
+        yy[3, 5] = 0.0           # NaN not propagated
+    y = F.cast(yy)
+    y[4, 7] = kernels.poisoned((1,), F.dtype)[0]
+    return ref, y, E
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("with_E", [True, False])
+def test_compiled_equals_numpy(monkeypatch, fmt, norm, with_E):
+    if measure.library() is None:
+        pytest.skip("the compiled measurement could not be built here")
+    ref, y, E = _planted(fmt, norm)
+    kw = dict(E=E if with_E else None, poison=kernels.poison_bits(y.dtype), floor=1.0)
+    a, b = _both(monkeypatch, ref, y, **kw)
+    for k in measure.ELEMENTS:
+        assert np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True), k
+    for k in ("n", "max_ulp", "argmax_ulp", "max_scaled", "argmax_scaled", "max_ratio",
+              "argmax_ratio", "inf_ulp", "unwritten", "over", "classes"):
+        assert getattr(a, k) == getattr(b, k), k
+    assert np.array_equal(a.hist, b.hist)
+    # the sum of finite ulps in another order: equal to the float64 rounding of the orders
+    # (at most n·2^-53 relative; 1e-12 is far above it for 40k elements)
+    assert a.sum_ulp == pytest.approx(b.sum_ulp, rel=1e-12)
+    assert a.over > 0 and a.unwritten == 1 and a.inf_ulp >= 3 if with_E else True
+
+
+def test_measure_kept_arrays_and_reductions_agree():
+    ref, y, E = _planted("fp16")
+    full = measure.measure(ref, y, E=E)
+    lean = measure.measure(ref, y, E=E, keep=())
+    assert lean.ulp is None and lean.ratio is None
+    for k in ("max_ulp", "argmax_ulp", "max_ratio", "argmax_ratio", "over", "classes"):
+        assert getattr(full, k) == getattr(lean, k)
+    u = np.where(np.isnan(full.ulp), np.inf, full.ulp).ravel()
+    assert full.argmax_ulp == int(np.argmax(u))
+    assert full.argmax_ratio == int(np.argmax(full.ratio))
+    # one row measured again gives that row of the batch
+    row = measure.measure(measure.Rows(ref, 9, 10), y[9:10], E=E[9:10])
+    assert np.array_equal(row.ratio[0], full.ratio[9])
+
+
+def test_first_position_of_a_tied_maximum():
+    """numpy's argmax takes the first of equal maxima; so must the threaded, chunked one."""
+    F = formats.FP32
+    x = families.generate("gaussian", F, 64, 4096, seed=2)  # 2^18 elements: both threads
+    g, b = families.weights(F, 4096)
+    ref = oracle.layernorm(x, g, b)
+    yy = ref.rounded.astype(np.float64)
+    for (i, j) in ((50, 7), (3, 4000), (40, 1)):
+        yy[i, j] = ref.exact[i, j] + 5 * F.ulp_array(ref.exact[i, j])
+    m = measure.measure(ref, F.cast(yy))
+    u = m.ulp.ravel()
+    assert m.argmax_ulp == int(np.argmax(u))
+
+
+def test_the_bins_are_read_from_the_bits():
+    s = metrics.StreamStats()
+    e = s.edges
+    assert e[0] == 2.0 ** s.LOW and e[s.BINS_PER_OCTAVE] == 2.0 ** (s.LOW + 1)
+    assert e[-1] == 2.0 ** s.HIGH and e[1] == 2.0 ** s.LOW * (1 + 1 / 16)
+    rng = np.random.default_rng(0)
+    u = np.concatenate([np.abs(rng.standard_normal(20000)) * 10.0 ** rng.uniform(-30, 25, 20000),
+                        e, np.nextafter(e, 0), np.nextafter(e, np.inf), [0.0, 1e-300, 1e300]])
+    assert np.array_equal(metrics.StreamStats.bins(u, len(e)), np.searchsorted(e, u, "left"))
+
+
+def test_streamed_p99_is_an_upper_bound_within_a_bin():
+    """p99 is the upper edge of its bin: at least the true p99 and at most 1/16 above it."""
+    rng = np.random.default_rng(1)
+    u = np.abs(rng.standard_normal(100_000)) * 3
+    s = metrics.StreamStats()
+    for part in np.array_split(u, 7):
+        s.add(part)
+    true = float(np.percentile(u, 99, method="higher"))
+    assert true <= s.stats()[1] <= true * (1 + 1 / 16)
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16"])
+def test_fast_casts_round_once(fmt):
+    """numpy's float64 -> float32/float16 conversions and the bf16 bit rounding give
+    round_array's results, midpoints, subnormals and overflow included."""
+    F = formats.get(fmt)
+    rng = np.random.default_rng(3)
+    lo, hi = {"fp16": (-10, 6), "bf16": (-45, 39), "fp32": (-50, 39)}[fmt]
+    v = rng.standard_normal(200_000) * 10.0 ** rng.uniform(lo, hi, 200_000)
+    t = F.round_array(v)
+    fin = np.isfinite(t)
+    nxt = np.nextafter(t[fin].astype(F.dtype), np.array(np.inf, F.dtype)).astype(np.float64)
+    mids = ((t[fin] + nxt) / 2)[np.isfinite(nxt)]
+    edge = [F.max_finite, F.max_finite * (1 + 2.0 ** -F.precision), F.min_subnormal / 2,
+            F.min_subnormal * 0.75, F.min_subnormal * 1.5, np.inf, 0.0, 1e-300, 1e300]
+    v = np.concatenate([v, mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf), edge])
+    v = np.concatenate([v, -v])
+    a = F.cast(v)
+    b = F.round_array(v).astype(F.dtype)
+    assert np.array_equal(a.view(F.uint), b.view(F.uint))
+    assert np.isnan(F.cast(np.array([np.nan])).astype(np.float64)).all()
+
+
+def test_pooled_rows_are_seeded_and_varied():
+    F = formats.FP16
+    a = families.generate("gaussian", F, 16, 512, seed=[1, 2], pooled=True)
+    b = families.generate("gaussian", F, 16, 512, seed=[1, 2], pooled=True)
+    c = families.generate("gaussian", F, 16, 512, seed=[1, 3], pooled=True)
+    assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    assert not np.array_equal(a, c)
+    assert len({r.tobytes() for r in a}) == 16
