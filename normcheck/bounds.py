@@ -45,7 +45,7 @@ import numpy as np
 
 from normcheck.kernels import BLOCK, Variant
 
-__all__ = ["error_bound", "statistics_bound", "within_bound", "applies", "SAFETY",
+__all__ = ["sound_bound_of", "error_bound", "statistics_bound", "within_bound", "applies", "SAFETY",
            "sound_bound", "sound_statistics", "sound_limit", "quantum", "SOUND_SAFETY",
            "sound_backward"]
 
@@ -324,6 +324,24 @@ def sound_bound(norm, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
             near = np.abs(np.abs(xh - rx) - half) <= e_xh
             E = np.where(near, np.abs(geff) * (2 * half + e_xh), np.abs(geff) * 0.0) + \
                 _U * np.abs(geff * rx)
+    return E
+
+
+def sound_bound_of(norm, ref, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
+                   convention="exact", storage=None) -> np.ndarray:
+    """The sound bound of a forward kernel's outputs against ``ref`` (normcheck.oracle's
+    reference of ``norm``), ``rows`` the rows it normalises (normcheck.kernels.normalised_rows):
+    :func:`sound_bound`, and for a fused float32 kernel under the exact convention the one
+    rounding of the float sum h = x + residual as well -- what the check and the report judge
+    by."""
+    from normcheck import formats, norms
+
+    n_ = norms.get(norm)
+    E = sound_bound(n_, rows, gamma, beta, eps=eps, storage=storage)
+    st = formats.get(storage) if storage is not None else None
+    if n_.fused and convention == "exact" and st is not None and st.name == "fp32":
+        E = E + 2 ** -24 * SOUND_SAFETY * np.abs(ref.exact - (
+            ref.beta if ref.beta is not None else 0.0))  # the float sum h rounds once
     return E
 
 

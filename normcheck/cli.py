@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "granularity=per_token,format=e4m3 (over the spec's quant table)")
     c.add_argument("--strict", action="store_true", help="exit 1 on warn too")
     c.add_argument("--json", action="store_true", help="strict JSON on stdout")
+    c.add_argument("--junit", metavar="FILE", default=None,
+                   help="write JUnit XML: a test case per family and one for the search")
+    c.add_argument("--summary", metavar="FILE", default=None,
+                   help="write a markdown summary (appends: $GITHUB_STEP_SUMMARY)")
     c.add_argument("--save-counterexample", metavar="PATH",
                    help="where to write the worst case (default .normcheck/counterexample-*.npz "
                         "on failure)")
@@ -94,7 +98,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "file (*.json) or local:N (pip install 'normcheck[cluster]')")
     r.add_argument("--workers", type=int, default=None,
                    help="threads a launch runs on (cpu backend; default: all cores)")
+    r.add_argument("--spec", action="append", default=[], metavar="SPEC",
+                   help="a kernel of yours (its spec .toml, or a folder of specs), swept over "
+                        "the same families and widths and shown beside the built-ins; "
+                        "repeatable")
+    r.add_argument("--compare", metavar="OLD_DIR", default=None,
+                   help="an earlier report folder: list what got worse, better or stayed")
+    r.add_argument("--strict", action="store_true",
+                   help="with --compare: exit 1 if anything got worse")
+    r.add_argument("--junit", metavar="FILE", default=None,
+                   help="write JUnit XML: a test case per kernel and family (unsafe fails)")
+    r.add_argument("--summary", metavar="FILE", default=None,
+                   help="write the findings as markdown (appends: $GITHUB_STEP_SUMMARY)")
     r.set_defaults(func=_report, mode="quick")
+
+    df = sub.add_parser("diff", help="what changed between two report folders or two "
+                                     "check --json results")
+    df.add_argument("old", help="the earlier report folder (or check --json file)")
+    df.add_argument("new", help="the later one")
+    df.add_argument("--strict", action="store_true", help="exit 1 if anything got worse")
+    df.add_argument("--json", action="store_true", help="print the diff as JSON")
+    df.add_argument("--all", action="store_true", help="list what stayed the same too")
+    df.set_defaults(func=_diff)
 
     rp = sub.add_parser("replay", help="rerun a saved case and compare it with the oracle")
     rp.add_argument("case", help="a case file written by check, report or a property")
@@ -227,6 +252,7 @@ def _check(args) -> int:
                                 defines=_defines(args.defines), examples=args.examples,
                                 seed=args.seed, timeout=args.timeout, orders=args.orders,
                                 save_counterexample=args.save_counterexample)
+        _ci_files(args, result)
         print(result.to_json() if args.json else result.render())
         return result.exit_code(strict=args.strict)
 
@@ -238,8 +264,24 @@ def _check(args) -> int:
                                 save_counterexample=args.save_counterexample, rows=args.rows,
                                 cols=args.cols, progress=_long_progress, arch=args.arch,
                                 quant=_quant(args.quant))
+    _ci_files(args, result)
     print(result.to_json() if args.json else result.render())
     return result.exit_code(strict=args.strict)
+
+
+def _ci_files(args, result):
+    """--junit and --summary of a check: written before the verdict is printed."""
+    import json
+
+    if not (args.junit or args.summary):
+        return
+    from normcheck import ci_formats
+
+    d = json.loads(result.to_json())
+    if args.junit:
+        ci_formats.write(args.junit, ci_formats.check_junit(d))
+    if args.summary:
+        ci_formats.write(args.summary, ci_formats.check_summary(d))
 
 
 def _replay(args) -> int:
@@ -275,13 +317,40 @@ def _report(args) -> int:
         raise errors.invalid("--workers", args.workers, "at least 1")
     out = args.out or f"reports/{args.mode}"
     t = time.perf_counter()
+    if args.strict and not args.compare:
+        raise errors.invalid("--strict", True, "--compare OLD_DIR as well",
+                             "name the earlier report folder to compare with")
     done = run_report(args.mode, backend=args.backend, out=out, seed=args.seed,
-                      kernels=args.kernels, workers=args.workers, cluster=args.cluster)
+                      kernels=args.kernels, workers=args.workers, cluster=args.cluster,
+                      specs=args.spec, compare=args.compare)
     recs = done["results"]["records"]
     print(f"{len(recs)} records ({done['results'].get('measured_now', 0)} measured now) in "
           f"{time.perf_counter() - t:.0f} s; wrote " +
           ", ".join(str(p) for p in done["paths"].values()))
+    from normcheck import ci_formats
+    from normcheck.report import findings
+
+    if args.junit:
+        p = ci_formats.write(args.junit, ci_formats.report_junit(findings.findings(recs)))
+        print(f"wrote {p}")
+    if args.summary:
+        p = ci_formats.write(args.summary, done["paths"]["summary.md"].read_text())
+        print(f"wrote {p}")
+    d = done.get("diff")
+    if d is not None:
+        print(d.text())
+        if args.strict and d.regressed:
+            return 1
     return 0
+
+
+def _diff(args) -> int:
+    from normcheck import diff
+    from normcheck.metrics import to_json
+
+    d = diff.diff_paths(args.old, args.new)
+    print(to_json(d.as_dict()) if args.json else d.text(show_same=args.all))
+    return 1 if args.strict and d.regressed else 0
 
 
 def _kernels(args) -> int:

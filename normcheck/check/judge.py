@@ -288,11 +288,8 @@ class Judge:
             return None, [Failure("error", family, "the target wrote no output (y)")]
         x = case.x
         rows = kernels.normalised_rows(ref, x, case.residual, self.convention)
-        E = bounds.sound_bound(self.norm, rows, case.gamma, case.beta, eps=case.eps,
-                               storage=self.fmt)
-        if self.norm.fused and self.convention == "exact" and self.fmt.name == "fp32":
-            E = E + 2 ** -24 * bounds.SOUND_SAFETY * np.abs(ref.exact - (
-                ref.beta if ref.beta is not None else 0.0))  # the float sum h rounds once
+        E = bounds.sound_bound_of(self.norm, ref, rows, case.gamma, case.beta, eps=case.eps,
+                                  convention=self.convention, storage=self.fmt)
         poison = kernels.poison_bits(y.dtype)
         mm = measure_mod.measure(ref, y, E=E, floor=self.tol.fail_floor, poison=poison,
                                  keep=())

@@ -32,23 +32,38 @@ def _progress_printer(stream=sys.stderr):
 
 
 def run_report(mode="quick", backend="cpu", out="reports/quick", seed=0, kernels=None,
-               workers=None, progress=True, stop_after=None, cluster=None) -> dict:
-    """Sweep (resuming what ``out`` already holds), audit, render.  Returns the paths written
-    and the results."""
+               workers=None, progress=True, stop_after=None, cluster=None, specs=None,
+               compare=None) -> dict:
+    """Sweep (resuming what ``out`` already holds), audit, render.  ``specs``: user kernels'
+    specs (files or folders) swept beside the built-ins; ``compare``: an earlier report folder
+    to diff against (normcheck.diff; the result's ``diff``).  Returns the paths written and
+    the results."""
     from normcheck.backends import get_backend
     from normcheck.report import sweep
 
     from normcheck.report import folder
 
     be = get_backend(backend)
+    old = None
+    if compare is not None:
+        from normcheck import diff
+
+        old = diff.load(compare)
+        if old[0] != "report":
+            from normcheck.errors import invalid
+
+            raise invalid("--compare", str(compare), "an earlier report folder")
+    user = sweep.user_specs(specs)
     out = folder.prepare(out)
-    p = sweep.plan(mode, kernels_pattern=kernels, seed=seed)
+    p = sweep.plan(mode, kernels_pattern=kernels, seed=seed, specs=user)
     with folder.lock(out):
         folder.refuse_links(out)
-        return _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster)
+        return _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster,
+                                   old, compare)
 
 
-def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster) -> dict:
+def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster, old=None,
+                        compare=None) -> dict:
     from normcheck.report import audit, folder, render, sweep
 
     results = sweep.run_sweep(p, out, backend=be, workers=workers,
@@ -76,5 +91,11 @@ def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster) -> d
     results["audit"] = audit.run_audit(results["records"], backend=be, timings=timings,
                                        backward=results["backward"])
     folder.write(out / "audit.json", sweep._dump(results["audit"], indent=1))
-    paths = render.render(results, out, gpu=gpu_text)
-    return {"results": results, "paths": paths, "complete": True}
+    d = None
+    if old is not None:
+        from normcheck import diff
+
+        d = diff.diff_reports(old[1], results)
+        d.old, d.new = str(compare), str(out)
+    paths = render.render(results, out, gpu=gpu_text, compare=d)
+    return {"results": results, "paths": paths, "complete": True, "diff": d}

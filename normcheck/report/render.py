@@ -28,6 +28,8 @@ _COL_NAMES = ["fp32", "fp16 up", "fp16 sq", "fp16 acc", "bf16 up", "bf16 sq", "b
 
 
 def _row_label(r):
+    if r.get("user"):
+        return f"{r['kernel']} (yours, {r['norm']})"
     s = f"{r['norm']} {r['algorithm']}"
     if r.get("convention"):
         s += f" ({r['convention']})"
@@ -56,8 +58,20 @@ def _cell(recs):
     return worst, text
 
 
+def _columns(records):
+    """COLUMNS, and a column per format for kernels of yours (no precision order)."""
+    cols = list(COLUMNS)
+    names = list(_COL_NAMES)
+    for st in ("fp16", "bf16"):
+        if any(r.get("user") and r["storage"] == st for r in records):
+            cols.append((st, None))
+            names.append(f"{st} yours")
+    return cols, names
+
+
 def _family_tables(records):
     grid = [r for r in records if not r.get("param")]
+    columns, names = _columns(grid)
     out = []
     for fam in families.FAMILIES:
         recs = [r for r in grid if r["family"] == fam]
@@ -71,19 +85,21 @@ def _family_tables(records):
         rows = []
         for lab in labels:
             cells = []
-            for st, order in COLUMNS:
+            for st, order in columns:
                 cs = [r for r in recs if _row_label(r) == lab and r["storage"] == st and
-                      (r.get("order") == order)]
+                      (r.get("order") == order) and
+                      (bool(r.get("user")) == (order is None and st != "fp32") or
+                       st == "fp32")]
                 cells.append(_cell(cs))
             rows.append((lab, cells))
         widths = sorted({r["cols"] for r in recs})
-        out.append((fam, families.get(fam).note, widths, rows))
+        out.append((fam, families.get(fam).note, widths, rows, names))
     return out
 
 
-def _md_table(rows):
-    lines = ["| variant | " + " | ".join(_COL_NAMES) + " |",
-             "|---|" + "---:|" * len(_COL_NAMES)]
+def _md_table(rows, names=_COL_NAMES):
+    lines = ["| variant | " + " | ".join(names) + " |",
+             "|---|" + "---:|" * len(names)]
     for lab, cells in rows:
         parts = []
         for rec, text in cells:
@@ -91,29 +107,35 @@ def _md_table(rows):
                 parts.append(text)
             else:
                 parts.append(f"[{text}]({rec['worst']['file']})")
+        lab = lab.replace("<", "&lt;").replace(">", "&gt;")
         lines.append(f"| {lab} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
 
 
-def _html_table(rows, out_dir):
-    h = ["<table><tr><th>variant</th>" + "".join(f"<th>{c}</th>" for c in _COL_NAMES) + "</tr>"]
+def _html_table(rows, out_dir, names=_COL_NAMES):
+    h = ["<table class='sortable'><tr><th>variant</th>" +
+         "".join(f"<th>{c}</th>" for c in names) + "</tr>"]
     for lab, cells in rows:
         tds = []
         for rec, text in cells:
             cls = ""
             if rec is not None:
                 m = rec["max_ulp"]
+                ob = rec.get("of_bound")
                 cls = "ok" if m <= 1 else ("warn" if m <= 16 else "bad")
+                if ob is not None:
+                    cls = "bad" if ob > 1 else ("ok" if m <= 1 else "warn")
                 if rec.get("error") or sum(rec.get("nonfinite", {}).values()):
                     cls = "bad"
+            v = f' data-v="{rec["max_ulp"]}"' if rec is not None else ' data-v="-1"'
             if rec is None or not rec.get("worst"):
-                tds.append(f'<td class="{cls}">{html.escape(text)}</td>')
+                tds.append(f'<td class="{cls}"{v}>{html.escape(text)}</td>')
             else:
                 w = rec["worst"]
                 cmd = w["replay"].replace("{dir}", str(out_dir))
                 title = (f"worst: row {w['row']}, col {w['col']} of width {rec['cols']}: "
                          f"x={w['x']!r} kernel={w['kernel']!r} exact={w['exact']!r}\n{cmd}")
-                tds.append(f'<td class="{cls}"><a href="{html.escape(w["file"])}" '
+                tds.append(f'<td class="{cls}"{v}><a href="{html.escape(w["file"])}" '
                            f'title="{html.escape(title)}">{html.escape(text)}</a></td>')
         h.append(f"<tr><th class='lab'>{html.escape(lab)}</th>{''.join(tds)}</tr>")
     h.append("</table>")
@@ -221,8 +243,113 @@ def _backward_md(bw):
     return out
 
 
-def render(results, out_dir, gpu=None) -> dict:
-    """Write report.md, index.html and the PNG plots into out_dir; returns their paths."""
+_SORT_JS = """
+function ncSort(th){const t=th.closest('table'),i=[...th.parentNode.children].indexOf(th);
+const rows=[...t.querySelectorAll('tr')].slice(1);const asc=th.dataset.dir!=='asc';
+const key=r=>{const c=r.children[i];if(!c)return '';const v=c.dataset.v!==undefined?c.dataset.v:
+c.textContent.trim();const n=parseFloat(v);return isNaN(n)?v:n;};
+rows.sort((a,b)=>{const x=key(a),y=key(b);const c=(typeof x==='number'&&typeof y==='number')?
+x-y:String(x).localeCompare(String(y));return asc?c:-c;});
+th.dataset.dir=asc?'asc':'desc';rows.forEach(r=>t.appendChild(r));}
+document.querySelectorAll('table.sortable tr:first-child th').forEach(th=>{
+th.style.cursor='pointer';th.title='sort';th.addEventListener('click',()=>ncSort(th));});
+window.ncSelfTest=function(){const out={errors:window.ncErrors||[]};
+const first=document.querySelector('h2');out.first_section=first?first.id:null;
+out.images=[...document.images].map(im=>({alt:im.alt,ok:im.complete&&im.naturalWidth>0}));
+const t=document.querySelector('table.sortable');out.sort=null;
+if(t){const th=t.querySelector('tr th');ncSort(th);const a=[...t.querySelectorAll('tr')].slice(1)
+.map(r=>r.children[0].textContent.trim());const s=[...a].sort((x,y)=>x.localeCompare(y));
+out.sort=JSON.stringify(a)===JSON.stringify(s);}
+const pre=document.createElement('pre');pre.id='selftest';pre.textContent=JSON.stringify(out);
+document.body.appendChild(pre);return out;};
+if(location.hash==='#selftest'){window.addEventListener('load',()=>window.ncSelfTest());}
+"""
+
+_ERR_JS = ("window.ncErrors=[];window.addEventListener('error',e=>window.ncErrors.push("
+           "String(e.message||e.type)));")
+
+
+def _anchor(title: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in title.lower()).strip("-")
+
+
+def _findings_html(records, audit, out_dir):
+    from normcheck.report import findings as fnd
+
+    fs = fnd.findings(records)
+    h = ["<table class='sortable findings'><tr><th>norm</th><th>format</th><th>kernel</th>"
+         "<th>safe</th><th>breaks on</th><th>worst family</th><th>max ulp</th>"
+         "<th>&times; bound</th><th>replay</th></tr>"]
+    for norm, st, ks in fnd.by_kernel(fs):
+        for label, kern, bad, user in ks:
+            cls = " class='user'" if user else ""
+            if not bad:
+                h.append(f"<tr{cls}><td>{html.escape(norm)}</td><td>{st}</td>"
+                         f"<td class='lab'>{html.escape(label)}</td><td class='ok'>yes</td>"
+                         "<td></td><td></td><td data-v='0'></td><td data-v='0'></td><td></td>"
+                         "</tr>")
+                continue
+            f = bad[0]
+            rp = f.replay.replace("{dir}", str(out_dir))
+            ob = f.of_bound if f.of_bound is not None else -1
+            h.append(f"<tr{cls}><td>{html.escape(norm)}</td><td>{st}</td>"
+                     f"<td class='lab'>{html.escape(label)}</td><td class='bad'>no</td>"
+                     f"<td>{html.escape(', '.join(b.family for b in bad))}</td>"
+                     f"<td>{html.escape(f.family)}: {html.escape(f.why)}</td>"
+                     f"<td data-v='{f.max_ulp}'>{html.escape(_num(f.max_ulp))}</td>"
+                     f"<td data-v='{ob}'>{html.escape(_num(ob)) if ob >= 0 else '-'}</td>"
+                     f"<td><code>{html.escape(rp)}</code></td></tr>")
+    h.append("</table>")
+    if audit:
+        h.append("<p><b>The seed articles, measured:</b></p><ul>" + "".join(
+            f"<li class='{a['verdict'].replace(' ', '-')}'><b>{html.escape(a['verdict'].upper())}"
+            f"</b>: {html.escape(a['claim'])}</li>" for a in audit) + "</ul>")
+    worst = fnd.worst_records(records)
+    if worst:
+        h.append("<p><b>The worst rows</b> (furthest beyond the sound bound):</p>"
+                 "<table class='sortable'><tr><th>kernel</th><th>family</th><th>width</th>"
+                 "<th>max ulp</th><th>&times; bound</th><th>replay</th></tr>")
+        for r in worst:
+            w = r.get("worst") or {}
+            ob = r.get("of_bound")
+            h.append(f"<tr><td class='lab'>{html.escape(r['kernel'])}</td>"
+                     f"<td>{html.escape(r['family'])}</td><td>{r['cols']}</td>"
+                     f"<td data-v='{r['max_ulp']}'>{html.escape(_num(r['max_ulp']))}</td>"
+                     f"<td data-v='{ob if ob is not None else -1}'>"
+                     f"{html.escape(_num(ob)) if ob is not None else '-'}</td>"
+                     f"<td><code>{html.escape((w.get('replay') or '').replace('{dir}', str(out_dir)))}"
+                     "</code></td></tr>")
+        h.append("</table>")
+    return "\n".join(h)
+
+
+def _worst_md(records, out_dir):
+    from normcheck.report import findings as fnd
+
+    worst = fnd.worst_records(records)
+    if not worst:
+        return ""
+    lines = ["\n**The worst rows** (furthest beyond the sound bound):\n",
+             "| kernel | family | width | max ulp | × bound | replay |",
+             "|---|---|---:|---:|---:|---|"]
+    for r in worst:
+        w = r.get("worst") or {}
+        ob = r.get("of_bound")
+        rp = (w.get("replay") or "").replace("{dir}", str(out_dir))
+        lines.append(f"| {fnd.md_cell(r['kernel'])} | {r['family']} | {r['cols']} | "
+                     f"{_num(r['max_ulp'])} | "
+                     f"{_num(ob) if ob is not None else '-'} | {'`' + rp + '`' if rp else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def render(results, out_dir, gpu=None, compare=None) -> dict:
+    """Write report.md, index.html and the PNG plots into out_dir; returns their paths.  The
+    order is the reader's: the findings (safe and unsafe kernels, the audit's verdicts, the
+    worst rows), changes against ``compare`` (a normcheck.diff.Diff), the plots, the tables,
+    backward, quantised, the audit's evidence, and provenance last; a table of contents first."""
+    from normcheck.report import findings as fnd
+    from normcheck.report import quantised
+
     out_dir = Path(out_dir)
     recs = results["records"]
     prov = results["provenance"]
@@ -230,99 +357,114 @@ def render(results, out_dir, gpu=None) -> dict:
     tables = _family_tables(recs)
     audit = results.get("audit", [])
     n_err = sum(1 for r in recs if r.get("error"))
-    md = [f"# normcheck accuracy report ({prov.get('mode')}, {prov.get('backend')} backend)\n",
-          f"{len(recs)} measurements of {len({r['kernel'] for r in recs})} built-in kernels; "
-          "every number is the largest error in units in the last place (ULP) of the output "
-          "format against the exact result of the stored rows (normcheck's oracle), "
-          f"{n_err} launches failed.  A cell links to its worst row; "
-          "`normcheck replay FILE --variant NAME` reruns it.\n",
-          "## Provenance\n", _provenance_md(prov), ""]
-    if prov.get("backend") == "cpu":
-        md.append("The cpu backend runs the same CUDA source compiled by g++ with normcheck's "
-                  "SIMT shim: bit-identical to nvcc --fmad=false except for approximate "
-                  "intrinsics (rsqrtf is 1/sqrtf here).  GPU timings and the rsqrtf measurement "
-                  "need `--backend cuda`.\n")
-    md.append("## Plots\n")
-    for key, (title, text) in PLOT_TEXT.items():
-        if key in made and key not in _QUANT_PLOTS:
-            md.append(f"### {title}\n\n{text}\n\n![{title}]({made[key].name})\n")
-        elif key == "rsqrt":
-            md.append(f"### {title}\n\nNeeds a GPU: the cpu backend evaluates rsqrtf as 1/sqrtf, "
-                      "two correctly rounded operations, so it cannot show what the hardware "
-                      "approximation costs.  Rerun with `--backend cuda`.\n")
-    md.append("## Max ULP by family\n")
-    md.append("Columns: storage format and precision order (up = upcast_square, sq = "
-              "square_upcast, acc = storage_accumulate).  `nf` counts non-finite outputs for "
-              "finite exact values (or numbers for NaN).\n")
-    for fam, note, widths, rows in tables:
-        md.append(f"### {fam}: {note}\n\nwidths {', '.join(map(str, widths))}\n")
-        md.append(_md_table(rows) + "\n")
-    md += _backward_md(results.get("backward"))
-    from normcheck.report import quantised
+    n_user = len({r["kernel"] for r in recs if r.get("user")})
+    n_built = len({r["kernel"] for r in recs if not r.get("user")})
+    title = f"normcheck accuracy report ({prov.get('mode')}, {prov.get('backend')} backend)"
+    intro = (f"{len(recs)} measurements of {n_built} built-in kernels"
+             + (f" and {n_user} of yours" if n_user else "") +
+             "; every number is an error in units in the last place (ULP) of the output format "
+             "against the exact result of the stored rows (normcheck's oracle), and "
+             "× bound is the largest error over the sound bound (above 1: no sound kernel "
+             f"writes that; normcheck check fails it); {n_err} launches failed.")
+    sections = []  # (title, markdown, html)
 
-    md += quantised.markdown(results.get("quantised"))
-    for key in ("saturation_map", "order_flips"):
-        if key in made:
-            title, text = PLOT_TEXT[key]
-            md.append(f"### {title}\n\n{text}\n\n![{title}]({made[key].name})\n")
-    md.append("")
-    md.append("## The seed articles, measured\n")
-    md.append(_audit_md(audit) if audit else "(not run)\n")
-    if gpu:
-        md.append("## GPU\n")
-        md.append(gpu)
-    folder.write(out_dir / "report.md", "\n".join(md))
+    # 1. findings
+    md_f = ["A kernel is safe on a family when no element of any width is beyond the sound "
+            "bound and no output is non-finite where the exact result is finite.  For each "
+            "unsafe one: the families where it breaks, the worst, its error and the command "
+            "that replays its worst row.\n", fnd.findings_markdown(recs, audit, out_dir),
+            _worst_md(recs, out_dir)]
+    sections.append(("Findings", "\n".join(md_f),
+                     "<p>" + html.escape(md_f[0]) + "</p>" + _findings_html(recs, audit,
+                                                                              out_dir)))
+    if compare is not None:
+        sections.append(("Changes", compare.markdown(),
+                         "<pre>" + html.escape(compare.text()) + "</pre>"))
 
-    # index.html: the same, self-contained
+    # 2. plots
+    md_p, h_p = [], []
+
     def img(path):
         data = base64.b64encode(Path(path).read_bytes()).decode()
         return f'<img alt="{path.stem}" src="data:image/png;base64,{data}">'
 
-    body = [f"<h1>normcheck accuracy report ({html.escape(str(prov.get('mode')))}, "
-            f"{html.escape(str(prov.get('backend')))} backend)</h1>",
-            f"<p>{len(recs)} measurements; the largest ULP error of each cell, linked to its "
-            "worst row (hover for the command that replays it).</p>",
-            "<h2>Provenance</h2><ul>" + "".join(
-                f"<li><b>{html.escape(k)}</b>: {html.escape(str(v))}</li>"
-                for k, v in prov.items() if k != "cpu_vs_gpu" and v is not None) + "</ul>",
-            "<h2>Plots</h2>"]
-    for key, (title, text) in PLOT_TEXT.items():
-        if key in made and key not in _QUANT_PLOTS:
-            body.append(f"<h3>{html.escape(title)}</h3><p>{html.escape(text)}</p>{img(made[key])}")
+    for key, (ptitle, text) in PLOT_TEXT.items():
+        if key in made:
+            md_p.append(f"### {ptitle}\n\n{text}\n\n![{ptitle}]({made[key].name})\n")
+            h_p.append(f"<h3>{html.escape(ptitle)}</h3><p>{html.escape(text)}</p>"
+                       f"{img(made[key])}")
         elif key == "rsqrt":
-            body.append(f"<h3>{html.escape(title)}</h3><p>Needs a GPU: the cpu backend evaluates "
-                        "rsqrtf as 1/sqrtf.</p>")
-    body.append("<h2>Max ULP by family</h2>")
-    for fam, note, widths, rows in tables:
-        body.append(f"<h3>{html.escape(fam)}: {html.escape(note)}</h3><p>widths "
-                    f"{', '.join(map(str, widths))}</p>" + _html_table(rows, out_dir))
+            md_p.append(f"### {ptitle}\n\nNeeds a GPU: the cpu backend evaluates rsqrtf as "
+                        "1/sqrtf, two correctly rounded operations, so it cannot show what the "
+                        "hardware approximation costs.  Rerun with `--backend cuda`.\n")
+            h_p.append(f"<h3>{html.escape(ptitle)}</h3><p>Needs a GPU: the cpu backend "
+                       "evaluates rsqrtf as 1/sqrtf.</p>")
+    sections.append(("Plots", "\n".join(md_p), "".join(h_p)))
+
+    # 3. tables
+    note = ("Columns: storage format and precision order (up = upcast_square, sq = "
+            "square_upcast, acc = storage_accumulate; a kernel of yours sits in its format's "
+            "column).  `nf` counts non-finite outputs for finite exact values (or numbers for "
+            "NaN).  A cell links to its worst row; `normcheck replay FILE --variant NAME` "
+            "reruns it.\n")
+    md_t, h_t = [note], [f"<p>{html.escape(note)}</p>"]
+    for fam, fnote, widths, rows, names in tables:
+        md_t.append(f"### {fam}: {fnote}\n\nwidths {', '.join(map(str, widths))}\n")
+        md_t.append(_md_table(rows, names) + "\n")
+        h_t.append(f"<h3>{html.escape(fam)}: {html.escape(fnote)}</h3><p>widths "
+                   f"{', '.join(map(str, widths))}</p>" + _html_table(rows, out_dir, names))
+    sections.append(("Max ULP by family", "\n".join(md_t), "".join(h_t)))
+
     bw_md = _backward_md(results.get("backward"))
     if bw_md:
-        body.append("<h2>Backward</h2><pre>" + html.escape("\n".join(bw_md[1:])) + "</pre>")
+        sections.append(("Backward", "\n".join(bw_md[1:]),
+                         "<pre>" + html.escape("\n".join(bw_md[1:])) + "</pre>"))
     q_md = quantised.markdown(results.get("quantised"))
     if q_md:
-        body.append("<h2>Quantised outputs</h2><pre>" + html.escape("\n".join(q_md[1:]))
-                    + "</pre>")
-        for key in _QUANT_PLOTS:
-            if key in made:
-                title, text = PLOT_TEXT[key]
-                body.append(f"<h3>{html.escape(title)}</h3><p>{html.escape(text)}</p>"
-                            f"{img(made[key])}")
-    body.append("<h2>The seed articles, measured</h2>")
+        sections.append(("Quantised outputs", "\n".join(q_md[1:]),
+                         "<pre>" + html.escape("\n".join(q_md[1:])) + "</pre>"))
+    h_a = []
     for a in audit:
-        body.append(f"<h3 class='{a['verdict'].replace(' ', '-')}'>"
-                    f"{html.escape(a['verdict'].upper())}: {html.escape(a['claim'])}</h3>"
-                    f"<p><i>{html.escape(a['source'])}.</i> {html.escape(a['evidence'])}</p>")
+        h_a.append(f"<h3 class='{a['verdict'].replace(' ', '-')}'>"
+                   f"{html.escape(a['verdict'].upper())}: {html.escape(a['claim'])}</h3>"
+                   f"<p><i>{html.escape(a['source'])}.</i> {html.escape(a['evidence'])}</p>")
+    sections.append(("The seed articles, measured", _audit_md(audit) if audit else "(not run)\n",
+                     "".join(h_a) or "<p>(not run)</p>"))
     if gpu:
-        body.append("<h2>GPU</h2><pre>" + html.escape(gpu) + "</pre>")
+        sections.append(("GPU", gpu, "<pre>" + html.escape(gpu) + "</pre>"))
+    cpu_note = ("\nThe cpu backend runs the same CUDA source compiled by g++ with normcheck's "
+                "SIMT shim: bit-identical to nvcc --fmad=false except for approximate "
+                "intrinsics (rsqrtf is 1/sqrtf here).  GPU timings and the rsqrtf measurement "
+                "need `--backend cuda`.\n") if prov.get("backend") == "cpu" else ""
+    sections.append(("Provenance", _provenance_md(prov) + "\n" + cpu_note,
+                     "<ul>" + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v))}</li>"
+                                      for k, v in prov.items()
+                                      if k != "cpu_vs_gpu" and v is not None) + "</ul>" +
+                     (f"<p>{html.escape(cpu_note)}</p>" if cpu_note else "")))
+
+    toc_md = "**Contents:** " + " · ".join(f"[{t}](#{_anchor(t)})" for t, _, _ in sections)
+    md = [f"# {title}\n", intro + "\n", toc_md + "\n"]
+    for t, m, _ in sections:
+        md.append(f'<a id="{_anchor(t)}"></a>\n\n## {t}\n\n{m}\n')
+    folder.write(out_dir / "report.md", "\n".join(md))
+
+    toc = "<nav><b>Contents:</b> " + " · ".join(
+        f"<a href='#{_anchor(t)}'>{html.escape(t)}</a>" for t, _, _ in sections) + "</nav>"
+    body = [f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>", toc]
+    for t, _, h in sections:
+        body.append(f"<h2 id='{_anchor(t)}'>{html.escape(t)}</h2>{h}")
     css = ("body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}"
+           "nav{margin:1em 0;padding:.5em;background:#f4f4f4}"
            "table{border-collapse:collapse;margin-bottom:1em;font-size:13px}"
            "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
-           "th.lab{text-align:left}td.ok{background:#e6f4e6}td.warn{background:#fff6d5}"
-           "td.bad{background:#fbe0e0}img{max-width:100%}h3.false{color:#b00}"
-           "h3.true{color:#060}")
+           "th.lab,td.lab{text-align:left}td.ok{background:#e6f4e6}td.warn{background:#fff6d5}"
+           "td.bad{background:#fbe0e0}tr.user td.lab{font-weight:bold}img{max-width:100%}"
+           "h3.false,li.false{color:#b00}h3.true,li.true{color:#060}"
+           "table.findings td{text-align:left}code{font-size:11px}")
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>normcheck report</title>"
-            f"<style>{css}</style></head><body>{''.join(body)}</body></html>")
+            f"<style>{css}</style><script>{_ERR_JS}</script></head><body>{''.join(body)}"
+            f"<script>{_SORT_JS}</script></body></html>")
     folder.write(out_dir / "index.html", page)
+    folder.write(out_dir / "summary.md", f"## {title}\n\n" + "\n".join(md_f))
     return {"report.md": out_dir / "report.md", "index.html": out_dir / "index.html",
-            **{k: v for k, v in made.items()}}
+            "summary.md": out_dir / "summary.md", **{k: v for k, v in made.items()}}

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import __version__, families, kernels, metrics, replay
+from normcheck import __version__, families, formats, kernels, metrics, replay
 from normcheck.metrics import to_json
 from normcheck.backends import get_backend
 from normcheck.backends.base import read_limited
@@ -54,6 +54,7 @@ class Task:
     cols: int
     rows: int
     param: tuple = ()  # (("kappa", 1e3),) or (("magnitude", 256.0),)
+    spec: str = ""     # a user kernel: the path of its spec (kernel is its label)
 
     @property
     def key(self) -> str:
@@ -69,9 +70,45 @@ class Plan:
     pattern: str | None = None   # --kernels: also selects the quantised built-ins
 
 
-def plan(mode="quick", kernels_pattern=None, seed=0) -> Plan:
+def user_specs(paths) -> list:
+    """[(label, spec path)] of the user kernels named by ``--spec`` (files, or folders whose
+    *.toml are forward kernel specs); labels are the spec's entry, made unique."""
+    from normcheck import spec as specs
+
+    out, seen = [], set()
+    for p in paths or ():
+        p = Path(p)
+        if p.is_dir():
+            files = sorted(p.glob("*.toml"))
+            if not files:
+                raise invalid("--spec", str(p), "a kernel spec (.toml) or a folder holding some")
+        elif p.is_file():
+            files = [p]
+        else:
+            raise invalid("--spec", str(p), "an existing kernel spec (.toml) or folder of them")
+        for f in files:
+            sp = specs.load(f)
+            if sp.backward or sp.quant or not sp.norm or not sp.dtype or sp.entries[0] is None:
+                if p.is_dir():
+                    continue  # a folder may hold other specs: only forward kernels are swept
+                raise invalid("--spec", str(f), "a forward kernel spec naming its norm, dtype "
+                              "and entry (a backward or quantised spec is checked with "
+                              "normcheck check)")
+            label = sp.entries[0]
+            k = 2
+            while label in seen:
+                label = f"{sp.entries[0]}~{k}"
+                k += 1
+            seen.add(label)
+            out.append((label, str(f.resolve())))
+    return out
+
+
+def plan(mode="quick", kernels_pattern=None, seed=0, specs=None) -> Plan:
     """The records of a sweep: ``quick`` (one width a family, 32 rows) or ``full`` (every width
-    of each family, 128 rows)."""
+    of each family, 128 rows); ``specs`` adds user kernels ([(label, spec path)], see
+    :func:`user_specs`) over the same families and widths (within each spec's width
+    contract)."""
     if mode not in ("quick", "full"):
         raise invalid("mode", mode, '"quick" or "full"')
     import fnmatch
@@ -82,7 +119,7 @@ def plan(mode="quick", kernels_pattern=None, seed=0) -> Plan:
           if kernels_pattern is None or fnmatch.fnmatchcase(v.name, kernels_pattern)]
     qs = [v for v in qkernels.variants()
           if kernels_pattern is None or fnmatch.fnmatchcase(v.name, kernels_pattern)]
-    if not vs and not qs:
+    if not vs and not qs and not specs:
         raise invalid("--kernels", kernels_pattern, "a pattern matching built-in kernels",
                       "list them with `normcheck kernels`; e.g. 'layernorm_*fp16*'")
     quick = mode == "quick"
@@ -94,6 +131,22 @@ def plan(mode="quick", kernels_pattern=None, seed=0) -> Plan:
                                                  else (1, 3, 33, 257))
             for c in widths:
                 tasks.append(Task(v.name, fam.name, c, rows))
+    from normcheck import spec as spec_mod
+
+    for label, path in specs or ():
+        sp = spec_mod.load(path)
+        for fam in families.FAMILIES.values():
+            base = fam.cols if not quick else (fam.cols[:1] if fam.name != "tails"
+                                               else (1, 3, 33, 257))
+            lo, hi = sp.cols
+            ws = []
+            for c in base:
+                for w in families.widths(fam.name, (max(lo, min(c, hi)), hi),
+                                         sp.cols_multiple_of)[:1]:
+                    if w not in ws:
+                        ws.append(w)
+            for c in ws:
+                tasks.append(Task(label, fam.name, c, rows, (), path))
     names = {v.name for v in vs}
     kd = 256 if quick else 1024
     for name in KAPPA_VARIANTS:
@@ -132,10 +185,77 @@ def _inputs(task: Task, fmt, seed):
     return x, g, b, r
 
 
+def _of_bound(norm, ref, rows, g, b, eps, convention, storage, y):
+    """(largest error over the sound bound, elements beyond it): the check's fail rule."""
+    from normcheck import bounds, measure as measure_mod
+    from normcheck.check.tolerances import TOLERANCES
+
+    E = bounds.sound_bound_of(norm, ref, rows, g, b, eps=eps, convention=convention,
+                              storage=storage)
+    m = measure_mod.measure(ref, y, E=E, floor=TOLERANCES[ref.fmt.name].fail_floor, keep=(),
+                            hist=False)
+    return m.max_ratio, m.over
+
+
+_TARGETS = {}
+
+
+def _user_judge(path, backend):
+    """(Judge, spec) of a user kernel's spec, bound once per process (a cluster worker too)."""
+    key = (path, getattr(backend, "name", backend))
+    if key not in _TARGETS:
+        from normcheck import launch, norms, spec as specs
+        from normcheck.check.judge import Judge
+
+        sp = specs.load(path)
+        n = norms.get(sp.norm).with_affine(sp.has("gamma"), sp.has("beta")).with_reference(
+            sp.reference or "exact")
+        fmt = formats.get(sp.dtype)
+        out = formats.get(sp.out_dtype or sp.dtype)
+        target = launch.bind(sp, sp.source, norm=n, dtype=fmt.name, out_dtype=out.name,
+                             backend=backend)
+        eps = np.float32(sp.eps) if sp.eps is not None else np.float32(1e-5)
+        _TARGETS[key] = (Judge(target, n, fmt, out, convention=sp.convention, eps=eps,
+                               backend=backend), sp)
+    return _TARGETS[key]
+
+
+def _measure_user(task: Task, seed: int, backend) -> tuple[dict, dict | None]:
+    """A user kernel's task: the same rows, run through its spec, judged as the check does."""
+    judge, sp = _user_judge(task.spec, backend)
+    fmt = judge.fmt
+    x, g, b, r = _inputs(task, fmt, seed)
+    n = judge.norm
+    rec = {"kernel": task.kernel, "norm": n.name, "algorithm": "yours", "storage": fmt.name, "order": None, "convention":
+           sp.convention if n.fused else None, "fast_math": False, "user": True,
+           "spec": task.spec, "family": task.family, "cols": task.cols, "rows": task.rows,
+           "param": dict(task.param), "key": task.key}
+    case = judge.make_case(x, g, b, r if n.fused else None, judge.eps)
+    t0 = time.perf_counter()
+    m, fails = judge.measure(task.family, case)
+    fatal = [f for f in fails if f.kind not in ("accuracy", "nonfinite", "unwritten")]
+    if m is None or fatal:
+        f = (fatal or fails)[0]
+        rec.update({"error": {"kind": f.kind, "detail": f.detail}, "max_ulp": math.inf,
+                    "p99_ulp": math.inf, "mean_ulp": math.inf, "nonfinite": {}, "worst": None,
+                    "seconds": time.perf_counter() - t0})
+        return rec, None
+    c = metrics.compare(m.ref, m.y)
+    y = m.y
+    extra = {"of_bound": float(m.m.max_ratio), "beyond_bound": int(m.m.over),
+             "unwritten": int(m.m.unwritten)}
+    desc = {"source": str(sp.source), "entries": sp.entries, "norm": n.name,
+            "dtype": fmt.name, "spec": task.spec}
+    return _record(rec, task, fmt, x, y, case.gamma, case.beta, case.residual, m.ref, c,
+                   t0, desc, f"normcheck replay {{dir}}/worst/{{file}}", extra)
+
+
 def measure(task: Task, seed: int, backend, workers=None) -> tuple[dict, dict | None]:
     """One task, measured: (its record, the worst row's case to save as ``case["file"]`` under
     the output folder, or None).  Pure: it depends on the task and the seed only, writes
     nothing, and may run anywhere (a worker of a cluster)."""
+    if task.spec:
+        return _measure_user(task, seed, backend)
     v = kernels.get(task.kernel)
     fmt = v.fmt
     x, g, b, r = _inputs(task, fmt, seed)
@@ -154,20 +274,32 @@ def measure(task: Task, seed: int, backend, workers=None) -> tuple[dict, dict | 
                     "seconds": time.perf_counter() - t0})
         return rec, None
     y = out[1] if v.fused else out
-    ref, _ = kernels.reference(v, x, g, b if v.has_beta else None,
-                               residual=r if v.fused else None)
+    ref, rows = kernels.reference(v, x, g, b if v.has_beta else None,
+                                  residual=r if v.fused else None)
     c = metrics.compare(ref, y)
+    ob, over = _of_bound(v.norm, ref, rows, g, b if v.has_beta else None, np.float32(1e-5), v.convention or "exact",
+                         fmt, y)
+    return _record(rec, task, fmt, x, y, g, b if v.has_beta else None, r if v.fused else None,
+                   ref, c, t0, {"variant": v.name},
+                   f"normcheck replay {{dir}}/worst/{{file}} --variant {v.name}",
+                   {"of_bound": float(ob), "beyond_bound": int(over)})
+
+
+def _record(rec, task, fmt, x, y, g, b, r, ref, c, t0, kernel_desc, replay_cmd, extra):
+    """The record of a measured task and the worst row's case to save."""
     s = metrics.summarize(c)
     hist, _ = np.histogram(np.minimum(np.nan_to_num(c.ulp, nan=np.inf), 1e300),
                            bins=[e if math.isfinite(e) else 1e301 for e in HIST_BINS])
     i, j = s.worst
     fname = (f"{fmt.name}-{task.family}-{task.cols}"
              f"{''.join(f'-{k}{val:g}' for k, val in task.param)}-row{i}.npz")
+    if task.spec:  # a user kernel's label, as a file name a shell takes without quotes
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in task.kernel)
+        fname = f"{safe}-{fname}"
     case = None
     if not task.param:  # the parameter sweeps only feed the plots
-        case = {"file": f"worst/{fname}", "kernel": {"variant": v.name}, "x": x[i:i + 1],
-                "gamma": g, "beta": b if v.has_beta else None,
-                "residual": r[i:i + 1] if v.fused else None,
+        case = {"file": f"worst/{fname}", "kernel": kernel_desc, "x": x[i:i + 1],
+                "gamma": g, "beta": b, "residual": r[i:i + 1] if r is not None else None,
                 "note": f"{task.family} row {i} of the report's sweep"}
     rec.update({
         "max_ulp": s.max_ulp, "p99_ulp": s.p99_ulp, "mean_ulp": s.mean_ulp,
@@ -179,8 +311,8 @@ def measure(task: Task, seed: int, backend, workers=None) -> tuple[dict, dict | 
         "worst": {"row": int(i), "col": int(j), "ulp": float(c.ulp[i, j]),
                   "x": float(x[i, j]), "kernel": float(y[i, j]), "exact": float(ref.exact[i, j]),
                   "file": f"worst/{fname}" if not task.param else None,
-                  "replay": f"normcheck replay {{dir}}/worst/{fname} --variant {v.name}"
-                            if not task.param else None},
+                  "replay": replay_cmd.replace("{file}", fname) if not task.param else None},
+        **extra,
         "seconds": time.perf_counter() - t0,
     })
     return rec, case
@@ -338,7 +470,8 @@ RECORD_TYPES = {
     "max_ulp": _NUM, "p99_ulp": _NUM, "mean_ulp": _NUM, "max_scaled_ulp": _NUM,
     "max_bits": _NUM, "max_abs_x": _NUM, "seconds": _NUM, "nonfinite": dict,
     "classes": dict, "histogram": list, "worst": (dict, type(None)),
-    "error": (dict, type(None)),
+    "error": (dict, type(None)), "of_bound": _NUM, "beyond_bound": int, "unwritten": int,
+    "user": bool, "spec": str,
 }
 _REQUIRED = ("key", "kernel", "family", "cols", "rows", "max_ulp")
 

@@ -1,0 +1,153 @@
+"""What CI systems read: JUnit XML (GitLab's and Jenkins' test reports, GitHub actions that
+publish them) and a markdown job summary (GitHub's ``$GITHUB_STEP_SUMMARY``), for a check and for
+a report.
+
+A check is one test suite: a test case per family (and one for the targeted search); a failing
+family's failure message is its first failure, the text the worst row, its cause and the command
+that replays it.  A warn passes and says so in the case's output.  A report is one suite per
+norm: a test case per built-in (or user) kernel and family, failing where a record is beyond the
+sound bound or writes non-finite values for finite exact results (the report's findings).
+
+JUnit XML is written by junitparser (a kept library made for it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["check_junit", "check_summary", "report_junit", "report_summary", "write"]
+
+
+def write(path, text: str) -> Path:
+    """Write a CI file (JUnit or summary), appending to a job summary that exists (GitHub's
+    ``$GITHUB_STEP_SUMMARY`` is one file for every step)."""
+    p = Path(path)
+    if p.is_dir():
+        from normcheck.errors import invalid
+
+        raise invalid("path", str(p), "a file to write", "name a file, e.g. junit.xml")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    mode = "a" if p.suffix == ".md" and p.exists() else "w"
+    with open(p, mode, encoding="utf-8") as f:
+        f.write(text)
+    return p
+
+
+def _xml(suites) -> str:
+    from junitparser import JUnitXml
+
+    xml = JUnitXml("normcheck")
+    for s in suites:
+        xml.add_testsuite(s)
+    xml.update_statistics()
+    return xml.tostring().decode() if isinstance(xml.tostring(), bytes) else xml.tostring()
+
+
+def _failure_text(f, result: dict) -> str:
+    lines = [f"{f['kind']}: {f['detail']}"]
+    if f.get("cause"):
+        lines.append(f"cause: {f['cause']}")
+    if result.get("replay"):
+        lines.append(f"replay: {result['replay']}")
+    return "\n".join(lines)
+
+
+def check_junit(result: dict) -> str:
+    """JUnit XML of a check result (its ``as_dict()``)."""
+    from junitparser import Failure, TestCase, TestSuite
+
+    kern = str(result.get("kernel"))
+    suite = TestSuite(f"normcheck check {kern}")
+    fails = result.get("failures", [])
+    warns = result.get("warnings", [])
+    for fam in result.get("families", []):
+        name = fam["family"]
+        tc = TestCase(name, classname=f"normcheck.{kern}")
+        mine = [f for f in fails if f.get("family") == name]
+        if fam.get("verdict") == "fail" or mine:
+            f = mine[0] if mine else {"kind": "accuracy", "detail": "failed", "cause": None}
+            fl = Failure(f"{name}: {f['kind']}", f["kind"])
+            fl.text = _failure_text(f, result)
+            tc.result = [fl]
+        out = (f"{fam.get('rows')} rows, widths {fam.get('cols')}: max "
+               f"{_n(fam.get('max_ulp'))} ulp, {_n(fam.get('max_of_bound'))}x the sound bound")
+        w = [x for x in warns if x.get("family") == name]
+        if w:
+            out += f"\nwarn: {w[0]['detail']}"
+        tc.system_out = out
+        suite.add_testcase(tc)
+    s = result.get("search")
+    if s:
+        tc = TestCase("search", classname=f"normcheck.{kern}")
+        known = {fam["family"] for fam in result.get("families", [])}
+        if s.get("failed"):
+            f = next((x for x in reversed(fails) if x.get("family") not in known),
+                     fails[-1] if fails else {"kind": "accuracy", "detail": "the search "
+                                              "found a failing row", "cause": None})
+            fl = Failure(f"search: {f['kind']}", f["kind"])
+            fl.text = _failure_text(f, result)
+            tc.result = [fl]
+        tc.system_out = f"{s.get('examples')} examples, {_n(s.get('max_of_bound'))}x the bound"
+        suite.add_testcase(tc)
+    other = [f for f in fails if f.get("family") not in
+             {fam["family"] for fam in result.get("families", [])} and not s]
+    for f in other:  # a launch that failed before any family ran
+        tc = TestCase(str(f.get("family")), classname=f"normcheck.{kern}")
+        fl = Failure(f"{f['kind']}", f["kind"])
+        fl.text = _failure_text(f, result)
+        tc.result = [fl]
+        suite.add_testcase(tc)
+    return _xml([suite])
+
+
+def check_summary(result: dict) -> str:
+    """Markdown job summary of a check result."""
+    v = result.get("verdict", "?")
+    mark = {"pass": "✅", "warn": "⚠️", "fail": "❌"}.get(v, "")
+    lines = [f"### {mark} normcheck check {result.get('kernel')}: {v.upper()}\n",
+             f"{result.get('norm')} · {result.get('dtype')} → {result.get('out_dtype')} · "
+             f"reference {result.get('reference')} · {result.get('rows_checked')} rows · "
+             f"max {_n(result.get('max_ulp'))} ulp\n"]
+    if result.get("cause"):
+        lines.append(f"**Cause:** {result['cause']}\n")
+    lines.append("| family | verdict | rows | max ulp | p99 ulp | × sound bound |")
+    lines.append("|---|---|---:|---:|---:|---:|")
+    for f in result.get("families", []):
+        lines.append(f"| {f['family']} | {f.get('verdict')} | {f.get('rows')} | "
+                     f"{_n(f.get('max_ulp'))} | {_n(f.get('p99_ulp'))} | "
+                     f"{_n(f.get('max_of_bound'))} |")
+    for f in result.get("failures", [])[:5]:
+        lines.append(f"\n- **{f['kind']}** ({f['family']}): {f['detail']}")
+    if result.get("replay"):
+        lines.append(f"\nReplay: `{result['replay']}`")
+    return "\n".join(lines) + "\n"
+
+
+def _n(v) -> str:
+    from normcheck.metrics import short
+
+    try:
+        return short(float(v))
+    except (TypeError, ValueError):
+        return "-"
+
+
+def report_junit(findings) -> str:
+    """JUnit XML of a report's findings (normcheck.report.findings.Finding records): one suite
+    per norm, a case per kernel and family."""
+    from junitparser import Failure, TestCase, TestSuite
+
+    suites = {}
+    for f in findings:
+        s = suites.setdefault(f.norm, TestSuite(f"normcheck report {f.norm}"))
+        tc = TestCase(f"{f.family}", classname=f"normcheck.{f.kernel}")
+        if not f.safe:
+            fl = Failure(f"{f.family}: {f.why}", "unsafe")
+            fl.text = f.text()
+            tc.result = [fl]
+        s.add_testcase(tc)
+    return _xml(list(suites.values()))
+
+
+def report_summary(summary_md: str) -> str:
+    """The report's findings section, as the job summary."""
+    return summary_md

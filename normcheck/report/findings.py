@@ -1,0 +1,175 @@
+"""The report's answers, from its records: which kernels and precision orders are safe on which
+rows, where each unsafe one breaks, and the worst rows of all.
+
+A record is **unsafe** where no sound kernel would have written what it wrote -- the check's
+fail rule (normcheck.check.tolerances): an element beyond the sound bound
+(normcheck.bounds.sound_bound, never below the format's floor), a non-finite value where the
+exact result is finite (or a number where it is NaN), or a launch that failed.  A kernel is
+safe on a family when every width of it is; the findings name, for each unsafe kernel, the
+family where it breaks worst, with its worst element and the command that replays it.  Records
+of the parameter sweeps (κ, magnitude) feed the plots only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from normcheck.metrics import short
+
+__all__ = ["Finding", "findings", "by_kernel", "kernel_label", "worst_records",
+           "findings_markdown", "ORDER_NAMES", "md_cell"]
+
+ORDER_NAMES = {None: "", "upcast_square": "upcast-then-square",
+               "square_upcast": "square-then-upcast",
+               "storage_accumulate": "accumulate-in-storage"}
+
+
+def kernel_label(r) -> str:
+    """A kernel as the findings name it: algorithm, precision order, convention, rsqrtf; a
+    user kernel by its own name."""
+    if r.get("user"):
+        return f"{r['kernel']} (yours)"
+    s = r.get("algorithm") or ""
+    if r.get("order"):
+        s += f" {ORDER_NAMES.get(r['order'], r['order'])}"
+    if r.get("convention"):
+        s += f" ({r['convention']})"
+    if r.get("fast_math"):
+        s += " rsqrtf"
+    return s.strip()
+
+
+@dataclass
+class Finding:
+    """One kernel on one family (all its widths)."""
+
+    kernel: str
+    label: str
+    norm: str
+    storage: str
+    family: str
+    safe: bool
+    why: str                    # what makes it unsafe ("" when safe)
+    max_ulp: float
+    of_bound: float | None
+    cols: int
+    user: bool = False
+    worst: dict = field(default_factory=dict)
+
+    @property
+    def replay(self) -> str:
+        return (self.worst or {}).get("replay") or ""
+
+    def text(self) -> str:
+        w = self.worst or {}
+        s = (f"{self.kernel} on {self.family} (width {self.cols}): {self.why or 'safe'}; "
+             f"max {short(self.max_ulp)} ulp")
+        if w.get("row") is not None:
+            s += (f"; worst row {w['row']}, col {w['col']}: x={w.get('x')!r} "
+                  f"kernel={w.get('kernel')!r} exact={w.get('exact')!r}")
+        if self.replay:
+            s += f"\nreplay: {self.replay}"
+        return s
+
+
+def _unsafe(r) -> str:
+    """Why a record is unsafe, or ""."""
+    if r.get("error"):
+        return f"launch failed: {r['error']['kind']}"
+    nf = int(sum((r.get("nonfinite") or {}).values()))
+    if nf:
+        return f"{nf} non-finite outputs for finite exact values"
+    ob = r.get("of_bound")
+    if ob is not None and ob > 1:
+        return f"beyond the sound bound ({short(ob)}x)"
+    return ""
+
+
+def _severity(r):
+    ob = r.get("of_bound")
+    return (bool(r.get("error")), int(sum((r.get("nonfinite") or {}).values())) > 0,
+            ob if ob is not None else -1.0,
+            r["max_ulp"] if not math.isnan(r["max_ulp"]) else math.inf)
+
+
+def findings(records) -> list[Finding]:
+    """A Finding per (kernel, family) of the grid (records without a parameter)."""
+    groups = {}
+    for r in records:
+        if r.get("param"):
+            continue
+        groups.setdefault((r["kernel"], r["family"]), []).append(r)
+    out = []
+    for (k, fam), rs in groups.items():
+        worst = max(rs, key=_severity)
+        why = _unsafe(worst)
+        out.append(Finding(k, kernel_label(worst), worst["norm"], worst["storage"], fam,
+                           not why, why, float(worst["max_ulp"]), worst.get("of_bound"),
+                           int(worst["cols"]), bool(worst.get("user")),
+                           dict(worst.get("worst") or {})))
+    return out
+
+
+def by_kernel(fs) -> list[tuple]:
+    """(norm, storage, [(label, kernel, [unsafe findings, worst first], user)]) in a stable
+    order: norms and formats as the built-ins list them, safe kernels first."""
+    from normcheck import kernels
+
+    norm_order = {n: i for i, n in enumerate(kernels.NORMS)}
+    fmt_order = {"fp32": 0, "fp16": 1, "bf16": 2}
+    table = {}
+    for f in fs:
+        table.setdefault((f.norm, f.storage), {}).setdefault(
+            (f.label, f.kernel, f.user), []).append(f)
+    out = []
+    for (norm, st) in sorted(table, key=lambda k: (norm_order.get(k[0], 99),
+                                                   fmt_order.get(k[1], 9), k)):
+        ks = []
+        for (label, kern, user), items in table[(norm, st)].items():
+            bad = sorted([f for f in items if not f.safe],
+                         key=lambda f: (f.of_bound if f.of_bound is not None else -1,
+                                        f.max_ulp), reverse=True)
+            ks.append((label, kern, bad, user))
+        ks.sort(key=lambda t: (bool(t[2]), t[3], t[0]))
+        out.append((norm, st, ks))
+    return out
+
+
+def worst_records(records, n=8) -> list[dict]:
+    """The n grid records furthest beyond the sound bound (then by max ULP)."""
+    grid = [r for r in records if not r.get("param") and not r.get("error")]
+    grid.sort(key=lambda r: (r.get("of_bound") if r.get("of_bound") is not None else -1,
+                             r["max_ulp"] if not math.isnan(r["max_ulp"]) else math.inf),
+              reverse=True)
+    return grid[:n]
+
+
+def findings_markdown(records, audit, out_dir=None) -> str:
+    """The findings as markdown: the per-norm/format table, the audit's verdicts, the worst
+    rows (what a job summary shows, and the report opens with)."""
+    fs = findings(records)
+    lines = ["| norm | format | kernel | safe on every family | breaks on (worst) | max ulp | "
+             "× bound | replay |", "|---|---|---|---|---|---:|---:|---|"]
+    for norm, st, ks in by_kernel(fs):
+        for label, kern, bad, user in ks:
+            label = md_cell(label)
+            if not bad:
+                lines.append(f"| {norm} | {st} | {label} | yes | | | | |")
+                continue
+            f = bad[0]
+            fams = ", ".join(b.family for b in bad)
+            rp = f.replay.replace("{dir}", str(out_dir)) if out_dir else f.replay
+            lines.append(f"| {norm} | {st} | {label} | no: {fams} | {f.family} ({f.why}) | "
+                         f"{short(f.max_ulp)} | "
+                         f"{short(f.of_bound) if f.of_bound is not None else '-'} | "
+                         f"{'`' + rp + '`' if rp else ''} |")
+    if audit:
+        lines.append("\n**The seed articles, measured:**\n")
+        lines += [f"- **{a['verdict'].upper()}**: {md_cell(a['claim'])}" for a in audit]
+    return "\n".join(lines) + "\n"
+
+
+def md_cell(text: str) -> str:
+    """Text for a markdown table cell: template brackets are not tags, pipes not cells."""
+    return str(text).replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
