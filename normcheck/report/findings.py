@@ -7,7 +7,9 @@ fail rule (normcheck.check.tolerances): an element beyond the sound bound
 exact result is finite (or a number where it is NaN), or a launch that failed.  A kernel is
 safe on a family when every width of it is; the findings name, for each unsafe kernel, the
 family where it breaks worst, with its worst element and the command that replays it.  Records
-of the parameter sweeps (κ, magnitude) feed the plots only.
+of the parameter sweeps (κ, magnitude) feed the plots only, and the families the check does not
+judge (``extremes``: x² overflows float itself, so no float kernel can promise anything there)
+are in the tables, not in the findings.
 """
 
 from __future__ import annotations
@@ -95,9 +97,11 @@ def _severity(r):
 
 def findings(records) -> list[Finding]:
     """A Finding per (kernel, family) of the grid (records without a parameter)."""
+    from normcheck.check.judge import CHECK_FAMILIES
+
     groups = {}
     for r in records:
-        if r.get("param"):
+        if r.get("param") or r["family"] not in CHECK_FAMILIES:
             continue
         groups.setdefault((r["kernel"], r["family"]), []).append(r)
     out = []
@@ -138,7 +142,10 @@ def by_kernel(fs) -> list[tuple]:
 
 def worst_records(records, n=8) -> list[dict]:
     """The n grid records furthest beyond the sound bound (then by max ULP)."""
-    grid = [r for r in records if not r.get("param") and not r.get("error")]
+    from normcheck.check.judge import CHECK_FAMILIES
+
+    grid = [r for r in records if not r.get("param") and not r.get("error")
+            and r["family"] in CHECK_FAMILIES]
     grid.sort(key=lambda r: (r.get("of_bound") if r.get("of_bound") is not None else -1,
                              r["max_ulp"] if not math.isnan(r["max_ulp"]) else math.inf),
               reverse=True)

@@ -370,9 +370,10 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
 
     # 1. findings
     md_f = ["A kernel is safe on a family when no element of any width is beyond the sound "
-            "bound and no output is non-finite where the exact result is finite.  For each "
-            "unsafe one: the families where it breaks, the worst, its error and the command "
-            "that replays its worst row.\n", fnd.findings_markdown(recs, audit, out_dir),
+            "bound and no output is non-finite where the exact result is finite (the check's "
+            "fail rule; the extremes family, where x² overflows float itself, is not judged).  "
+            "For each unsafe one: the families where it breaks, the worst, its error and the "
+            "command that replays its worst row.\n", fnd.findings_markdown(recs, audit, out_dir),
             _worst_md(recs, out_dir)]
     sections.append(("Findings", "\n".join(md_f),
                      "<p>" + html.escape(md_f[0]) + "</p>" + _findings_html(recs, audit,
