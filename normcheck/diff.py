@@ -175,8 +175,10 @@ def _record_change(o, n) -> Change:
     row = ""
     w = n.get("worst") or {}
     if w:
-        row = (f"row {w.get('row')}, col {w.get('col')}: x={w.get('x')!r} "
-               f"kernel={w.get('kernel')!r} exact={w.get('exact')!r}")
+        from normcheck.measure import mismatch
+
+        row = mismatch(f"row {w.get('row')}, col {w.get('col')}", w.get("kernel"),
+                       w.get("exact"), x=w.get("x"))
         if w.get("replay"):
             row += f"; {w['replay']}"
     if bool(n.get("error")) != bool(o.get("error")):

@@ -8,7 +8,11 @@ them.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 __all__ = [
+    "FailureKind",
+    "FATAL",
     "NormcheckError",
     "InvalidArgument",
     "CompileError",
@@ -27,6 +31,40 @@ __all__ = [
     "FolderLocked",
     "invalid",
 ]
+
+
+class FailureKind(StrEnum):
+    """Every kind of failure a verdict names, one list (a StrEnum: each equals its name as a
+    string, in JSON and in comparisons).  Accuracy to amax are measured on the outputs; the
+    others end a launch (``KernelError.kind``)."""
+
+    ACCURACY = "accuracy"            # an element beyond the sound bound
+    NONFINITE = "nonfinite"          # ±inf or NaN where the exact result is finite (or a number for NaN)
+    UNWRITTEN = "unwritten"          # an output element never written (it holds the poison)
+    CONTRACT = "contract"            # a quantised value no sound kernel of the contract writes
+    SCALE = "scale"                  # quantisation scales outside the contract (or misshapen)
+    AMAX = "amax"                    # an amax output outside its sound range
+    WARN = "warn"                    # not a failure: a warning (within the bound, well above
+                                     # the best built-in order), reported in the same form
+    ERROR = "error"                  # a Python callable raised
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    DEADLOCK = "deadlock"
+    OUT_OF_BOUNDS = "out_of_bounds"
+    MISALIGNED = "misaligned"
+    STACK_OVERFLOW = "stack_overflow"
+    SANDBOX = "sandbox"
+
+    @property
+    def fatal(self) -> bool:
+        """After this failure the kernel is not launched again in the same phase."""
+        return self in FATAL
+
+
+#: The failures after which a kernel is not launched again in the same phase.
+FATAL = frozenset({FailureKind.CRASH, FailureKind.TIMEOUT, FailureKind.DEADLOCK,
+                   FailureKind.OUT_OF_BOUNDS, FailureKind.MISALIGNED,
+                   FailureKind.STACK_OVERFLOW, FailureKind.SANDBOX})
 
 
 class NormcheckError(Exception):
@@ -72,7 +110,7 @@ class KernelError(NormcheckError):
     verdicts and JSON (crash, deadlock, timeout, out_of_bounds, misaligned, stack_overflow,
     sandbox, error)."""
 
-    kind = "crash"
+    kind = FailureKind.CRASH
 
     def __init__(self, message: str, **details):
         super().__init__(message)
@@ -82,50 +120,50 @@ class KernelError(NormcheckError):
 class KernelCrash(KernelError):
     """The kernel killed its process (segfault, abort, trap, illegal instruction ...)."""
 
-    kind = "crash"
+    kind = FailureKind.CRASH
 
 
 class KernelDeadlock(KernelError):
     """A barrier or warp collective that some live threads can never reach."""
 
-    kind = "deadlock"
+    kind = FailureKind.DEADLOCK
 
 
 class KernelTimeout(KernelError):
     """The launch ran past its time limit (an endless loop, or a spin on a flag never set)."""
 
-    kind = "timeout"
+    kind = FailureKind.TIMEOUT
 
 
 class OutOfBounds(KernelError):
     """The kernel touched memory past the end of an argument array (caught by a guard page)."""
 
-    kind = "out_of_bounds"
+    kind = FailureKind.OUT_OF_BOUNDS
 
 
 class MisalignedAccess(KernelError):
     """A vector access to an address not aligned to its size (a GPU faults on it)."""
 
-    kind = "misaligned"
+    kind = FailureKind.MISALIGNED
 
 
 class StackOverflow(KernelError):
     """A thread ran past the end of its stack (deep recursion, a large local array)."""
 
-    kind = "stack_overflow"
+    kind = FailureKind.STACK_OVERFLOW
 
 
 class SandboxViolation(KernelError):
     """The kernel tried something the sandbox forbids (a new process, the network, a file
     write ...): the message names the system call."""
 
-    kind = "sandbox"
+    kind = FailureKind.SANDBOX
 
 
 class KernelRaised(KernelError):
     """A Python function under check raised an exception: that is a failure, never a pass."""
 
-    kind = "error"
+    kind = FailureKind.ERROR
 
 
 def invalid(name: str, value, expected: str, fix: str | None = None) -> InvalidArgument:

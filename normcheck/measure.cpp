@@ -137,6 +137,8 @@ struct MeasureJob {
   // reductions
   double max_ulp, max_scaled, max_ratio, sum_ulp;
   long argmax_ulp, argmax_scaled, argmax_ratio;
+  int want_ordinal;      // a and r in the same storage format: their ordinal distance
+  double max_ordinal;    // out: the largest (inf: a NaN against a number)
   long long* hist;       // n_edges + 2 counts: [<= edges[0]], (edges[k-1], edges[k]], above, inf
   long long classes[NCLS];
   long long unwritten, over, inf_ulp;
@@ -146,7 +148,7 @@ struct MeasureJob {
 namespace {
 
 struct Partial {
-  double max_ulp = -1, max_scaled = -1, max_ratio = -1, sum_ulp = 0;
+  double max_ulp = -1, max_scaled = -1, max_ratio = -1, sum_ulp = 0, max_ordinal = 0;
   long argmax_ulp = -1, argmax_scaled = -1, argmax_ratio = -1;
   std::vector<long long> hist;
   long long classes[NCLS] = {0};
@@ -358,6 +360,28 @@ void bins(const double* __restrict__ v, int32_t* __restrict__ out, long n, long 
   for (long k = 0; k < n; ++k) out[k] = (int32_t)bin_of(v[k], base, n_edges);
 }
 
+// the largest ordinal distance |ord(a) - ord(r)| of a chunk, a and r stored in the same format
+// (normcheck.formats.Format.ordinal: sign-magnitude bits, ±0 both 0, ±inf one past the top);
+// inf where one of the two is NaN, 0 where both are
+template <int K>
+double ordinal_max(const MeasureJob& J, long lo, long n) {
+  const uint32_t mag = K == F32 ? 0x7FFFFFFFu : 0x7FFFu;
+  const uint32_t inf = K == F32 ? 0x7F800000u : (K == F16 ? 0x7C00u : 0x7F80u);
+  const uint32_t sign = K == F32 ? 0x80000000u : 0x8000u;
+  int64_t best = 0;
+  bool nan = false;
+  for (long k = 0; k < n; ++k) {
+    const uint32_t a = bits_of(J.a, K, lo + k), r = bits_of(J.r, K, lo + k);
+    const bool an = (a & mag) > inf, rn = (r & mag) > inf;
+    nan |= an != rn;
+    const int64_t oa = (a & sign) ? -(int64_t)(a & mag) : (int64_t)(a & mag);
+    const int64_t orr = (r & sign) ? -(int64_t)(r & mag) : (int64_t)(r & mag);
+    const int64_t d = (an || rn) ? 0 : (oa > orr ? oa - orr : orr - oa);
+    best = d > best ? d : best;
+  }
+  return nan ? INFINITY : (double)best;
+}
+
 // the largest of v[k] over the lanes with ok[k] (values >= 0) and the first lane holding it,
 // merged into (best, at): a larger value wins, an equal one at a smaller position
 __attribute__((target_clones("avx2", "default")))
@@ -429,6 +453,7 @@ void run_t(const MeasureJob& J, long lo, long hi, Partial& P) {
       bins(ub, binb, n, base, J.n_edges);
       for (long k = 0; k < n; ++k) hist[binb[k]] += okb[k];
     }
+    if (J.want_ordinal) P.max_ordinal = std::max(P.max_ordinal, ordinal_max<RK>(J, c0, n));
     P.classes[FINITE] += n - slow;
     if (J.ulp) std::memcpy(J.ulp + c0, ub, n * 8);
     if (J.scaled) std::memcpy(J.scaled + c0, sb, n * 8);
@@ -489,6 +514,7 @@ NC_EXPORT void nc_measure(MeasureJob* J) {
   J->max_ulp = J->max_scaled = J->max_ratio = -1;
   J->argmax_ulp = J->argmax_scaled = J->argmax_ratio = -1;
   J->sum_ulp = 0;
+  J->max_ordinal = 0;
   J->unwritten = J->over = J->inf_ulp = 0;
   for (int c = 0; c < NCLS; ++c) J->classes[c] = 0;
   for (int e = 0; e < J->n_edges + 2; ++e) J->hist[e] = 0;
@@ -497,6 +523,7 @@ NC_EXPORT void nc_measure(MeasureJob* J) {
     if (P.max_scaled > J->max_scaled) { J->max_scaled = P.max_scaled; J->argmax_scaled = P.argmax_scaled; }
     if (P.max_ratio > J->max_ratio) { J->max_ratio = P.max_ratio; J->argmax_ratio = P.argmax_ratio; }
     J->sum_ulp += P.sum_ulp;
+    J->max_ordinal = std::max(J->max_ordinal, P.max_ordinal);
     J->unwritten += P.unwritten;
     J->over += P.over;
     J->inf_ulp += P.inf_ulp;

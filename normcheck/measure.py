@@ -26,7 +26,7 @@ from normcheck import formats
 from normcheck.metrics import CLASSES, StreamStats
 
 __all__ = ["Measurement", "measure", "library", "ELEMENTS", "merge", "accumulate",
-           "sound_bound", "Rows"]
+           "sound_bound", "Rows", "mismatch"]
 
 SOURCE = Path(__file__).with_name("measure.cpp")
 # -fno-trapping-math: no FP exception traps are installed, so comparisons may become selects
@@ -63,6 +63,14 @@ class Measurement:
     cls: np.ndarray | None = field(default=None, repr=False)
     scaled: np.ndarray | None = field(default=None, repr=False)
     ratio: np.ndarray | None = field(default=None, repr=False)
+    #: the largest ordinal distance (values apart in the format) where the kernel's values are
+    #: stored in the output format itself, else None; inf for a NaN against a number
+    max_ordinal: float | None = None
+
+    @property
+    def max_bits(self) -> float | None:
+        """log2(1 + max_ordinal): how many low bits of the answer are wrong."""
+        return None if self.max_ordinal is None else float(np.log2(1.0 + self.max_ordinal))
 
     @property
     def mean_ulp(self) -> float:
@@ -103,7 +111,8 @@ def merge(ms) -> StreamStats:
 class _Job(ctypes.Structure):
     _fields_ = [("n", ctypes.c_long), ("t", ctypes.c_void_p), ("r", ctypes.c_void_p),
                 ("r_kind", ctypes.c_int), ("a", ctypes.c_void_p), ("a_kind", ctypes.c_int),
-                ("scale", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("cols", ctypes.c_long), ("E", ctypes.c_void_p), ("p", ctypes.c_int),
+                ("scale", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("cols", ctypes.c_long),
+                ("E", ctypes.c_void_p), ("p", ctypes.c_int),
                 ("emin", ctypes.c_int), ("emax", ctypes.c_int), ("floor_ulp", ctypes.c_double),
                 ("check_poison", ctypes.c_int), ("poison", ctypes.c_uint32),
                 ("edges", ctypes.c_void_p), ("n_edges", ctypes.c_int),
@@ -113,7 +122,8 @@ class _Job(ctypes.Structure):
                 ("max_ulp", ctypes.c_double), ("max_scaled", ctypes.c_double),
                 ("max_ratio", ctypes.c_double), ("sum_ulp", ctypes.c_double),
                 ("argmax_ulp", ctypes.c_long), ("argmax_scaled", ctypes.c_long),
-                ("argmax_ratio", ctypes.c_long), ("hist", ctypes.c_void_p),
+                ("argmax_ratio", ctypes.c_long), ("want_ordinal", ctypes.c_int),
+                ("max_ordinal", ctypes.c_double), ("hist", ctypes.c_void_p),
                 ("classes", ctypes.c_longlong * len(CLASSES)),
                 ("unwritten", ctypes.c_longlong), ("over", ctypes.c_longlong),
                 ("inf_ulp", ctypes.c_longlong), ("threads", ctypes.c_int)]
@@ -185,6 +195,7 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
         return _measure_numpy(ref, a, E, floor, ref.scale if beta is not None else scale,
                               poison, keep)
     hist_on = bool(hist)
+    ordinal = a.dtype == np.asarray(ref.rounded).dtype and a.dtype != np.float64
     t = _flat(ref.exact, np.float64)
     r = _flat(ref.rounded)
     af = _flat(a)
@@ -208,7 +219,8 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
                poison=0 if poison is None else int(poison), edges=edges.ctypes.data,
                n_edges=len(edges), want_hist=int(hist_on),
                ulp=_ptr(out["ulp"]), cls=_ptr(out["cls"]), scaled=_ptr(out["scaled"]),
-               ratio=_ptr(out["ratio"]), hist=counts.ctypes.data, threads=_threads())
+               ratio=_ptr(out["ratio"]), hist=counts.ctypes.data, threads=_threads(),
+               want_ordinal=int(ordinal))
     lib.nc_measure(ctypes.byref(job))
     classes = {c: int(job.classes[i]) for i, c in enumerate(CLASSES)}
     return Measurement(
@@ -217,7 +229,20 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
         max_ratio=max(float(job.max_ratio), 0.0), argmax_ratio=int(job.argmax_ratio),
         sum_ulp=float(job.sum_ulp), inf_ulp=int(job.inf_ulp), hist=counts, classes=classes,
         unwritten=int(job.unwritten), over=int(job.over),
+        max_ordinal=float(job.max_ordinal) if ordinal else None,
         **{k: (None if v is None else v.reshape(shape)) for k, v in out.items()})
+
+
+def mismatch(where: str, kernel, exact, x=None, ulp=None) -> str:
+    """The one layout of a mismatching element in every message normcheck prints:
+    "<where>: x=… kernel=… exact=… (u ulp)" (x and the ulp when known)."""
+    s = f"{where}: " + (f"x={float(x)!r} " if x is not None else "")
+    s += f"kernel={float(kernel)!r} exact={float(exact)!r}"
+    if ulp is not None:
+        from normcheck.metrics import short
+
+        s += f" ({short(float(ulp))} ulp)"
+    return s
 
 
 class Rows:
@@ -276,7 +301,8 @@ def _measure_numpy_(ref, a, E, floor, scale, poison, keep) -> Measurement:
     from normcheck import bounds, metrics
 
     fmt = ref.fmt
-    c = metrics.compare(ref, a, ordinal=False)
+    ordinal = a.dtype == np.asarray(ref.rounded).dtype and a.dtype != np.float64
+    c = metrics.compare(ref, a, ordinal=ordinal)
     ulp, cls = c.ulp, c.cls
     t = ref.exact
     if scale is not None:
@@ -321,4 +347,5 @@ def _measure_numpy_(ref, a, E, floor, scale, poison, keep) -> Measurement:
         classes={k: int((cls == i).sum()) for i, k in enumerate(CLASSES)},
         unwritten=int(unw.sum()), over=int((ratio > 1).sum()),
         ulp=ulp if "ulp" in keep else None, cls=cls if "cls" in keep else None,
-        scaled=scaled if "scaled" in keep else None, ratio=ratio if "ratio" in keep else None)
+        scaled=scaled if "scaled" in keep else None, ratio=ratio if "ratio" in keep else None,
+        max_ordinal=(float(c.ordinal.max()) if c.ordinal.size else 0.0) if ordinal else None)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from normcheck import kernels
 from normcheck.strategies import FAMILY_NAMES, row_cases
 
-from conftest import check_bound
+from prop_support import check_bound
 
 SAFE = [f for f in FAMILY_NAMES if f not in ("special", "extremes")]
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from normcheck import formats, kernels, oracle
 from normcheck.strategies import row_cases, rows
 
-from conftest import check_bound, fail, run_case
+from prop_support import check_bound, fail, run_case
 
 FAMS = st.sampled_from(["gaussian", "offset", "bimodal", "outlier", "tails"])
 SCALABLE = [v for v in kernels.variants() if v.order in (None, "upcast_square")

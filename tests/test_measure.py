@@ -55,7 +55,7 @@ def test_compiled_equals_numpy(monkeypatch, fmt, norm, with_E):
     for k in measure.ELEMENTS:
         assert np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True), k
     for k in ("n", "max_ulp", "argmax_ulp", "max_scaled", "argmax_scaled", "max_ratio",
-              "argmax_ratio", "inf_ulp", "unwritten", "over", "classes"):
+              "argmax_ratio", "inf_ulp", "unwritten", "over", "classes", "max_ordinal"):
         assert getattr(a, k) == getattr(b, k), k
     assert np.array_equal(a.hist, b.hist)
     # the sum of finite ulps in another order: equal to the float64 rounding of the orders
@@ -77,6 +77,27 @@ def test_measure_kept_arrays_and_reductions_agree():
     # one row measured again gives that row of the batch
     row = measure.measure(measure.Rows(ref, 9, 10), y[9:10], E=E[9:10])
     assert np.array_equal(row.ratio[0], full.ratio[9])
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16"])
+def test_ordinal_distance(fmt):
+    """Values apart in the format, as metrics.compare counts them: across zero, to ±inf, and
+    inf where a NaN meets a number."""
+    F = formats.get(fmt)
+    x = families.generate("gaussian", F, 3, 64, seed=4)
+    g, b = families.weights(F, 64)
+    ref = oracle.layernorm(x, g, b)
+    y = ref.rounded.copy()
+    u = y.view(F.uint)
+    u[0, 3] += 7                                  # 7 values up
+    y[1, 2] = -y[1, 2]                            # across zero
+    ref_c = metrics.compare(ref, y)
+    m = measure.measure(ref, y)
+    assert m.max_ordinal == float(ref_c.ordinal.max()) >= 7
+    assert m.max_bits == pytest.approx(float(ref_c.bits.max()))
+    y[2, 5] = np.nan
+    assert measure.measure(ref, y).max_ordinal == np.inf
+    assert measure.measure(ref, y.astype(np.float64)).max_ordinal is None
 
 
 def test_first_position_of_a_tied_maximum():

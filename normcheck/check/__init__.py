@@ -34,7 +34,7 @@ from normcheck.backends import get_backend
 from normcheck.check.judge import (CHECK_FAMILIES, FATAL, Baseline, Failure, FamilyResult, Judge,
                                    Worst)
 from normcheck.check.render import render
-from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance
+from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance, Verdict
 from normcheck.errors import invalid
 from normcheck.metrics import to_json
 
@@ -86,6 +86,7 @@ class CheckResult:
                 "reference": self.reference, "dtype": self.dtype, "out_dtype": self.out_dtype,
                 "backend": self.backend, "max_ulp": self.max_ulp,
                 "rows_checked": self.rows_checked, "cause": self.cause,
+                "cause_key": getattr(self.cause, "key", None),
                 "failures": [f.as_dict() for f in self.failures],
                 "warnings": [f.as_dict() for f in self.warnings],
                 "worst": self.worst.as_dict() if self.worst else None,
@@ -226,7 +227,7 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
         if (f.kind, f.family) not in seen:
             seen.add((f.kind, f.family))
             uniq.append(f)
-    verdict = "fail" if uniq else ("warn" if warnings else "pass")
+    verdict = Verdict.of(uniq, warnings)
     cause = next((f.cause for f in uniq + warnings if f.cause), None)
     ce = None
     if worst is not None and worst.case is not None and (verdict == "fail" or

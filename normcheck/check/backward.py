@@ -32,7 +32,7 @@ from normcheck import measure as measure_mod
 from normcheck import spec as specs
 from normcheck.backends import get_backend
 from normcheck.check.judge import FATAL, Failure, FamilyResult, _odd
-from normcheck.check.tolerances import TOLERANCES
+from normcheck.check.tolerances import TOLERANCES, Verdict
 from normcheck.errors import KernelError, invalid
 
 __all__ = ["check_backward", "ORDERS_DEFAULT"]
@@ -416,9 +416,10 @@ def _compare(role, ref, got, E, tol, fam, case, norm, scale, eps):
     where = f"{case.rows}x{case.cols}"
     return (Failure("accuracy", fam,
                     f"{role}: {m.over}/{got.size} elements beyond what a sound kernel can "
-                    f"produce; worst at {tuple(int(v) for v in k)} of {where}: "
-                    f"kernel={float(a[k])!r} exact={float(t[k])!r}, {float(m.ulp[k]):.4g} ulp "
-                    f"where the sound bound allows {lim_ulp:.4g} ({m.max_ratio:.3g}x)",
+                    f"produce; worst " + measure_mod.mismatch(
+                        f"at {tuple(int(v) for v in k)} of {where}", a[k], t[k]) +
+                    f", {float(m.ulp[k]):.4g} ulp where the sound bound allows {lim_ulp:.4g} "
+                    f"({m.max_ratio:.3g}x)",
                     cause=cause), st)
 
 
@@ -613,12 +614,12 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
         fr.max_scaled = max([d["max_scaled"] for d in outputs.values()] + [0.0])
         fr.max_of_bound = max([d["of_bound"] for d in outputs.values()] + [0.0])
         if fr.failures:
-            fr.verdict = "fail"
+            fr.verdict = Verdict.FAIL
         else:
             over = [(role, d) for role, d in outputs.items()
                     if "warn_at" in d and d["max_scaled"] > d["warn_at"]]
             if over:
-                fr.verdict = "warn"
+                fr.verdict = Verdict.WARN
                 role, d = over[0]
                 worst_case = worst_case or (fam, case)
                 cause = _warn_cause(n, case, role, outs, refs, E, fm, eps)
@@ -638,7 +639,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
         if (f.kind, f.family, f.detail.split(":")[0]) not in seen:
             seen.add((f.kind, f.family, f.detail.split(":")[0]))
             uniq.append(f)
-    verdict = "fail" if uniq else ("warn" if warnings else "pass")
+    verdict = Verdict.of(uniq, warnings)
     label = target.label
     ce = None
     if worst_case is not None and (verdict != "pass" or save_counterexample):

@@ -24,9 +24,22 @@ import numpy as np
 
 from normcheck import formats
 
-__all__ = ["explain", "CAUSES"]
+__all__ = ["Cause", "explain", "CAUSES"]
 
 #: The causes tested, by key: (description, kind).
+class Cause(str):
+    """A cause as a sentence (what it is, and the evidence), with ``key`` its stable name in
+    :data:`CAUSES` (e.g. "xhat_storage"): tests and tools match the key, people read the text."""
+
+    def __new__(cls, text: str, key: str | None = None):
+        o = str.__new__(cls, text)
+        o.key = key
+        return o
+
+    def __reduce__(self):
+        return (Cause, (str(self), self.key))
+
+
 CAUSES = {
     "rstd_storage": ("rstd rounded to the storage format before use", "bit"),
     "xhat_storage": ("x̂ rounded to the storage format before ×γ (Hugging Face's Llama "
@@ -171,8 +184,9 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
             what = "x̂ rounded to the storage format before ×γ + β"  # hf is RMSNorm's only
         else:
             what = CAUSES[best][0]
-        return (f"{what} (reproduces the kernel to within 1 ulp on "
-                f"{int(round(best_score * n))}/{n} of the elements off)")
+        return Cause(f"{what} (reproduces the kernel to within 1 ulp on "
+                     f"{int(round(best_score * n))}/{n} of the elements off)",
+                     best[0] if isinstance(best, tuple) else best)
     return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad) or \
         _nonfinite(norm, fmt, x, mean, var, eps, yk, ref, bad)
 
@@ -304,8 +318,9 @@ def _statistical(norm, fmt, x, g, b, mean, var, eps, y, bad):
         return None
     key = max(votes, key=votes.get)
     n = votes[key]
-    return (f"{CAUSES[key][0]} (the variance each row's output implies is off by what that "
-            f"cause leaves, more than 30x what float sums leave: {n}/{idx.size} rows off)")
+    return Cause(f"{CAUSES[key][0]} (the variance each row's output implies is off by what "
+                 f"that cause leaves, more than 30x what float sums leave: {n}/{idx.size} rows "
+                 "off)", key)
 
 
 def _nonfinite(norm, fmt, x, mean, var, eps, y, ref, bad):
@@ -333,5 +348,6 @@ def _nonfinite(norm, fmt, x, mean, var, eps, y, ref, bad):
         kap = np.abs(mean[rows]) / np.sqrt(var[rows])
     kap = kap[np.isfinite(kap)]
     where = f"offset rows, κ ≈ {float(np.median(kap)):.3g}" if kap.size else "constant rows"
-    return (f"{CAUSES['one_pass'][0]} (on the {where} answered by NaN, E[x²] - E[x]² evaluated "
-            f"in float comes out negative: {int(neg.sum())}/{rows.size} rows)")
+    return Cause(f"{CAUSES['one_pass'][0]} (on the {where} answered by NaN, E[x²] - E[x]² "
+                 f"evaluated in float comes out negative: {int(neg.sum())}/{rows.size} rows)",
+                 "one_pass")

@@ -30,8 +30,9 @@ import numpy as np
 from normcheck import bounds, families, formats, kernels, metrics, norms, oracle
 from normcheck import measure as measure_mod
 from normcheck.check import diagnose
-from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance
-from normcheck.errors import KernelError, NormcheckError
+from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance, Verdict
+from normcheck.errors import FATAL as FATAL_KINDS
+from normcheck.errors import FailureKind, KernelError, NormcheckError
 from normcheck.launch import Case
 
 __all__ = ["CHECK_FAMILIES", "FATAL", "Failure", "Baseline", "Worst", "FamilyResult", "Judge",
@@ -39,20 +40,25 @@ __all__ = ["CHECK_FAMILIES", "FATAL", "Failure", "Baseline", "Worst", "FamilyRes
 
 #: The families a check runs (``extremes`` is the report's business: see the module docstring).
 CHECK_FAMILIES = tuple(f for f in families.FAMILIES if f != "extremes")
-#: Failures after which the kernel is not launched again in the same phase.
-FATAL = ("crash", "timeout", "deadlock", "out_of_bounds", "misaligned", "stack_overflow",
-         "sandbox")
+#: Failures after which the kernel is not launched again in the same phase (errors.FATAL).
+FATAL = FATAL_KINDS
 
 
 @dataclass
 class Failure:
-    kind: str     # accuracy | nonfinite | unwritten | error | crash | timeout | deadlock | ...
+    kind: FailureKind  # (a str: "accuracy", "crash", ...)
     family: str
     detail: str
     cause: str | None = None
 
+    def __post_init__(self):
+        self.kind = FailureKind(self.kind)  # one list of kinds: an unknown one is a bug here
+
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["kind"] = str(self.kind)
+        d["cause_key"] = getattr(self.cause, "key", None)
+        return d
 
 
 @dataclass
@@ -95,7 +101,7 @@ class FamilyResult:
     unbounded_rows: int = 0          # rows where no float kernel can promise anything
     baseline: Baseline | None = None
     warn_at: float | None = None
-    verdict: str = "pass"
+    verdict: Verdict = Verdict.PASS
     failures: dict = field(default_factory=dict)
     cause: str | None = None
     outputs: dict = field(default_factory=dict)  # backward: per output (dx, dγ, dβ) figures
@@ -175,8 +181,7 @@ class _Point:
 
 def element_text(i, j, x, y, exact) -> str:
     """The one layout of a mismatching element: "row i, col j: x=… kernel=… exact=…"."""
-    return (f"row {i}, col {j}: x={float(x[i, j])!r} kernel={float(y[i, j])!r} "
-            f"exact={float(exact[i, j])!r}")
+    return measure_mod.mismatch(f"row {i}, col {j}", y[i, j], exact[i, j], x=x[i, j])
 
 
 def _odd(n: int) -> int:
@@ -374,8 +379,8 @@ class Judge:
         unit = formats.FP32.ulp_array(t[i])
         return [Failure("accuracy" if np.isfinite(err[i]) else "nonfinite", family,
                         f"{role} off by {err[i] / unit:.3g} float ulps where a sound kernel "
-                        f"stays within {allowed[i] / unit:.3g}, row {i}: "
-                        f"kernel={float(got[i])!r} exact={float(t[i])!r}")]
+                        f"stays within {allowed[i] / unit:.3g}, " +
+                        measure_mod.mismatch(f"row {i}", got[i], t[i]))]
 
     # the families ---------------------------------------------------------------------------------
     def run_families(self, fams, examples: int):
@@ -429,14 +434,14 @@ class Judge:
                                                                   worst.scaled_ulp):
                     worst = w
             if fam_fails:
-                fr.verdict = "fail"
+                fr.verdict = Verdict.FAIL
                 acc = [f for f in fam_fails if f.kind in ("accuracy", "nonfinite")]
                 if acc and fam_worst is not None:
                     fr.cause = acc[0].cause = self.diagnose(fam_worst[1], fam_worst[2])
             elif fr.baseline is not None:
                 fr.warn_at = max(self.tol.warn_floor, self.tol.warn_k * fr.baseline.max_scaled)
                 if fr.max_scaled > fr.warn_at:
-                    fr.verdict = "warn"
+                    fr.verdict = Verdict.WARN
                     if fam_worst is not None:
                         fr.cause = self.diagnose(fam_worst[1], fam_worst[2])
                     ratio = fr.max_scaled / fr.baseline.max_scaled if \
@@ -515,7 +520,7 @@ class Judge:
             w = worst[0]
             fr.bound_ulp = float(w.ulp / w.of_bound) if w.of_bound > 0 else None
         if fails:
-            fr.verdict = "fail"
+            fr.verdict = Verdict.FAIL
             acc = [f for f in fails if f.kind in ("accuracy", "nonfinite")]
             if acc and worst is not None:
                 fr.cause = acc[0].cause = self.diagnose(worst[1], worst[2])

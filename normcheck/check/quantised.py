@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from normcheck.backends import get_backend
-from normcheck.check.tolerances import TOLERANCES
+from normcheck.check.tolerances import TOLERANCES, Verdict
 from normcheck.metrics import short as _fmt
 from normcheck.quant import families as qfamilies
 from normcheck.quant.judge import QCounts, QuantJudge
@@ -41,7 +41,7 @@ def judge_quantised(target, *, label, norm, storage, contract, eps, backend, exa
         if (f.kind, f.family) not in seen:
             seen.add((f.kind, f.family))
             uniq.append(f)
-    verdict = "fail" if uniq else "pass"
+    verdict = Verdict.of(uniq, [])
     cause = next((f.cause for f in uniq if f.cause), None)
     total_q, total_s, total_a = QCounts(), QCounts(), QCounts()
     for fr in results:

@@ -3,6 +3,7 @@ causes, the worst row, how to replay it."""
 
 from __future__ import annotations
 
+from normcheck.measure import mismatch
 from normcheck.metrics import short as _fmt
 
 __all__ = ["render"]
@@ -100,8 +101,8 @@ def _body(r, backward=False) -> list:
                      f"{_fmt(wst.ulp)} ulp ({_fmt(wst.scaled_ulp)} of max(|γx̂|,|β|), "
                      f"{_fmt(wst.of_bound)}x the sound bound)")
         for e in wst.first:
-            lines.append(f"  col {e['col']}: x={e['x']!r} kernel={e['kernel']!r} "
-                         f"exact={e['exact']!r} ({_fmt(e['ulp'])} ulp)")
+            lines.append("  " + mismatch(f"col {e['col']}", e["kernel"], e["exact"], x=e["x"],
+                                         ulp=e["ulp"]))
     if r.counterexample:
         from normcheck import replay
 

@@ -17,8 +17,22 @@ Three verdicts (normcheck.check):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
-__all__ = ["Tolerance", "TOLERANCES", "STATISTICS"]
+__all__ = ["Verdict", "Tolerance", "TOLERANCES", "STATISTICS"]
+
+
+class Verdict(StrEnum):
+    """The three verdicts (module docstring); each equals its name as a string."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+
+    @classmethod
+    def of(cls, failures, warnings) -> "Verdict":
+        """fail with any failure, else warn with any warning, else pass."""
+        return cls.FAIL if failures else (cls.WARN if warnings else cls.PASS)
 
 
 @dataclass(frozen=True)

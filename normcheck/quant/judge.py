@@ -28,6 +28,7 @@ import numpy as np
 
 from normcheck import formats, norms
 from normcheck.check.judge import FATAL, Failure, check_h
+from normcheck.check.tolerances import Verdict
 from normcheck.errors import KernelError, KernelRaised, invalid
 from normcheck.launch import Case
 from normcheck.quant import families as qfamilies
@@ -481,7 +482,7 @@ class QuantJudge:
             for f in fam_fails:
                 fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
             if fam_fails:
-                fr.verdict = "fail"
+                fr.verdict = Verdict.FAIL
                 if fam_worst is not None and any(f.kind in ("contract", "scale", "amax")
                                                  for f in fam_fails):
                     _, case, m, _ = fam_worst

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from normcheck.measure import mismatch
 from normcheck.metrics import short
 
 __all__ = ["Finding", "findings", "by_kernel", "kernel_label", "worst_records",
@@ -68,8 +69,8 @@ class Finding:
         s = (f"{self.kernel} on {self.family} (width {self.cols}): {self.why or 'safe'}; "
              f"max {short(self.max_ulp)} ulp")
         if w.get("row") is not None:
-            s += (f"; worst row {w['row']}, col {w['col']}: x={w.get('x')!r} "
-                  f"kernel={w.get('kernel')!r} exact={w.get('exact')!r}")
+            s += "; worst " + mismatch(f"row {w['row']}, col {w['col']}", w.get("kernel"),
+                                       w.get("exact"), x=w.get("x"))
         if self.replay:
             s += f"\nreplay: {self.replay}"
         return s

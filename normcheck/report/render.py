@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from normcheck import families
+from normcheck.measure import mismatch
 from normcheck.metrics import short
 from normcheck.report import folder, plots
 from normcheck.report.sweep import HIST_BINS
@@ -133,8 +134,9 @@ def _html_table(rows, out_dir, names=_COL_NAMES):
             else:
                 w = rec["worst"]
                 cmd = w["replay"].replace("{dir}", str(out_dir))
-                title = (f"worst: row {w['row']}, col {w['col']} of width {rec['cols']}: "
-                         f"x={w['x']!r} kernel={w['kernel']!r} exact={w['exact']!r}\n{cmd}")
+                title = ("worst: " + mismatch(f"row {w['row']}, col {w['col']} of width "
+                                              f"{rec['cols']}", w["kernel"], w["exact"],
+                                              x=w["x"]) + f"\n{cmd}")
                 tds.append(f'<td class="{cls}"{v}><a href="{html.escape(w["file"])}" '
                            f'title="{html.escape(title)}">{html.escape(text)}</a></td>')
         h.append(f"<tr><th class='lab'>{html.escape(lab)}</th>{''.join(tds)}</tr>")

@@ -185,16 +185,16 @@ def _inputs(task: Task, fmt, seed):
     return x, g, b, r
 
 
-def _of_bound(norm, ref, rows, g, b, eps, convention, storage, y):
-    """(largest error over the sound bound, elements beyond it): the check's fail rule."""
+def _measured(norm, ref, rows, g, b, eps, convention, y):
+    """The record's measurement (normcheck.measure, the check's): per element ULP errors and
+    classes, the ratio to the sound bound (the check's fail rule), ordinal distance."""
     from normcheck import bounds, measure as measure_mod
     from normcheck.check.tolerances import TOLERANCES
 
     E = bounds.sound_bound_of(norm, ref, rows, g, b, eps=eps, convention=convention,
-                              storage=storage)
-    m = measure_mod.measure(ref, y, E=E, floor=TOLERANCES[ref.fmt.name].fail_floor, keep=(),
-                            hist=False)
-    return m.max_ratio, m.over
+                              storage=ref.fmt)
+    return measure_mod.measure(ref, y, E=E, floor=TOLERANCES[ref.fmt.name].fail_floor,
+                               keep=("ulp",), hist=False)
 
 
 _TARGETS = {}
@@ -240,13 +240,12 @@ def _measure_user(task: Task, seed: int, backend) -> tuple[dict, dict | None]:
                     "p99_ulp": math.inf, "mean_ulp": math.inf, "nonfinite": {}, "worst": None,
                     "seconds": time.perf_counter() - t0})
         return rec, None
-    c = metrics.compare(m.ref, m.y)
     y = m.y
-    extra = {"of_bound": float(m.m.max_ratio), "beyond_bound": int(m.m.over),
-             "unwritten": int(m.m.unwritten)}
+    mm = m._full() if m.m.ulp is None else m.m
+    extra = {"unwritten": int(mm.unwritten)}
     desc = {"source": str(sp.source), "entries": sp.entries, "norm": n.name,
             "dtype": fmt.name, "spec": task.spec}
-    return _record(rec, task, fmt, x, y, case.gamma, case.beta, case.residual, m.ref, c,
+    return _record(rec, task, fmt, x, y, case.gamma, case.beta, case.residual, m.ref, mm,
                    t0, desc, f"normcheck replay {{dir}}/worst/{{file}}", extra)
 
 
@@ -276,21 +275,23 @@ def measure(task: Task, seed: int, backend, workers=None) -> tuple[dict, dict | 
     y = out[1] if v.fused else out
     ref, rows = kernels.reference(v, x, g, b if v.has_beta else None,
                                   residual=r if v.fused else None)
-    c = metrics.compare(ref, y)
-    ob, over = _of_bound(v.norm, ref, rows, g, b if v.has_beta else None, np.float32(1e-5), v.convention or "exact",
-                         fmt, y)
+    m = _measured(v.norm, ref, rows, g, b if v.has_beta else None, np.float32(1e-5),
+                  v.convention or "exact", y)
     return _record(rec, task, fmt, x, y, g, b if v.has_beta else None, r if v.fused else None,
-                   ref, c, t0, {"variant": v.name},
-                   f"normcheck replay {{dir}}/worst/{{file}} --variant {v.name}",
-                   {"of_bound": float(ob), "beyond_bound": int(over)})
+                   ref, m, t0, {"variant": v.name},
+                   f"normcheck replay {{dir}}/worst/{{file}} --variant {v.name}", {})
 
 
-def _record(rec, task, fmt, x, y, g, b, r, ref, c, t0, kernel_desc, replay_cmd, extra):
-    """The record of a measured task and the worst row's case to save."""
-    s = metrics.summarize(c)
-    hist, _ = np.histogram(np.minimum(np.nan_to_num(c.ulp, nan=np.inf), 1e300),
+def _record(rec, task, fmt, x, y, g, b, r, ref, m, t0, kernel_desc, replay_cmd, extra):
+    """The record of a measured task (``m``, a normcheck.measure.Measurement holding its ulp
+    array) and the worst row's case to save.  Over all elements an infinite ULP (a non-finite
+    failure) makes max, p99 (where it weighs in), mean and the scaled max infinite."""
+    ulp = m.ulp
+    hist, _ = np.histogram(np.minimum(np.nan_to_num(ulp, nan=np.inf), 1e300),
                            bins=[e if math.isfinite(e) else 1e301 for e in HIST_BINS])
-    i, j = s.worst
+    i, j = (int(v) for v in np.unravel_index(max(m.argmax_ulp, 0), ulp.shape))
+    u = np.where(np.isnan(ulp), np.inf, ulp).ravel()
+    classes = dict(m.classes)
     fname = (f"{fmt.name}-{task.family}-{task.cols}"
              f"{''.join(f'-{k}{val:g}' for k, val in task.param)}-row{i}.npz")
     if task.spec:  # a user kernel's label, as a file name a shell takes without quotes
@@ -302,13 +303,16 @@ def _record(rec, task, fmt, x, y, g, b, r, ref, c, t0, kernel_desc, replay_cmd, 
                 "gamma": g, "beta": b, "residual": r[i:i + 1] if r is not None else None,
                 "note": f"{task.family} row {i} of the report's sweep"}
     rec.update({
-        "max_ulp": s.max_ulp, "p99_ulp": s.p99_ulp, "mean_ulp": s.mean_ulp,
-        "max_scaled_ulp": s.max_scaled, "max_bits": s.max_bits,
-        "nonfinite": s.nonfinite, "classes": s.classes,
+        "max_ulp": float(m.max_ulp), "p99_ulp": float(np.percentile(u, 99, method="higher")),
+        "mean_ulp": m.mean_ulp,
+        "max_scaled_ulp": math.inf if m.inf_ulp else float(m.max_scaled),
+        "max_bits": m.max_bits if m.max_bits is not None else math.inf,
+        "nonfinite": {k: classes[k] for k in metrics.FAILURE_CLASSES}, "classes": classes,
+        "of_bound": float(m.max_ratio), "beyond_bound": int(m.over),
         "histogram": [int(h) for h in hist],
         "max_abs_x": float(np.nanmax(np.abs(x.astype(np.float64)))) if np.isfinite(
             x.astype(np.float64)).any() else math.inf,
-        "worst": {"row": int(i), "col": int(j), "ulp": float(c.ulp[i, j]),
+        "worst": {"row": int(i), "col": int(j), "ulp": float(ulp[i, j]),
                   "x": float(x[i, j]), "kernel": float(y[i, j]), "exact": float(ref.exact[i, j]),
                   "file": f"worst/{fname}" if not task.param else None,
                   "replay": replay_cmd.replace("{file}", fname) if not task.param else None},
