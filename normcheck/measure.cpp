@@ -24,26 +24,13 @@
 #include <thread>
 #include <vector>
 
+#include "fp_bits.h"
+
 #define NC_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 
 enum Kind { F64 = 0, F32 = 1, F16 = 2, BF16 = 3 };
-
-inline double half_to_double(uint16_t h) {
-  uint64_t em = h & 0x7fff;
-  uint64_t bits = em << 42;
-  double v;
-  std::memcpy(&v, &bits, 8);
-  v *= 0x1p1008;
-  uint64_t vb;
-  std::memcpy(&vb, &v, 8);
-  uint64_t special = 0 - (uint64_t)(em >= 0x7c00);
-  vb = (vb & ~special) | ((bits | 0x7FF0000000000000ULL) & special);
-  vb |= (uint64_t)(h & 0x8000) << 48;
-  std::memcpy(&v, &vb, 8);
-  return v;
-}
 
 inline double load(const void* p, int kind, long i) {
   if (kind == F64) return ((const double*)p)[i];
@@ -431,6 +418,14 @@ void run_t(const MeasureJob& J, long lo, long hi, Partial& P) {
     else if (sp) pass_a<RK, AK, true, false>(J, c0, n, sp, ub, sb, rb, okb);
     else if (J.E) pass_a<RK, AK, false, true>(J, c0, n, sp, ub, sb, rb, okb);
     else pass_a<RK, AK, false, false>(J, c0, n, sp, ub, sb, rb, okb);
+    // the chunk's outputs as if all were finite; run_slow then writes the others' own
+    if (J.ulp) std::memcpy(J.ulp + c0, ub, n * 8);
+    if (J.scaled) std::memcpy(J.scaled + c0, sb, n * 8);
+    if (J.ratio) {
+      if (J.E) std::memcpy(J.ratio + c0, rb, n * 8);
+      else std::memset(J.ratio + c0, 0, n * 8);
+    }
+    if (J.cls) std::memset(J.cls + c0, FINITE, n);
     long slow = 0;
     for (long k = 0; k < n; ++k) {  // the elements that are not all finite, in order
       if (!okb[k]) {
@@ -455,20 +450,6 @@ void run_t(const MeasureJob& J, long lo, long hi, Partial& P) {
     }
     if (J.want_ordinal) P.max_ordinal = std::max(P.max_ordinal, ordinal_max<RK>(J, c0, n));
     P.classes[FINITE] += n - slow;
-    if (J.ulp) std::memcpy(J.ulp + c0, ub, n * 8);
-    if (J.scaled) std::memcpy(J.scaled + c0, sb, n * 8);
-    if (J.ratio) {
-      if (J.E) std::memcpy(J.ratio + c0, rb, n * 8);
-      else std::memset(J.ratio + c0, 0, n * 8);
-    }
-    if (J.cls) std::memset(J.cls + c0, FINITE, n);
-    for (long k = 0; k < n && slow; ++k) {  // the slow elements' own values
-      if (!okb[k]) {
-        Partial tmp;
-        tmp.hist.assign(J.n_edges + 2, 0);
-        run_slow<RK, AK>(J, c0 + k, c0 + k + 1, tmp);  // rewrites its outputs
-      }
-    }
   }
 }
 

@@ -61,7 +61,10 @@ def test_compiled_equals_numpy(monkeypatch, fmt, norm, with_E):
     # the sum of finite ulps in another order: equal to the float64 rounding of the orders
     # (at most n·2^-53 relative; 1e-12 is far above it for 40k elements)
     assert a.sum_ulp == pytest.approx(b.sum_ulp, rel=1e-12)
-    assert a.over > 0 and a.unwritten == 1 and a.inf_ulp >= 3 if with_E else True
+    # the planted outcomes were all seen: the unwritten element, ±inf and NaN answers (3 planted)
+    assert a.unwritten == 1 and a.inf_ulp >= 3
+    if with_E:
+        assert a.over > 0  # the row 9 values 1 % off are far beyond any sound bound
 
 
 def test_measure_kept_arrays_and_reductions_agree():
@@ -166,3 +169,20 @@ def test_pooled_rows_are_seeded_and_varied():
     assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
     assert not np.array_equal(a, c)
     assert len({r.tobytes() for r in a}) == 16
+
+
+def test_own_library_builds_are_keyed_by_their_local_headers(tmp_path, monkeypatch):
+    """measure.cpp and oracle_fast.cpp share fp_bits.h: a change to the header must rebuild
+    them (the cache key holds the text of the headers a source includes beside it)."""
+    from normcheck.backends import confine
+
+    monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "h.h").write_text("static inline int f() { return 1; }\n")
+    src = tmp_path / "lib.cpp"
+    src.write_text('#include "h.h"\nextern "C" int g() { return f(); }\n')
+    flags = ["-O1", "-fPIC", "-shared"]
+    a = confine.build_library(src, "t", "lib", flags, "a test library")
+    assert confine.build_library(src, "t", "lib", flags, "a test library") == a
+    (tmp_path / "h.h").write_text("static inline int f() { return 2; }\n")
+    b = confine.build_library(src, "t", "lib", flags, "a test library")
+    assert b != a and b.is_file()

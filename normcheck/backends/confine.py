@@ -158,6 +158,10 @@ def build_artifact(source: Path, part: str, name: str, filename: str, flags: lis
     itself (nothing can confine its own build)."""
     cmd, version = base.cxx()
     text = Path(source).read_text()
+    for inc in re.findall(r'^#include "([^"/]+)"', text, re.M):  # its own headers, beside it
+        h = Path(source).parent / inc
+        if h.is_file():
+            text += h.read_text()
     final = base.cache_dir(part) / (
         name + "-" + base.key_of(text, " ".join(list(flags) + list(link)), version)) / filename
     if final.is_file():

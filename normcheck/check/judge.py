@@ -115,13 +115,14 @@ class FamilyResult:
 class Measured:
     """One batch, measured (normcheck.measure): per element errors and where they stand
     against the bound.  The per-element arrays are measured again on first use (a long check
-    keeps only the reductions); ``again(lo, hi)`` measures a few rows with their arrays."""
+    keeps only the reductions; ``full()`` measures them now); ``again(lo, hi)`` measures a few
+    rows with their arrays."""
 
     def __init__(self, ref, y, m, unbounded, E=None, floor=1.0, poison=None):
         self.ref, self.y, self.m, self.unbounded = ref, y, m, unbounded
         self._args = (E, floor, poison)
 
-    def _full(self):
+    def full(self):
         if self.m.ulp is None:
             E, floor, poison = self._args
             self.m = measure_mod.measure(self.ref, self.y, E=E, floor=floor, poison=poison)
@@ -135,19 +136,19 @@ class Measured:
 
     @property
     def ulp(self):
-        return self._full().ulp
+        return self.full().ulp
 
     @property
     def scaled(self):
-        return self._full().scaled
+        return self.full().scaled
 
     @property
     def ratio(self):
-        return self._full().ratio
+        return self.full().ratio
 
     @property
     def cls(self):
-        return self._full().cls
+        return self.full().cls
 
 
 def check_h(family, h, ref) -> list:
@@ -302,7 +303,7 @@ class Judge:
         measured = Measured(ref, y, mm, int(np.isinf(E).any(axis=1).sum()), E,
                             self.tol.fail_floor, poison)
         if mm.unwritten or fails_cls or mm.over:
-            mm = measured._full()
+            mm = measured.full()
         unw = kernels.unwritten(y) if mm.unwritten else None
         if mm.unwritten:
             i, j = (int(v) for v in np.argwhere(unw)[0])
@@ -538,8 +539,7 @@ class Judge:
             k = int(np.argmax(~np.isfinite(m.scaled).ravel()))
         else:
             k = max(mm.argmax_scaled, 0)
-        i, j = (int(v) for v in np.unravel_index(k, case.x.shape if case.x.shape ==
-                                                 m.y.shape else m.y.shape))
+        i, j = (int(v) for v in np.unravel_index(k, m.y.shape))
         row = m.again(i, i + 1)
         ulp, sc, rt = row.ulp[0], row.scaled[0], row.ratio[0]
         first = []

@@ -241,7 +241,7 @@ def _measure_user(task: Task, seed: int, backend) -> tuple[dict, dict | None]:
                     "seconds": time.perf_counter() - t0})
         return rec, None
     y = m.y
-    mm = m._full() if m.m.ulp is None else m.m
+    mm = m.full()
     extra = {"unwritten": int(mm.unwritten)}
     desc = {"source": str(sp.source), "entries": sp.entries, "norm": n.name,
             "dtype": fmt.name, "spec": task.spec}
