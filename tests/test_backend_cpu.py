@@ -239,3 +239,43 @@ def test_missing_entry_is_a_compile_error():
 def test_unknown_backend():
     with pytest.raises(errors.InvalidArgument, match="backend='tpu'"):
         get_backend("tpu")
+
+
+def test_a_worker_hands_over_after_its_module_budget(monkeypatch):
+    """Loaded modules are never unloaded (each keeps its code and its fiber stacks), so after
+    MODULES_PER_WORKER distinct modules a fresh worker takes over; launches carry on."""
+    from normcheck.backends import cpu
+    monkeypatch.setattr(cpu, "MODULES_PER_WORKER", 2)
+    pids = []
+    for i in range(5):
+        k = get_backend("cpu").compile(
+            f'extern "C" __global__ void k(float* y) {{ y[threadIdx.x] = {i} + threadIdx.x; }}',
+            "k")
+        y = np.zeros(64, np.float32)
+        k(1, 64, [y])
+        assert (y == i + np.arange(64)).all()
+        pids.append(cpu._worker.proc.pid)
+        assert len(cpu._worker.loaded) <= 2
+    assert len(set(pids)) >= 2, pids  # 5 modules over a budget of 2: at least one hand-over
+
+
+def test_a_worker_out_of_address_space_hands_over(monkeypatch):
+    """With the module budget out of the way and a 1000 MiB address space, the third module's
+    1024 fiber stacks (~266 MiB, measured: the worker's VmSize grows 496 → 762 → 1028 MiB over
+    three such modules) do not fit: the launch runs again in a fresh worker instead of failing."""
+    from normcheck.backends import cpu
+    monkeypatch.setattr(cpu, "MODULES_PER_WORKER", 100)
+    monkeypatch.setenv("NORMCHECK_WORKER_MEMORY_MB", "1000")
+    cpu._worker._kill()
+    try:
+        pids = []
+        for i in range(4):
+            k = get_backend("cpu").compile(
+                f'extern "C" __global__ void k(float* y) {{ y[threadIdx.x] = {i} - 1.f; }}', "k")
+            y = np.zeros(1024, np.float32)
+            k(1, 1024, [y])
+            assert (y == i - 1).all()
+            pids.append(cpu._worker.proc.pid)
+        assert len(set(pids)) >= 2, pids
+    finally:
+        cpu._worker._kill()  # the next test's worker starts with the usual limit

@@ -353,6 +353,15 @@ def sandbox_helper() -> str:
 # ------------------------------------------------------------------------------------------------
 # Worker process
 # ------------------------------------------------------------------------------------------------
+#: Modules one worker loads before a fresh worker takes over: each loaded module keeps its code
+#: and its pool of fiber stacks (256 KiB and a guard page per thread) until the worker exits, and
+#: the worker's address space is limited (sandbox.address_space).
+MODULES_PER_WORKER = 12
+#: The worker's messages when the address space ran out (the shim's and the dynamic loader's).
+_ADDRESS_SPACE_SPENT = re.compile(r"could not map fiber stacks|failed to map segment|"
+                                  r"cannot allocate memory|could not map \d+ bytes")
+
+
 class _Worker:
     """One worker process, started by normcheck-launch (:mod:`normcheck.backends.confine`);
     restarted after a crash, a timeout, a malformed reply, or before a launch whose CPU budget
@@ -371,6 +380,7 @@ class _Worker:
         self.cpu_used = 0.0
         self.cpu_limit = 0
         self.seq = 0
+        self.loaded = set()  # the modules this worker has loaded (never unloaded)
 
     def arena(self, size: int):
         """The shared arena grown to at least ``size`` bytes (page 0 is the report page)."""
@@ -419,6 +429,7 @@ class _Worker:
                                      stderr=self.stderr, env=sandbox.worker_environment(extra),
                                      bufsize=0, pass_fds=(self.fd,), start_new_session=True)
         self.cpu_used = 0.0
+        self.loaded = set()
         rep = self._exchange({"op": "ping"}, 60.0)
         if not isinstance(rep, tuple):
             try:
@@ -550,20 +561,36 @@ class _Worker:
         ``cpu_need``: the CPU seconds the request may use (a fresh worker is started first when
         they would not fit in this one's lifetime limit)."""
         with self.lock:
+            so = req.get("so")
+            fresh = False
             if self.proc is not None and self.cpu_used + cpu_need > 0.9 * self.cpu_limit:
                 self._kill()
+            if (self.proc is not None and so is not None and so not in self.loaded
+                    and len(self.loaded) >= MODULES_PER_WORKER):
+                self._kill()  # a loaded module is never unloaded: its code and stacks stay
             if self.proc is None or self.proc.poll() is not None:
                 self._kill()
                 self._start(cpu_need)
+                fresh = True
+            if so is not None:
+                self.loaded.add(so)
             self.clear_report()
             rep = self._exchange(req, timeout)
             if isinstance(rep, tuple) or schema is None:
                 return rep
             try:
-                return schema(rep)
+                rep = schema(rep)
             except wire.WireError as e:
                 self._kill()
                 return ("malformed", str(e))
+            if (not fresh and rep.get("ok") is False
+                    and _ADDRESS_SPACE_SPENT.search(rep.get("message", ""))):
+                # the modules loaded before this one used up the worker's address space: once
+                # more in a fresh worker, where only this module is loaded; a kernel that fails
+                # there too fails with the worker's own message
+                self._kill()
+                return self.request(req, timeout, schema, cpu_need)
+            return rep
 
     def sandbox_state(self):
         with self.lock:
