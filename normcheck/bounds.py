@@ -293,9 +293,9 @@ def sound_bound(norm, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
     b = np.zeros(D) if beta is None or not (n_.centred and n_.has_beta) else \
         np.asarray(beta, np.float64)
     if n_.reference != "hf" and compiled:
-        from normcheck import measure
+        from normcheck import measure_lib
 
-        E = measure.sound_bound(x, geff, b, float(np.float32(eps)), n_.centred, n_.gemma,
+        E = measure_lib.sound_bound(x, geff, b, float(np.float32(eps)), n_.centred, n_.gemma,
                                 SOUND_SAFETY)
         if E is not None:
             return E

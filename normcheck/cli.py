@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _surface(args) -> int:
-    from normcheck.backends import surface
+    from normcheck.backends.cpu import surface
 
     print(surface.table())
     if args.missing:
@@ -183,7 +183,9 @@ def _bench(args) -> int:
     elif args.what == "cub":
         bench.cub_benchmark()
     else:
-        bench.gpu_bandwidth(seed=args.seed)
+        from normcheck.report import gpu as gpu_section
+
+        gpu_section.gpu_bandwidth(seed=args.seed)
     return 0
 
 

@@ -143,12 +143,12 @@ def _num(v) -> str:
 
 
 def _nonfinite(rec) -> int:
-    return int(sum((rec.get("nonfinite") or {}).values()))
+    return int(sum((rec.nonfinite or {}).values()))
 
 
 def _figure(old, new):
     """The figure two records are compared on: of_bound where both have it, else max_ulp."""
-    if old.get("of_bound") is not None and new.get("of_bound") is not None:
+    if old.of_bound is not None and new.of_bound is not None:
         return "of_bound", "x the bound"
     return "max_ulp", "ulp"
 
@@ -167,13 +167,13 @@ def _grew(a, b) -> int:
 
 
 def _record_change(o, n) -> Change:
-    where = f"{n['cols']} cols x {n['rows']} rows" + "".join(
-        f", {k}={v:g}" for k, v in (n.get("param") or {}).items())
+    where = f"{n.cols} cols x {n.rows} rows" + "".join(
+        f", {k}={v:g}" for k, v in (n.param or {}).items())
     key, unit = _figure(o, n)
-    old_t = o["error"]["kind"] if o.get("error") else f"{_num(o.get(key))} {unit}"
-    new_t = n["error"]["kind"] if n.get("error") else f"{_num(n.get(key))} {unit}"
+    old_t = o.error["kind"] if o.error else f"{_num(getattr(o, key))} {unit}"
+    new_t = n.error["kind"] if n.error else f"{_num(getattr(n, key))} {unit}"
     row = ""
-    w = n.get("worst") or {}
+    w = n.worst or {}
     if w:
         from normcheck.measure import mismatch
 
@@ -181,35 +181,35 @@ def _record_change(o, n) -> Change:
                        w.get("exact"), x=w.get("x"))
         if w.get("replay"):
             row += f"; {w['replay']}"
-    if bool(n.get("error")) != bool(o.get("error")):
-        status = "worse" if n.get("error") else "better"
-        why = "launch fails" if n.get("error") else "launches again"
+    if bool(n.error) != bool(o.error):
+        status = "worse" if n.error else "better"
+        why = "launch fails" if n.error else "launches again"
     elif _nonfinite(n) != _nonfinite(o):
         status = "worse" if _nonfinite(n) > _nonfinite(o) else "better"
         why = f"non-finite outputs {_nonfinite(o)} -> {_nonfinite(n)}"
     else:
-        g = _grew(o.get(key), n.get(key))
+        g = _grew(getattr(o, key), getattr(n, key))
         status = {1: "worse", -1: "better", 0: "same"}[g]
         why = "" if g == 0 else f"{key} {'grew' if g > 0 else 'fell'}"
-    return Change(n["kernel"], n["family"], where, status, old_t, new_t, why,
+    return Change(n.kernel, n.family, where, status, old_t, new_t, why,
                   row if status == "worse" else "")
 
 
 def diff_reports(old: dict, new: dict) -> Diff:
     """Records of two report sweeps, by key."""
-    o = {r["key"]: r for r in old.get("records", [])}
-    n = {r["key"]: r for r in new.get("records", [])}
+    o = {r.key: r for r in old.get("records", [])}
+    n = {r.key: r for r in new.get("records", [])}
     d = Diff("old", "new", "report")
     for k, rec in n.items():
         if k in o:
             d.changes.append(_record_change(o[k], rec))
         else:
-            d.changes.append(Change(rec["kernel"], rec["family"], f"{rec['cols']} cols", "added",
-                                    "-", f"{_num(rec.get('max_ulp'))} ulp"))
+            d.changes.append(Change(rec.kernel, rec.family, f"{rec.cols} cols", "added",
+                                    "-", f"{_num(rec.max_ulp)} ulp"))
     for k, rec in o.items():
         if k not in n:
-            d.changes.append(Change(rec["kernel"], rec["family"], f"{rec['cols']} cols",
-                                    "removed", f"{_num(rec.get('max_ulp'))} ulp", "-"))
+            d.changes.append(Change(rec.kernel, rec.family, f"{rec.cols} cols",
+                                    "removed", f"{_num(rec.max_ulp)} ulp", "-"))
     order = {"worse": 0, "better": 1, "added": 2, "removed": 3, "same": 4}
     d.changes.sort(key=lambda c: (order[c.status], c.kernel, c.family, c.where))
     return d

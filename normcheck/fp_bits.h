@@ -1,5 +1,5 @@
 // Exact conversions of stored 16-bit formats to float64, shared by normcheck's own compiled
-// parts (oracle_fast.cpp, measure.cpp; their build keys include this file's text).
+// parts (oracle/fast.cpp, measure.cpp; their build keys include this file's text).
 #pragma once
 #include <cstdint>
 #include <cstring>

@@ -327,9 +327,9 @@ class CallableTarget:
                 if not isinstance(res, (tuple, list)) or len(res) != 2:
                     raise TypeError(f"expected (h, y) from a fused norm, got {type(res).__name__}")
                 h, y = res
-                outs = {"h": _as_format(h, self.fmt), "output": _as_format(y, self.out)}
+                outs = {"h": as_format(h, self.fmt), "output": as_format(y, self.out)}
             else:
-                outs = {"output": _as_format(self.fn(case.x, g, b, case.eps), self.out)}
+                outs = {"output": as_format(self.fn(case.x, g, b, case.eps), self.out)}
         except Exception as e:  # the callable's failure, reported as such
             raise KernelRaised(f"{self.label} raised {type(e).__name__}: {e}",
                                exception=type(e).__name__) from None
@@ -340,7 +340,7 @@ class CallableTarget:
         return outs
 
 
-def _as_format(a, fmt):
+def as_format(a, fmt):
     if hasattr(a, "detach"):  # a torch tensor
         a = a.detach().cpu()
         a = a.float().numpy() if str(a.dtype) in ("torch.bfloat16",) else a.numpy()

@@ -15,24 +15,17 @@ element (the mean up to its summation order).
 from __future__ import annotations
 
 import ctypes
-import os
-import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from normcheck import formats
+from normcheck.measure_lib import Job, library, pointer, sound_bound, threads
 from normcheck.metrics import CLASSES, StreamStats
 
 __all__ = ["Measurement", "measure", "library", "ELEMENTS", "merge", "accumulate",
            "sound_bound", "Rows", "mismatch"]
 
-SOURCE = Path(__file__).with_name("measure.cpp")
-# -fno-trapping-math: no FP exception traps are installed, so comparisons may become selects
-# (the loops vectorise); results are IEEE's either way (nothing is reassociated or contracted)
-FLAGS = ["-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
-         "-fno-fast-math", "-fno-trapping-math", "-fopenmp-simd", "-fvisibility=hidden"]
 #: The per-element arrays a measurement can keep.
 ELEMENTS = ("ulp", "cls", "scaled", "ratio")
 _KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2,
@@ -108,62 +101,6 @@ def merge(ms) -> StreamStats:
     return out
 
 
-class _Job(ctypes.Structure):
-    _fields_ = [("n", ctypes.c_long), ("t", ctypes.c_void_p), ("r", ctypes.c_void_p),
-                ("r_kind", ctypes.c_int), ("a", ctypes.c_void_p), ("a_kind", ctypes.c_int),
-                ("scale", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("cols", ctypes.c_long),
-                ("E", ctypes.c_void_p), ("p", ctypes.c_int),
-                ("emin", ctypes.c_int), ("emax", ctypes.c_int), ("floor_ulp", ctypes.c_double),
-                ("check_poison", ctypes.c_int), ("poison", ctypes.c_uint32),
-                ("edges", ctypes.c_void_p), ("n_edges", ctypes.c_int),
-                ("want_hist", ctypes.c_int),
-                ("ulp", ctypes.c_void_p), ("cls", ctypes.c_void_p), ("scaled", ctypes.c_void_p),
-                ("ratio", ctypes.c_void_p),
-                ("max_ulp", ctypes.c_double), ("max_scaled", ctypes.c_double),
-                ("max_ratio", ctypes.c_double), ("sum_ulp", ctypes.c_double),
-                ("argmax_ulp", ctypes.c_long), ("argmax_scaled", ctypes.c_long),
-                ("argmax_ratio", ctypes.c_long), ("want_ordinal", ctypes.c_int),
-                ("max_ordinal", ctypes.c_double), ("hist", ctypes.c_void_p),
-                ("classes", ctypes.c_longlong * len(CLASSES)),
-                ("unwritten", ctypes.c_longlong), ("over", ctypes.c_longlong),
-                ("inf_ulp", ctypes.c_longlong), ("threads", ctypes.c_int)]
-
-
-class _BoundJob(ctypes.Structure):
-    _fields_ = [("rows", ctypes.c_int), ("cols", ctypes.c_int), ("x", ctypes.c_void_p),
-                ("g", ctypes.c_void_p), ("b", ctypes.c_void_p), ("eps", ctypes.c_double),
-                ("safety", ctypes.c_double), ("centred", ctypes.c_int), ("gemma", ctypes.c_int),
-                ("E", ctypes.c_void_p), ("threads", ctypes.c_int)]
-
-
-_lib = None
-_lock = threading.Lock()
-
-
-def library():
-    """The compiled measurement (built on first use), or None where it cannot be built."""
-    global _lib
-    if os.environ.get("NORMCHECK_MEASURE") == "numpy":
-        return None
-    with _lock:
-        if _lib is None:
-            from normcheck.backends import confine
-
-            path = confine.build_library(SOURCE, "measure", "measure", FLAGS,
-                                         "building the compiled measurement")
-            lib = ctypes.CDLL(str(path))
-            if lib.nc_measure_job_size() != ctypes.sizeof(_Job):
-                raise RuntimeError("measure.cpp and measure.py disagree on the job layout")
-            lib.nc_measure.argtypes = [ctypes.POINTER(_Job)]
-            lib.nc_measure.restype = None
-            if lib.nc_bound_job_size() != ctypes.sizeof(_BoundJob):
-                raise RuntimeError("measure.cpp and measure.py disagree on the bound's layout")
-            lib.nc_sound_bound.argtypes = [ctypes.POINTER(_BoundJob)]
-            lib.nc_sound_bound.restype = None
-            _lib = lib
-    return _lib
-
-
 def _flat(a, dtype=None):
     a = np.asarray(a)
     if dtype is not None and a.dtype != dtype:
@@ -210,7 +147,7 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
            for k in ELEMENTS}
     counts = np.zeros(len(_EDGES) + 2, np.int64)
     edges = np.ascontiguousarray(_EDGES, np.float64)
-    job = _Job(n=n, t=t.ctypes.data, r=r.ctypes.data, r_kind=_KINDS[r.dtype],
+    job = Job(n=n, t=t.ctypes.data, r=r.ctypes.data, r_kind=_KINDS[r.dtype],
                a=af.ctypes.data, a_kind=_KINDS[af.dtype],
                scale=None if sc is None else sc.ctypes.data,
                beta=None if bt is None else bt.ctypes.data, cols=shape[-1] if shape else 1,
@@ -218,8 +155,8 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
                emax=fmt.emax, floor_ulp=float(floor), check_poison=int(poison is not None),
                poison=0 if poison is None else int(poison), edges=edges.ctypes.data,
                n_edges=len(edges), want_hist=int(hist_on),
-               ulp=_ptr(out["ulp"]), cls=_ptr(out["cls"]), scaled=_ptr(out["scaled"]),
-               ratio=_ptr(out["ratio"]), hist=counts.ctypes.data, threads=_threads(),
+               ulp=pointer(out["ulp"]), cls=pointer(out["cls"]), scaled=pointer(out["scaled"]),
+               ratio=pointer(out["ratio"]), hist=counts.ctypes.data, threads=threads(),
                want_ordinal=int(ordinal))
     lib.nc_measure(ctypes.byref(job))
     classes = {c: int(job.classes[i]) for i, c in enumerate(CLASSES)}
@@ -260,35 +197,6 @@ class Rows:
         if self.beta is None:
             return np.abs(self.exact)
         return np.maximum(np.abs(self.exact - self.beta), np.abs(self.beta))
-
-
-def _ptr(a):
-    return None if a is None else a.ctypes.data
-
-
-def sound_bound(rows, geff, b, eps: float, centred: bool, gemma: bool, safety: float):
-    """E of normcheck.bounds.sound_bound (the exact reference), compiled; None where the
-    compiled measurement is not available (the caller computes it in numpy)."""
-    lib = library()
-    if lib is None:
-        return None
-    x = np.ascontiguousarray(rows, np.float64)
-    R, D = x.shape
-    g = None if geff is None else np.ascontiguousarray(np.broadcast_to(geff, (D,)), np.float64)
-    bb = None if b is None else np.ascontiguousarray(np.broadcast_to(b, (D,)), np.float64)
-    E = np.empty((R, D))
-    if R and D:
-        job = _BoundJob(rows=R, cols=D, x=x.ctypes.data, g=_ptr(g), b=_ptr(bb), eps=float(eps),
-                        safety=float(safety), centred=int(centred), gemma=int(gemma),
-                        E=E.ctypes.data, threads=_threads())
-        lib.nc_sound_bound(ctypes.byref(job))
-    return E
-
-
-def _threads() -> int:
-    from normcheck import oracle_fast
-
-    return oracle_fast.threads()
 
 
 def _measure_numpy(ref, a, E, floor, scale, poison, keep) -> Measurement:

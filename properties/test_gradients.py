@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, target
 from hypothesis import strategies as st
 
-from normcheck import bounds, formats, kernels, oracle, oracle_backward as ob
+from normcheck import bounds, formats, kernels, oracle
+from normcheck.oracle import backward as ob
 from normcheck.strategies import rows
 
 SAFE = ["gaussian", "offset", "constant", "outlier", "bimodal", "tiny"]

@@ -244,7 +244,7 @@ def test_unknown_backend():
 def test_a_worker_hands_over_after_its_module_budget(monkeypatch):
     """Loaded modules are never unloaded (each keeps its code and its fiber stacks), so after
     MODULES_PER_WORKER distinct modules a fresh worker takes over; launches carry on."""
-    from normcheck.backends import cpu
+    from normcheck.backends.cpu import backend as cpu
     monkeypatch.setattr(cpu, "MODULES_PER_WORKER", 2)
     pids = []
     for i in range(5):
@@ -263,7 +263,7 @@ def test_a_worker_out_of_address_space_hands_over(monkeypatch):
     """With the module budget out of the way and a 1000 MiB address space, the third module's
     1024 fiber stacks (~266 MiB, measured: the worker's VmSize grows 496 → 762 → 1028 MiB over
     three such modules) do not fit: the launch runs again in a fresh worker instead of failing."""
-    from normcheck.backends import cpu
+    from normcheck.backends.cpu import backend as cpu
     monkeypatch.setattr(cpu, "MODULES_PER_WORKER", 100)
     monkeypatch.setenv("NORMCHECK_WORKER_MEMORY_MB", "1000")
     cpu._worker._kill()

@@ -108,7 +108,7 @@ def test_fmad_true_differences_are_listed():
 
 @pytest.mark.gpu
 def test_bandwidth_benchmark_runs():
-    from normcheck import bench
+    from normcheck.report import gpu as gpu_section
 
-    g = bench.gpu_bandwidth(rows=1024, cols=4096, repeats=2, echo=lambda *a: None)
+    g = gpu_section.gpu_bandwidth(rows=1024, cols=4096, repeats=2, echo=lambda *a: None)
     assert g["copy_bandwidth"] > 0 and len(g["kernels"]) == len(kernels.variants(storage="bf16"))

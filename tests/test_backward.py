@@ -10,7 +10,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from normcheck import bounds, errors, formats, kernels, oracle, oracle_backward as ob
+from normcheck import bounds, errors, formats, kernels, oracle
+from normcheck.oracle import backward as ob
 from normcheck.check.backward import check_backward
 
 BW = kernels.CUDA_SRC / "backward.cu"

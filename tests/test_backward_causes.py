@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from normcheck import check, oracle_backward
+from normcheck import check
+from normcheck.oracle import backward as oracle_backward
 from normcheck import spec as specs
 from normcheck.check.backward import check_backward
 

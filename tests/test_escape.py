@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from normcheck import errors, replay, spec as specs
-from normcheck.backends import base, confine, get_backend, wire
-from normcheck.backends.cpu import parse_report
+from normcheck.backends import base, confine, get_backend
+from normcheck.backends.cpu import wire
+from normcheck.backends.cpu.backend import parse_report
 
 HERE = Path(__file__).parent
 SRC = HERE / "cuda" / "escape.cu"
@@ -138,7 +139,7 @@ def test_other_processes_limits_and_lifetime_are_out_of_reach(k, entry, call, pi
 def test_the_worker_sees_an_allow_listed_environment_and_no_capabilities(k, monkeypatch):
     monkeypatch.setenv("NORMCHECK_TEST_SECRET", "tok-3141592653")  # not one of the worker's
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "tok-2718281828")
-    from normcheck.backends.cpu import _worker
+    from normcheck.backends.cpu.backend import _worker
 
     _worker.close()  # a fresh worker, started with this environment
     y = np.zeros(1, np.float32)

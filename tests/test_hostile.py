@@ -14,7 +14,7 @@ import pytest
 
 from normcheck import errors, kernels
 from normcheck.backends import get_backend
-from normcheck.backends.cpu import _worker
+from normcheck.backends.cpu.backend import _worker
 
 SRC = Path(__file__).parent / "cuda" / "hostile.cu"
 CHECK_SRC = Path(__file__).parent / "cuda" / "check" / "kernels.cu"
@@ -38,7 +38,7 @@ def _our_processes():
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if b"normcheck.backends._worker" in (d / "cmdline").read_bytes():
+                if b"normcheck.backends.cpu.worker" in (d / "cmdline").read_bytes():
                     out.append(int(d.name))
             except OSError:
                 pass

@@ -13,7 +13,7 @@ import pytest
 import normcheck
 from normcheck import check
 from normcheck.backends import base, get_backend
-from normcheck.backends.cpu import CpuBackend
+from normcheck.backends.cpu.backend import CpuBackend
 from normcheck.backends.cuda import CudaBackend
 from normcheck.pytest_plugin import assert_accurate
 
@@ -28,8 +28,10 @@ def test_the_wheel_carries_kernels_shim_and_examples(tmp_path):
     names = set(zipfile.ZipFile(whl).namelist())
     want = {f"normcheck/cuda_src/{p.relative_to(ROOT / 'cuda_src')}"
             for p in (ROOT / "cuda_src").rglob("*") if p.is_file()}
-    want |= {f"normcheck/shim/{p.relative_to(ROOT / 'normcheck' / 'shim')}"
-             for p in (ROOT / "normcheck" / "shim").rglob("*") if p.is_file()}
+    shim = ROOT / "normcheck" / "backends" / "cpu" / "shim"
+    want |= {f"normcheck/backends/cpu/shim/{p.relative_to(shim)}"
+             for p in shim.rglob("*") if p.is_file()}
+    want.add("normcheck/backends/normcheck_launch.c")
     missing = sorted(want - names)
     assert not missing, f"not in the wheel: {missing}"
 
@@ -123,3 +125,60 @@ def test_design_doc_exists_and_lists_every_module():
             assert m.group(1).endswith("docs/") or m.group(1).endswith("(docs/") or \
                 "shared" in m.group(1), f"{p}: {m.group(0)}"
     assert normcheck.__version__
+
+
+def _imports():
+    """{module: the normcheck modules it imports (at any level)} and the private names it takes
+    from other modules, read from the source."""
+    import ast
+
+    mods = {}
+    for p in (ROOT / "normcheck").rglob("*.py"):
+        name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        mods[name.removesuffix(".__init__")] = p
+    edges, private = {}, []
+    for name, p in mods.items():
+        tree = ast.parse(p.read_text())
+        aliases, deps = {}, set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and \
+                    node.module.startswith("normcheck"):
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    deps.add(full if full in mods else node.module)
+                    aliases[a.asname or a.name] = full
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        private.append(f"{name}: from {node.module} import {a.name}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("normcheck"):
+                        deps.add(a.name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    node.value.id in aliases and aliases[node.value.id] in mods and \
+                    node.attr.startswith("_") and not node.attr.startswith("__"):
+                private.append(f"{name}:{node.lineno}: {node.value.id}.{node.attr}")
+        edges[name] = {d for d in deps if d in mods and d != name}
+    return edges, private
+
+
+def test_no_import_cycles_and_no_private_names_across_modules():
+    """The layout shows the flow (docs/DESIGN.md, "Module map and layers"): no module imports
+    one that imports it back, at any distance, and none uses another's private names."""
+    edges, private = _imports()
+    assert not private, private
+    state, cycles = {}, []
+
+    def visit(v, path):
+        state[v] = 1
+        for w in sorted(edges[v]):
+            if state.get(w) == 1:
+                cycles.append(path[path.index(w):] + [w])
+            elif w not in state:
+                visit(w, path + [w])
+        state[v] = 2
+
+    for v in sorted(edges):
+        if v not in state:
+            visit(v, [v])
+    assert not cycles, cycles

@@ -172,7 +172,7 @@ def test_pooled_rows_are_seeded_and_varied():
 
 
 def test_own_library_builds_are_keyed_by_their_local_headers(tmp_path, monkeypatch):
-    """measure.cpp and oracle_fast.cpp share fp_bits.h: a change to the header must rebuild
+    """measure.cpp and oracle/fast.cpp share fp_bits.h: a change to the header must rebuild
     them (the cache key holds the text of the headers a source includes beside it)."""
     from normcheck.backends import confine
 

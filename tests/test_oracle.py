@@ -225,7 +225,7 @@ def test_bad_input_names_the_argument(call, match):
         call()
 
 
-# -- the compiled fast path (normcheck.oracle_fast) ---------------------------------------------
+# -- the compiled fast path (normcheck.oracle.fast) ---------------------------------------------
 def _rows_strategy(data, max_cols):
     """Rows that cross the fast path's block structure (16 lanes, blocks of 256), with offsets
     and quantised levels that stress the mean correction."""
@@ -276,7 +276,7 @@ def test_compiled_fast_path_agrees_with_mpmath_across_blocks(data):
 def test_tier2_alone_agrees_with_mpmath(data):
     """With tier 1 settling nothing, the double-double tier decides every element, and each
     decision it makes is mpmath's."""
-    from normcheck import oracle_fast
+    from normcheck.oracle import fast as oracle_fast
 
     fmt, x, g, b = _rows_strategy(data, 300)
     center = data.draw(st.booleans(), label="center")
@@ -287,7 +287,10 @@ def test_tier2_alone_agrees_with_mpmath(data):
                                resolution=oracle.ULP_RESOLUTION, tier1=False)
         settled = res["status"] == oracle_fast.STATUS["tier2"]
         want = truth(x, g, b if center else None, center=center, out=fmt)
-        assert settled.mean() > 0.9  # tier 2 settles almost everything
+        # tier 2 settles almost every element whose exact value is not 0 (an exact zero, x_j = 0
+        # in RMSNorm, has an error interval across 0 and goes to tier 3)
+        off_zero = want != 0
+        assert not off_zero.any() or settled[off_zero].mean() > 0.9
         assert same(res["r"][settled], want[settled])
 
 

@@ -123,7 +123,7 @@ def test_a_cluster_run_equals_the_local_run(tmp_path):
                             "cpu", "--kernels", pattern, "--seed", "3", "--out", str(out),
                             *extra], capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
-        return {rec["key"]: {k: v for k, v in rec.items() if k != "seconds"}
+        return {rec.key: {k: v for k, v in rec.to_json().items() if k != "seconds"}
                 for rec in sweep.load_results(out)["records"]}
 
     local = run(tmp_path / "local")
@@ -136,3 +136,28 @@ def test_a_cluster_run_equals_the_local_run(tmp_path):
     assert json.dumps(clustered, sort_keys=True) == json.dumps(local, sort_keys=True)
     assert sorted(p.name for p in (half / "worst").iterdir()) == \
         sorted(p.name for p in (tmp_path / "local" / "worst").iterdir())
+
+
+def test_a_record_owns_its_json_round_trip():
+    """Record.to_json / from_json: a record measured by the sweep comes back equal, through the
+    file's own JSON (inf as "inf"); a field of the wrong type is named."""
+    import math
+
+    from normcheck.report import folder
+    from normcheck.report.record import Record, RecordError
+
+    p = sweep.plan("quick", kernels_pattern="layernorm_naive_fp32")
+    task = next(t for t in p.tasks if t.family == "offset" and not t.param)
+    rec, _case = sweep.measure(task, 0, "cpu")
+    assert isinstance(rec, Record) and rec.kernel == "layernorm_naive_fp32"
+    back = Record.from_json(folder.restore(json.loads(folder.json_text(rec.to_json()))))
+    # equal field by field, NaN included (the offset row's worst kernel value is NaN)
+    assert folder.json_text(back.to_json()) == folder.json_text(rec.to_json())
+    assert back.max_ulp == math.inf and math.isnan(back.worst["kernel"])
+    bad = {**rec.to_json(), "cols": "12"}
+    with pytest.raises(RecordError, match="cols='12' is not of its type"):
+        Record.from_json(bad)
+    with pytest.raises(RecordError, match="unknown field 'colz'"):
+        Record.from_json({**rec.to_json(), "colz": 1})
+    with pytest.raises(RecordError, match="no 'max_ulp'"):
+        Record.from_json({k: v for k, v in rec.to_json().items() if k != "max_ulp"})

@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -46,9 +45,9 @@ def test_the_report_opens_with_its_findings(user_report):
 def test_user_kernels_sit_beside_the_built_ins(user_report):
     out, done = user_report
     recs = done["results"]["records"]
-    users = {r["kernel"] for r in recs if r.get("user")}
+    users = {r.kernel for r in recs if r.user}
     assert users == {"rms_norm_kernel<__half>", "RMSNormKernel<8, __half>"}
-    fams = {r["family"] for r in recs if r["kernel"] == "rms_norm_kernel<__half>"}
+    fams = {r.family for r in recs if r.kernel == "rms_norm_kernel<__half>"}
     assert {"gaussian", "offset", "tails"} <= fams
     fs = {(f.kernel, f.family): f for f in findings.findings(recs)}
     # vLLM's x̂ rounded to fp16 before ×γ is beyond the sound bound (as its check fails);

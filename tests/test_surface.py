@@ -14,7 +14,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from normcheck.backends import get_backend, surface
+from normcheck.backends import get_backend
+from normcheck.backends.cpu import surface
 
 # ------------------------------------------------------------------------------------------------
 # Coverage

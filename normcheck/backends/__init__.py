@@ -32,7 +32,7 @@ def get_backend(name: str = "cpu") -> Backend:
             return get_backend("cpu")
     if name not in _cache:
         if name == "cpu":
-            from normcheck.backends.cpu import CpuBackend
+            from normcheck.backends.cpu.backend import CpuBackend
 
             _cache[name] = CpuBackend()
         else:

@@ -32,7 +32,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from normcheck.errors import CompileError, invalid
+from normcheck.errors import invalid
 
 __all__ = ["Backend", "Param", "Source", "load_source", "define_flags", "check_defines",
            "cache_root", "cache_dir", "cache_info", "cache_clear", "install_file", "compiler_version",

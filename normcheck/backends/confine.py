@@ -1,7 +1,7 @@
 """Every process normcheck starts on a user's code -- the compiler, the cpu backend's worker -- is
 confined, and dies with normcheck.
 
-``normcheck-launch`` (``shim/normcheck_launch.c``, built once into the cache) starts it:
+``normcheck-launch`` (``backends/normcheck_launch.c``, built once into the cache) starts it:
 
 * **lifetime** -- in a PID namespace of its own (user namespaces make that possible without
   privileges) whose init is the launcher's code and dies with normcheck: then the kernel kills
@@ -15,7 +15,7 @@ confined, and dies with normcheck.
   the shim, the CUDA headers and the toolchain (:func:`toolchain_roots`), and writes only its
   build folder (and /dev/null);
 * **capabilities** -- every one dropped, no new privileges (normcheck run as root included);
-* **environment** -- an allow-list (:func:`normcheck.backends.sandbox.child_environment`), never
+* **environment** -- an allow-list (:func:`child_environment`), never
   normcheck's whole environment;
 * **output** -- the compiler's diagnostics are cut to :data:`DIAGNOSTICS_BYTES` with a count of
   what was cut, and its stdout (the preprocessed source) to a limit.
@@ -38,14 +38,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from normcheck.backends import base, sandbox
+from normcheck.backends import base
 from normcheck.errors import BackendUnavailable, CompileError
 
 __all__ = ["launcher", "mechanism", "describe", "command", "run_compiler", "Limits",
            "compiler_limits", "toolchain_roots", "temporary_folder", "DIAGNOSTICS_BYTES",
-           "sweep_stale", "build_artifact", "build_library"]
+           "sweep_stale", "build_artifact", "build_library", "child_environment"]
 
-SOURCE = Path(__file__).resolve().parent.parent / "shim" / "normcheck_launch.c"
+SOURCE = Path(__file__).resolve().with_name("normcheck_launch.c")
 #: The compiler's diagnostics kept (the rest is counted, not kept).
 DIAGNOSTICS_BYTES = 64 << 10
 _TMP_PREFIX = "normcheck-"
@@ -61,6 +61,14 @@ class Limits:
     fsize: int
     timeout: float
     stdout: int
+
+
+def child_environment(extra: dict | None = None) -> dict:
+    """The environment of a worker or a compiler: an allow-list, never normcheck's whole
+    environment (which may hold tokens and keys): PATH, the C locale, and ``extra``."""
+    env = {"PATH": os.environ.get("PATH") or os.defpath, "LANG": "C", "LC_ALL": "C"}
+    env.update(extra or {})
+    return env
 
 
 def _env_int(name, default):
@@ -106,7 +114,7 @@ def mechanism() -> dict:
 def _probe() -> dict:
     try:
         out = subprocess.run([str(launcher()), "--probe"], capture_output=True, text=True,
-                             timeout=30, env=sandbox.child_environment()).stdout
+                             timeout=30, env=child_environment()).stdout
     except (OSError, subprocess.SubprocessError) as e:
         raise BackendUnavailable(f"normcheck's process launcher does not run here ({e})") \
             from None
@@ -158,10 +166,12 @@ def build_artifact(source: Path, part: str, name: str, filename: str, flags: lis
     itself (nothing can confine its own build)."""
     cmd, version = base.cxx()
     text = Path(source).read_text()
-    for inc in re.findall(r'^#include "([^"/]+)"', text, re.M):  # its own headers, beside it
-        h = Path(source).parent / inc
+    dirs = {str(Path(source).parent)}
+    for inc in re.findall(r'^#include "([^"]+)"', text, re.M):  # its own headers ("x.h", "../x.h")
+        h = (Path(source).parent / inc).resolve()
         if h.is_file():
             text += h.read_text()
+            dirs.add(str(h.parent))
     final = base.cache_dir(part) / (
         name + "-" + base.key_of(text, " ".join(list(flags) + list(link)), version)) / filename
     if final.is_file():
@@ -170,12 +180,12 @@ def build_artifact(source: Path, part: str, name: str, filename: str, flags: lis
         out = Path(d) / filename
         argv = [cmd, *flags, str(source), *link, "-o", str(out)]
         if confined:
-            r = run_compiler(argv, what, read=[*toolchain_roots(cmd), str(Path(source).parent)],
+            r = run_compiler(argv, what, read=[*toolchain_roots(cmd), *sorted(dirs)],
                              write=[d, os.devnull], cleanup=d)
         else:
             try:
                 r = subprocess.run(argv, capture_output=True, text=True, timeout=600,
-                                   env=sandbox.child_environment({"TMPDIR": d}))
+                                   env=child_environment({"TMPDIR": d}))
             except (OSError, subprocess.SubprocessError) as e:
                 raise CompileError(f"{what}: {cmd} could not run ({e})") from None
         if r.returncode != 0:
@@ -205,7 +215,7 @@ def toolchain_roots(compiler: str) -> tuple:
     for tool in (exe, shutil.which("as"), shutil.which("ld")):
         if tool:
             roots += [str(Path(tool).parent), str(Path(tool).resolve().parent)]
-    env = sandbox.child_environment()
+    env = child_environment()
     try:
         out = subprocess.run([compiler, "-print-search-dirs"], capture_output=True, text=True,
                              timeout=60, env=env).stdout
@@ -283,7 +293,7 @@ def run_compiler(cmd: list, what: str, *, read=None, write=(), cleanup=None,
     past the wall-clock limit or a missing compiler is a CompileError."""
     limits = limits or compiler_limits()
     full = command(cmd, cleanup=cleanup, limits=limits, read=read, write=write)
-    child_env = sandbox.child_environment({"TMPDIR": str(cleanup)} if cleanup else {})
+    child_env = child_environment({"TMPDIR": str(cleanup)} if cleanup else {})
     child_env.update(env or {})
     if shutil.which(cmd[0], path=child_env["PATH"]) is None and not Path(cmd[0]).is_file():
         raise CompileError(f"{what}: {cmd[0]} was not found")

@@ -3,7 +3,7 @@
 Each family of :data:`normcheck.families.BACKWARD_FAMILIES` gives (x, dy); the weights are the
 check's realistic γ; with saved statistics (the kernel reads mean/rstd) the case carries the
 forward pass's correctly rounded float32 mean and rstd, as a sound forward kernel writes them.
-Every output the kernel writes is compared with :func:`normcheck.oracle_backward.backward`:
+Every output the kernel writes is compared with :func:`normcheck.oracle.backward.backward`:
 
 * **fail** — beyond what a sound float backward kernel can produce
   (:func:`normcheck.bounds.sound_backward`: sequential or atomic sums in any order, one final
@@ -25,13 +25,12 @@ import time
 
 import numpy as np
 
-from normcheck import (bounds, formats, kernels, launch, metrics, norms, oracle,
-                       oracle_backward)
+from normcheck import bounds, formats, kernels, launch, metrics, norms, oracle
+from normcheck.oracle import backward as oracle_backward
 from normcheck import families as families_mod
 from normcheck import measure as measure_mod
-from normcheck import spec as specs
-from normcheck.backends import get_backend
-from normcheck.check.judge import FATAL, Failure, FamilyResult, _odd
+from normcheck.check.judge import FATAL, Failure, FamilyResult, odd_rows
+from normcheck.check.resolve import check_counts, resolve
 from normcheck.check.tolerances import TOLERANCES, Verdict
 from normcheck.errors import KernelError, invalid
 
@@ -68,7 +67,7 @@ def _case(fam, fmt, rows, cols, seed, norm, formats_, stats, eps, reads_gamma, m
                        eps=np.float32(eps), dy=dy, mean=mean, rstd=rstd, extra=extra)
 
 
-def _reference(norm, case, mode, stats, fm, fmt, eps):
+def backward_reference(norm, case, mode, stats, fm, fmt, eps):
     base = norms.get(norm.base).with_affine(True, norm.centred and norm.has_beta)
     out, po = fm.get("dx", fm.get("d_residual", fmt)).name, fm.get("dgamma", formats.FP32).name
     bo = fm.get("dbeta", formats.FP32).name
@@ -81,7 +80,7 @@ def _reference(norm, case, mode, stats, fm, fmt, eps):
                                     out=out, param_out=po, dbeta_out=bo)
 
 
-def _bound(norm, case, mode, ref, eps):
+def backward_bounds(norm, case, mode, ref, eps):
     """{role: E} of the sound backward bound (x̂ from y for a from-y backward; + dh rounds once
     more)."""
     base = norms.get(norm.base)
@@ -99,7 +98,7 @@ def _bound(norm, case, mode, ref, eps):
     return E
 
 
-def _scales(norm, case, mode, eps):
+def term_scales(norm, case, mode, eps):
     """{role: the magnitude of the terms each output sums} (float64): dx's r·(|g| + |ḡ| +
     |x̂|·mean|g·x̂|), dγ's Σ|dy·x̂|, dβ's Σ|dy| -- the scaled error's yardstick, as max(|γx̂|,
     |β|) is the forward's."""
@@ -380,7 +379,7 @@ def _affine_signature(norm, case, y, t, off, fmt, eps):
     return None
 
 
-def _compare(role, ref, got, E, tol, fam, case, norm, scale, eps):
+def compare_role(role, ref, got, E, tol, fam, case, norm, scale, eps):
     """(Failure or None, stats) of one output (normcheck.measure): stats has max_ulp, p99_ulp,
     max_scaled, of_bound."""
     got = np.asarray(got)
@@ -487,50 +486,22 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
     """Judge a backward kernel (see the module docstring).  Without ``spec`` the kernel has the
     ABI of cuda_src/backward.cu's dx kernels: (dx, dy, x, γ, mean, rstd, rows, cols).
     ``families`` selects some of normcheck.families.BACKWARD_FAMILIES (default: all)."""
-    from normcheck.check import CheckResult, _check_counts, _check_timeout, _resolve
+    from normcheck.check.result import CheckResult
 
-    _check_counts(examples, 0, seed)
-    timeout = _check_timeout(timeout)
+    check_counts(examples, 0, seed)
     if isinstance(orders, bool) or not isinstance(orders, int) or not 0 <= orders <= 64:
         raise invalid("orders", orders, "0 to 64 block orders for the race measurement")
     fams = list(families_mod.BACKWARD_FAMILIES) if families is None else list(families)
     for f in fams:
         if f not in families_mod.BACKWARD_FAMILIES:
             raise invalid("families", f, f"some of {', '.join(families_mod.BACKWARD_FAMILIES)}")
-    spec, n, fmt = _resolve(spec, norm, dtype)
-    if spec is None:
-        if n.fused:
-            raise invalid("norm", n.name, "a spec for a fused backward (roles dh and "
-                          "d_residual: the residual stream's gradient in and out)")
-        if entry is None:
-            raise invalid("entry", None, "the kernel to run (give --entry or a spec)")
-        spec = specs.default_backward_spec(n, block)
-        spec.launches[0].entry = entry
-    else:
-        if not spec.backward:
-            raise invalid("spec", str(spec.path), "a backward spec (roles dy and dx/dgamma/dbeta)",
-                          "drop --backward for a forward kernel")
-        if entry is not None:
-            if len(spec.launches) > 1:
-                raise invalid("entry", entry, "no --entry: the spec names one entry per launch")
-            spec.launches[0].entry = entry
+    r = resolve(source, entry, norm, dtype, spec=spec, block=block, backend=backend,
+                defines=defines, timeout=timeout, backward=True)
+    spec, n, fmt, target = r.spec, r.norm, r.fmt, r.target
     mode = "y" if spec.has("y") else "x"
-    if n.fused and not (spec.has("dh") or spec.has("d_residual")):
-        raise invalid("norm", n.name, "roles dh (the residual stream's gradient, in) and "
-                      "d_residual (out) for a fused backward", "or check the norm's backward "
-                      "with norm = " + repr(n.base))
-    if mode == "y" and not spec.has("gamma"):
-        raise invalid("spec.args", spec.roles(), "gamma with role y (x̂ = (y - β)/γ)")
-    # γ is always part of the maths (1 where the kernel takes none); β only through dβ or y
-    n = n.with_affine(True, n.centred and (spec.has("dbeta") or spec.has("beta")))
     reads_gamma = spec.has("gamma")
-    src = source if source is not None else spec.source
-    if src is None:
-        raise invalid("source", None, "a .cu file (or `source` in the spec)")
-    target = launch.bind(spec, src, norm=n, dtype=fmt.name, backend=backend, defines=defines,
-                         timeout=timeout, arch=spec.arch)
     fm = target.formats
-    eps = np.float32(spec.eps) if spec.eps is not None else np.float32(1e-5)
+    eps = r.eps
     stats = "saved" if mode == "y" else (spec.stats or "recomputed")
     roles = [r for r in ("dx", "d_residual", "dgamma", "dbeta") if spec.has(r)]
     t0 = time.perf_counter()
@@ -538,14 +509,14 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
     races = {}
     lo, hi = spec.cols
     m = max(1, spec.cols_multiple_of)
-    be = get_backend(backend)
+    be = r.backend
     worst_case = None
     for fi, (fam, (_, (fam_rows, widths))) in enumerate(families_mod.BACKWARD_FAMILIES.items()):
         if fam not in fams:
             continue
         fr = FamilyResult(fam)
         ws = sorted({min(max(w, lo), hi) // m * m or m for w in widths})
-        rows = fam_rows or _odd(max(1, examples))
+        rows = fam_rows or odd_rows(max(1, examples))
         stats_by_role, base_by_role = {}, {}
         for k, cols in enumerate(ws):
             case = _case(fam, fmt.name, rows, cols, [seed, fi, k], n, fm, stats, eps,
@@ -556,9 +527,9 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                 failures.append(Failure(e.kind, fam, str(e)))
                 fr.failures[e.kind] = fr.failures.get(e.kind, 0) + 1
                 break
-            ref = _reference(n, case, mode, stats, fm, fmt, eps)
-            E = _bound(n, case, mode, ref, eps)
-            scale = _scales(n, case, mode, eps)
+            ref = backward_reference(n, case, mode, stats, fm, fmt, eps)
+            E = backward_bounds(n, case, mode, ref, eps)
+            scale = term_scales(n, case, mode, eps)
             fr.rows += rows
             fr.cols.append(cols)
             refs = {"dx": ref.dx, "d_residual": ref.dx, "dgamma": ref.dgamma,
@@ -568,7 +539,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                 r_ref = refs[role]
                 if r_ref is None or role not in outs:
                     continue
-                f, st = _compare(role, r_ref, outs[role], E[role], TOLERANCES[r_ref.fmt.name],
+                f, st = compare_role(role, r_ref, outs[role], E[role], TOLERANCES[r_ref.fmt.name],
                                  fam, case, n, scale[role], eps)
                 acc = stats_by_role.setdefault(role, {"max_ulp": 0.0, "p99_ulp": 0.0,
                                                       "max_scaled": 0.0, "of_bound": 0.0})
@@ -643,7 +614,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
     label = target.label
     ce = None
     if worst_case is not None and (verdict != "pass" or save_counterexample):
-        ce = _save(worst_case, target, spec, src, n, fmt, stats, mode, defines,
+        ce = _save(worst_case, target, r.desc, stats, mode,
                    save_counterexample)
     return CheckResult(
         kernel=label, norm=n.name, norm_desc=n.describe() + " backward", reference="exact",
@@ -672,29 +643,18 @@ def _warn_cause(n, case, role, outs, refs, E, fm, eps):
     return _explain(n, case, role, got, ref, limit, fmt, eps)
 
 
-def _save(worst, target, spec, src, n, fmt, stats, mode, defines, path):
+def _save(worst, target, desc, stats, mode, path):
     """The case of the first failing (or warned) family, saved for ``normcheck replay``."""
-    import hashlib
     from pathlib import Path
 
-    from normcheck import replay
+    from normcheck import cases
 
     fam, case = worst
-    if isinstance(src, (str, Path)) and "\n" not in str(src):
-        desc = {"source": str(Path(src).resolve()),
-                "sha256": hashlib.sha256(Path(src).read_bytes()).hexdigest()}
-    else:
-        desc = {"source": "<string>", "source_text": str(src)}
-    desc.update({"entries": spec.entries, "norm": n.name, "dtype": fmt.name,
-                 "defines": {**spec.defines, **(defines or {})},
-                 "spec": str(spec.path.resolve()) if spec.path else None,
-                 "spec_sha256": hashlib.sha256(spec.path.read_bytes()).hexdigest()
-                 if spec.path else None,
-                 "backward": {"stats": stats, "mode": mode}})
+    desc = {**desc, "backward": {"stats": stats, "mode": mode}}
     extra = {k: v for k, v in (("dy", case.dy), ("mean", case.mean), ("rstd", case.rstd),
                                ("dh", case.extra.get("dh")), ("y", case.extra.get("y")))
              if v is not None}
-    return str(replay.save_case(Path(path) if path else None, kernel=desc, x=case.x,
+    return str(cases.save_case(Path(path) if path else None, kernel=desc, x=case.x,
                                 gamma=case.gamma, beta=case.beta, eps=case.eps,
                                 note=f"first failing family of normcheck check --backward "
                                      f"({fam})", label=target.label, exclusive=path is None,

@@ -185,7 +185,7 @@ def element_text(i, j, x, y, exact) -> str:
     return measure_mod.mismatch(f"row {i}, col {j}", y[i, j], exact[i, j], x=x[i, j])
 
 
-def _odd(n: int) -> int:
+def odd_rows(n: int) -> int:
     """A row count that is not a multiple of 2, 4, 8 or 32: a partial last tile."""
     return max(1, n if n % 2 else n - 1)
 
@@ -390,7 +390,7 @@ class Judge:
         for fi, fam in enumerate(fams):
             fr = FamilyResult(fam)
             ws = families.widths(fam, self.cols_range, self.multiple_of)
-            per = _odd(max(1, examples // len(ws)))
+            per = odd_rows(max(1, examples // len(ws)))
             base_max = {}
             allu, alls = [], []
             fam_fails = []
@@ -469,7 +469,7 @@ class Judge:
         fr = FamilyResult("long", cols=[cols])
         ulp = metrics.StreamStats()
         fails, worst = [], None
-        batch = _odd(max(1, min(rows, (1 << 20) // cols)))
+        batch = odd_rows(max(1, min(rows, (1 << 20) // cols)))
         fams = [f for f in CHECK_FAMILIES if f not in ("special", "tails")]
         t0 = last = time.perf_counter()
         done = 0

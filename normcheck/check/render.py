@@ -6,7 +6,7 @@ from __future__ import annotations
 from normcheck.measure import mismatch
 from normcheck.metrics import short as _fmt
 
-__all__ = ["render"]
+__all__ = ["render", "render_quantised"]
 
 
 def render(r) -> str:
@@ -104,9 +104,9 @@ def _body(r, backward=False) -> list:
             lines.append("  " + mismatch(f"col {e['col']}", e["kernel"], e["exact"], x=e["x"],
                                          ulp=e["ulp"]))
     if r.counterexample:
-        from normcheck import replay
+        from normcheck import cases
 
-        lines.append(f"replay: {replay.command(r.counterexample)}")
+        lines.append(f"replay: {cases.command(r.counterexample)}")
     bw = r.extra.get("backward") if r.extra else None
     if bw and bw.get("races_ulp"):
         worst = max(bw["races_ulp"].items(), key=lambda kv: kv[1])
@@ -122,3 +122,72 @@ def _body(r, backward=False) -> list:
     lines.append(f"verdict: {r.verdict.upper()} -- {r.rows_checked} rows in {r.seconds:.1f} s"
                  + (f"; likely cause: {r.cause}" if r.cause and r.verdict != "pass" else ""))
     return lines
+
+
+def render_quantised(r) -> str:
+    q = r.extra["quant"]
+    c = q["contract"]
+    lines = [f"normcheck check: {r.kernel} ({r.norm_desc}, {r.dtype} -> {c['format']} "
+             f"{c['granularity']}, {r.backend} backend)",
+             f"contract {q['describe']}",
+             f"  follows {c['source']}" if c.get("source") else "",
+             "fail: a value, scale or amax no sound kernel of the contract writes (a flip away "
+             "from a tie, NaN or inf where the contract saturates), an unwritten element, a "
+             "wrong h, a crash, out of bounds, a deadlock, a timeout, an exception.  Order "
+             "flips -- where the exact value lies within the sound bound of a float pipeline "
+             "from a rounding boundary -- are allowed and counted.  No warn."]
+    lines = [ln for ln in lines if ln]
+    prov = r.provenance or {}
+    if prov.get("arch"):
+        lines.append(f"architecture presented: {prov['arch']}")
+    lines.append("")
+    head = ["family", "rows", "cols", "values", "order flips", "contract flips", "scales",
+            "order", "contract", "saturated", "verdict"]
+    table = []
+    for f in r.families:
+        table.append([f.family, str(f.rows), ",".join(map(str, f.cols)), str(f.q.n),
+                      f"{f.q.order} ({_pct(f.q.order_share)})", str(f.q.contract),
+                      str(f.scales.n) if f.scales.n else "-",
+                      str(f.scales.order) if f.scales.n else "-",
+                      str(f.scales.contract) if f.scales.n else "-",
+                      f"{f.q.saturated + f.q.nan + f.q.inf}",
+                      f.verdict.upper() if f.verdict != "pass" else f.verdict])
+    w = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(head)]
+    lines.append("  ".join(h.ljust(x) for h, x in zip(head, w)))
+    lines.append("  ".join("-" * x for x in w))
+    lines += ["  ".join(cell.ljust(x) for cell, x in zip(row, w)) for row in table]
+    lines.append("")
+    if r.failures:
+        lines.append("failures:")
+        for f in r.failures:
+            lines.append(f"  [{f.kind}] {f.family}: {f.detail}")
+            if f.cause:
+                lines.append(f"      likely cause: {f.cause}")
+        lines.append("")
+    if r.worst is not None and r.worst.detail:
+        wst = r.worst
+        lines.append(f"worst row: family {wst.family}, width {wst.cols}, row {wst.row_index}")
+        for e in wst.detail:
+            if "col" in e:
+                lines.append(f"  col {e['col']}: x={e['x']!r} kernel={e['kernel']!r} "
+                             f"contract={e['contract']!r} ({e['class']}; y={_fmt(e['y'])})")
+            else:
+                lines.append(f"  scales: kernel {e['scales_kernel']} contract "
+                             f"{e['scales_contract']}")
+    if r.counterexample:
+        from normcheck import cases
+
+        lines.append(f"replay: {cases.command(r.counterexample)}")
+    v, s = q["values"], q["scales"]
+    summary = (f"order flips {v['order']}/{v['n']} values ({_pct(v['order_share'])})"
+               + (f", {s['order']}/{s['n']} scales ({_pct(s['order_share'])})" if s["n"] else "")
+               + f"; contract flips {v['contract']} values"
+               + (f", {s['contract']} scales" if s["n"] else ""))
+    lines.append(f"verdict: {r.verdict.upper()} -- {r.rows_checked} rows in {r.seconds:.1f} s; "
+                 + summary + (f"; likely cause: {r.cause}" if r.cause and r.verdict != "pass"
+                              else ""))
+    return "\n".join(lines)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.3g}%"

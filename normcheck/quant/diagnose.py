@@ -74,7 +74,7 @@ def variants(c: Contract, norm, storage) -> list:
         out.append((f"amax_from_{other}",
                     "amax from the float32 value before its rounding to "
                     f"{T} (the contract takes it from the rounded y)" if other == "fp32" else
-                    f"amax from the rounded y (the contract takes it before the rounding)",
+                    "amax from the rounded y (the contract takes it before the rounding)",
                     c.replace(amax_from=other)))
     fmt = c.qformat
     if fmt.kind == "float" and (fmt.has_nan or fmt.has_inf):

@@ -65,7 +65,7 @@ def widths(family: str, c: Contract, cols_range=(1, 8192), multiple_of: int = 1)
     return out or [max(lo, m)]
 
 
-def _approx_t(norm: norms.Norm, x, g, b, eps, residual=None):
+def approx_t(norm: norms.Norm, x, g, b, eps, residual=None):
     """float64 t = γ·x̂ + β (for choosing rows and scales only: the oracle decides)."""
     h = x.astype(np.float64) + (0.0 if residual is None else residual.astype(np.float64))
     if norm.centred:
@@ -120,7 +120,7 @@ def case(family: str, norm: norms.Norm, c: Contract, storage, rows: int, cols: i
         x, res = _ties(n, c, T, x, g, b, eps, res, rng)
     if family == "amax_boundary":
         x = _amax_boundary(n, c, T, x, g, b, eps, res)
-    t, _ = _approx_t(n, x, g, b, eps, res)
+    t, _ = approx_t(n, x, g, b, eps, res)
     amax = float(np.nanmax(np.abs(t))) if t.size else 1.0
     factor = 1.0 / 8.0 if family == "saturation" else 1.0
     extra = {}
@@ -153,7 +153,7 @@ def _ties(n, c, T, x, g, b, eps, res, rng):
         xi = Y.copy()
         for _ in range(3):
             xs = T.cast(xi)
-            t, xh = _approx_t(n, xs[None, :], g, b, eps, None)
+            t, xh = approx_t(n, xs[None, :], g, b, eps, None)
             ge = 1.0 if g is None else g.astype(np.float64)
             r_over = np.where(xs.astype(np.float64) != 0, xh[0] / np.where(
                 xs.astype(np.float64) == 0, 1.0, xs.astype(np.float64)), 1.0)
@@ -188,7 +188,7 @@ def _amax_boundary(n, c, T, x, g, b, eps, res):
             rows_c = np.repeat(row[None, :], cand.size, axis=0)
             rows_c[:, j] = cand
             rr = None if res is None else np.repeat(res[i][None, :], cand.size, axis=0)
-            t, xh = _approx_t(n, rows_c, g, b, eps, rr)
+            t, xh = approx_t(n, rows_c, g, b, eps, rr)
             top = xh if c.y_rounding == "twice" else t
             v = np.abs(top[np.arange(cand.size), np.argmax(np.abs(top), axis=1)])
             dist = np.abs(v - _midpoint(fine, v)) / fine.ulp_array(v)

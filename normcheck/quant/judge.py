@@ -167,13 +167,13 @@ def _f32(a):
 
 
 def _rd(a):
-    from normcheck.quant.oracle import _rd32
-    return _rd32(a)
+    from normcheck.quant.oracle import round_down32
+    return round_down32(a)
 
 
 def _ru(a):
-    from normcheck.quant.oracle import _ru32
-    return _ru32(a)
+    from normcheck.quant.oracle import round_up32
+    return round_up32(a)
 
 
 def as_values(a, fmt, cols: int) -> np.ndarray:
@@ -225,8 +225,8 @@ class QuantCallableTarget:
             outs = {}
             if self.norm.fused:
                 h, res = res[0], res[1:]
-                from normcheck.launch import _as_format
-                outs["h"] = _as_format(h, self.fmt)
+                from normcheck.launch import as_format
+                outs["h"] = as_format(h, self.fmt)
             fmt = self.contract.qformat
             outs["q_values"] = as_values(res[0], fmt, case.cols)
             if self.contract.dynamic:  # float values, or e8m0/ue4m3 codes of block scales

@@ -38,6 +38,7 @@ import mpmath
 import numpy as np
 
 from normcheck import bounds, formats, kernels, norms, oracle
+from normcheck.oracle import exact
 from normcheck.errors import invalid
 from normcheck.quant import formats as qformats
 from normcheck.quant.contract import Contract
@@ -59,14 +60,14 @@ def _f32(a) -> np.ndarray:
         return np.asarray(a, np.float64).astype(np.float32).astype(np.float64)
 
 
-def _rd32(a) -> np.ndarray:
+def round_down32(a) -> np.ndarray:
     a = np.asarray(a, np.float64)
     r = _f32(a)
     dn = np.nextafter(r.astype(np.float32), np.float32(-np.inf)).astype(np.float64)
     return np.where(r > a, dn, r)
 
 
-def _ru32(a) -> np.ndarray:
+def round_up32(a) -> np.ndarray:
     a = np.asarray(a, np.float64)
     r = _f32(a)
     up = np.nextafter(r.astype(np.float32), np.float32(np.inf)).astype(np.float64)
@@ -321,7 +322,7 @@ class QOracle:
         with np.errstate(invalid="ignore", over="ignore"):
             if rounding == "none":
                 y = t
-                y_lo, y_hi = _rd32(t - E), _ru32(t + E)
+                y_lo, y_hi = round_down32(t - E), round_up32(t + E)
             else:
                 y = ref.rounded.astype(np.float64)
                 y_lo, y_hi = T.round_array(t - E), T.round_array(t + E)
@@ -335,7 +336,7 @@ class QOracle:
         t_amax = t
         if c.amax_from == "fp32":  # amax of the unrounded γ·x̂ + β, whatever y rounds
             _, _, t_amax, E0, *_ = self._y_of("none", c.residual)
-            src_lo, src_hi = _rd32(t_amax - E0), _ru32(t_amax + E0)
+            src_lo, src_hi = round_down32(t_amax - E0), round_up32(t_amax + E0)
         else:
             src_lo, src_hi = y_lo, y_hi
         with np.errstate(invalid="ignore"):
@@ -387,13 +388,13 @@ def _exact_row(n, case, i):
     g = case.gamma.astype(np.float64) if (case.gamma is not None and n.has_gamma) else None
     b = case.beta.astype(np.float64) if (case.beta is not None and n.centred and n.has_beta) \
         else None
-    return oracle._ExactRow((x, lo), g, b, float(np.float32(case.eps)), n.centred, n.gemma)
+    return exact.ExactRow((x, lo), g, b, float(np.float32(case.eps)), n.centred, n.gemma)
 
 
 def _decide(c, row, j, op, m):
     """q of element j exactly: v = y_j ÷ m or y_j × m, with y_j rational (Fractions) or decided
     in mpmath at rising precision."""
-    num = row._numer(j)
+    num = row.numer(j)
     bj = Fraction(float(row.b[j])) if row.b is not None else Fraction(0)
     mf = Fraction(m)
     if num == 0 or row.rational_r is not None:

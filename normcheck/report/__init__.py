@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 __all__ = ["run_report"]
 
@@ -20,9 +19,9 @@ def _progress_printer(stream=sys.stderr):
             return
         last[0] = now
         eta = elapsed / max(i, 1) * (n - i)
-        p = "".join(f" {k}={v:g}" for k, v in rec.get("param", {}).items())
-        msg = (f"[{i}/{n}] {rec['kernel']} {rec['family']}{p} {rec['cols']} cols: "
-               f"max {rec['max_ulp']:.3g} ulp — {elapsed:.0f} s, ~{eta:.0f} s left")
+        p = "".join(f" {k}={v:g}" for k, v in rec.param.items())
+        msg = (f"[{i}/{n}] {rec.kernel} {rec.family}{p} {rec.cols} cols: "
+               f"max {rec.max_ulp:.3g} ulp — {elapsed:.0f} s, ~{eta:.0f} s left")
         stream.write(("\r" + msg[:150].ljust(150)) if tty else msg + "\n")
         if tty and i == n:
             stream.write("\n")
@@ -75,22 +74,22 @@ def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster, old=
     gpu_text = None
     timings = None
     if be.name == "cuda":
-        from normcheck import bench
+        from normcheck.report import gpu as gpu_section
 
-        gpu = bench.gpu_bandwidth(echo=lambda *a: None)
+        gpu = gpu_section.gpu_bandwidth(echo=lambda *a: None)
         timings = {r["kernel"]: r["seconds"] for r in gpu["kernels"]}
-        gpu_text = bench.format_gpu(gpu)
+        gpu_text = gpu_section.format_gpu(gpu)
     from normcheck.report import backward
 
     results["backward"] = backward.measure(be, seed=p.seed, mode=p.mode)
-    folder.write(out / "backward.json", sweep._dump(results["backward"], indent=1))
+    folder.write(out / "backward.json", folder.json_text(results["backward"], indent=1))
     from normcheck.report import quantised
 
     results["quantised"] = quantised.measure(be, seed=p.seed, mode=p.mode, pattern=p.pattern)
-    folder.write(out / "quantised.json", sweep._dump(results["quantised"], indent=1))
+    folder.write(out / "quantised.json", folder.json_text(results["quantised"], indent=1))
     results["audit"] = audit.run_audit(results["records"], backend=be, timings=timings,
                                        backward=results["backward"])
-    folder.write(out / "audit.json", sweep._dump(results["audit"], indent=1))
+    folder.write(out / "audit.json", folder.json_text(results["audit"], indent=1))
     d = None
     if old is not None:
         from normcheck import diff

@@ -104,13 +104,13 @@ def fp16_square(backend):
 def welford_vs_two_pass(records):
     by = {}
     for r in records:
-        if "kappa" in r.get("param", {}) and r["kernel"] in KAPPA_VARIANTS:
-            by.setdefault((r["storage"], r["algorithm"]), []).append(r)
+        if "kappa" in r.param and r.kernel in KAPPA_VARIANTS:
+            by.setdefault((r.storage, r.algorithm), []).append(r)
     rows = []
     worse, better = 0, 0
     for fmt in ("fp32", "fp16", "bf16"):
-        tp = {r["param"]["kappa"]: r["max_scaled_ulp"] for r in by.get((fmt, "two_pass"), [])}
-        wf = {r["param"]["kappa"]: r["max_scaled_ulp"] for r in by.get((fmt, "welford"), [])}
+        tp = {r.param["kappa"]: r.max_scaled_ulp for r in by.get((fmt, "two_pass"), [])}
+        wf = {r.param["kappa"]: r.max_scaled_ulp for r in by.get((fmt, "welford"), [])}
         for k in sorted(set(tp) & set(wf)):
             rows.append((fmt, k, tp[k], wf[k]))
             if wf[k] > 1.5 * tp[k]:
@@ -119,13 +119,13 @@ def welford_vs_two_pass(records):
                 better += 1
     fam = {}
     for r in records:
-        if r.get("param") or r["norm"] != "layernorm" or r["fast_math"]:
+        if r.param or r.norm != "layernorm" or r.fast_math:
             continue
-        if r["algorithm"] in ("two_pass", "welford") and r.get("order") in (None,
+        if r.algorithm in ("two_pass", "welford") and r.order in (None,
                                                                            "upcast_square"):
-            key = (r["storage"], r["family"])
-            fam.setdefault(key, {})[r["algorithm"]] = max(
-                fam.get(key, {}).get(r["algorithm"], 0.0), r.get("max_scaled_ulp", r["max_ulp"]))
+            key = (r.storage, r.family)
+            fam.setdefault(key, {})[r.algorithm] = max(
+                fam.get(key, {}).get(r.algorithm, 0.0), r.max_scaled_ulp if r.max_scaled_ulp is not None else r.max_ulp)
     n = len(rows)
     if not n:
         return {"claim": "Welford is slightly worse than the direct two-pass method.",
@@ -226,7 +226,8 @@ def backward_formula(backward=None, backend="cpu"):
     """The article's dx = (1/σ)(dy - dβ/N - x̂·dγ/N) with dβ = Σdy and dγ = Σdy·x̂: measured on
     the built-in kernel that implements it (layernorm_backward_dx_article_*) against the exact
     gradient, with γ ≠ 1 (the report's backward section) and with γ = 1 (here)."""
-    from normcheck import bounds, oracle_backward
+    from normcheck import bounds
+    from normcheck.oracle import backward as oracle_backward
 
     rng = np.random.default_rng(3)
     x = rng.standard_normal((8, 64)).astype(np.float32)

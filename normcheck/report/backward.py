@@ -1,5 +1,5 @@
 """The report's backward section: the built-in backward kernels measured against the exact
-gradients (normcheck.oracle_backward) with the saved statistics, and dγ's error against the
+gradients (normcheck.oracle.backward) with the saved statistics, and dγ's error against the
 number of rows summed for each accumulation strategy (atomics, partial sums, the storage
 format), with the atomics' run-to-run spread over seeded block orders.
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from normcheck import bounds, formats, kernels, oracle, oracle_backward
+from normcheck import bounds, formats, kernels, oracle
+from normcheck.oracle import backward as oracle_backward
 
 __all__ = ["measure", "ROWS_SWEEP", "DX_FAMILIES"]
 

@@ -27,12 +27,6 @@ from normcheck.errors import BackendUnavailable, invalid
 __all__ = ["measure_all", "connect"]
 
 
-def _task(task, seed, backend, workers):
-    from normcheck.report import sweep
-
-    return sweep.measure(task, seed, backend, workers)
-
-
 def connect(address: str):
     """A Dask client for ADDRESS (see the module docstring); the caller closes it."""
     try:
@@ -88,15 +82,16 @@ def _scheduler_address(path: str) -> str:
     return addr
 
 
-def measure_all(address: str, tasks, seed: int, backend: str, workers=None):
-    """Yield (task, (record, case)) for every task as the cluster finishes them."""
+def measure_all(address: str, measure, tasks, seed: int, backend: str, workers=None):
+    """Yield (task, (record, case)) for every task as the cluster finishes them: ``measure(task,
+    seed, backend, workers)`` runs on a worker (a module-level function, sent by reference)."""
     from dask.distributed import as_completed
 
     client = connect(address)
     futures = {}
     try:
         for t in tasks:
-            f = client.submit(_task, t, seed, backend, workers, pure=False,
+            f = client.submit(measure, t, seed, backend, workers, pure=False,
                               key=f"normcheck-{seed}-{t.key}")
             futures[f] = t
         for f in as_completed(list(futures)):

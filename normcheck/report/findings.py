@@ -31,14 +31,14 @@ ORDER_NAMES = {None: "", "upcast_square": "upcast-then-square",
 def kernel_label(r) -> str:
     """A kernel as the findings name it: algorithm, precision order, convention, rsqrtf; a
     user kernel by its own name."""
-    if r.get("user"):
-        return f"{r['kernel']} (yours)"
-    s = r.get("algorithm") or ""
-    if r.get("order"):
-        s += f" {ORDER_NAMES.get(r['order'], r['order'])}"
-    if r.get("convention"):
-        s += f" ({r['convention']})"
-    if r.get("fast_math"):
+    if r.user:
+        return f"{r.kernel} (yours)"
+    s = r.algorithm or ""
+    if r.order:
+        s += f" {ORDER_NAMES.get(r.order, r.order)}"
+    if r.convention:
+        s += f" ({r.convention})"
+    if r.fast_math:
         s += " rsqrtf"
     return s.strip()
 
@@ -78,22 +78,22 @@ class Finding:
 
 def _unsafe(r) -> str:
     """Why a record is unsafe, or ""."""
-    if r.get("error"):
-        return f"launch failed: {r['error']['kind']}"
-    nf = int(sum((r.get("nonfinite") or {}).values()))
+    if r.error:
+        return f"launch failed: {r.error['kind']}"
+    nf = int(sum((r.nonfinite or {}).values()))
     if nf:
         return f"{nf} non-finite outputs for finite exact values"
-    ob = r.get("of_bound")
+    ob = r.of_bound
     if ob is not None and ob > 1:
         return f"beyond the sound bound ({short(ob)}x)"
     return ""
 
 
 def _severity(r):
-    ob = r.get("of_bound")
-    return (bool(r.get("error")), int(sum((r.get("nonfinite") or {}).values())) > 0,
+    ob = r.of_bound
+    return (bool(r.error), int(sum((r.nonfinite or {}).values())) > 0,
             ob if ob is not None else -1.0,
-            r["max_ulp"] if not math.isnan(r["max_ulp"]) else math.inf)
+            r.max_ulp if not math.isnan(r.max_ulp) else math.inf)
 
 
 def findings(records) -> list[Finding]:
@@ -102,17 +102,17 @@ def findings(records) -> list[Finding]:
 
     groups = {}
     for r in records:
-        if r.get("param") or r["family"] not in CHECK_FAMILIES:
+        if r.param or r.family not in CHECK_FAMILIES:
             continue
-        groups.setdefault((r["kernel"], r["family"]), []).append(r)
+        groups.setdefault((r.kernel, r.family), []).append(r)
     out = []
     for (k, fam), rs in groups.items():
         worst = max(rs, key=_severity)
         why = _unsafe(worst)
-        out.append(Finding(k, kernel_label(worst), worst["norm"], worst["storage"], fam,
-                           not why, why, float(worst["max_ulp"]), worst.get("of_bound"),
-                           int(worst["cols"]), bool(worst.get("user")),
-                           dict(worst.get("worst") or {})))
+        out.append(Finding(k, kernel_label(worst), worst.norm, worst.storage, fam,
+                           not why, why, float(worst.max_ulp), worst.of_bound,
+                           int(worst.cols), bool(worst.user),
+                           dict(worst.worst or {})))
     return out
 
 
@@ -145,10 +145,10 @@ def worst_records(records, n=8) -> list[dict]:
     """The n grid records furthest beyond the sound bound (then by max ULP)."""
     from normcheck.check.judge import CHECK_FAMILIES
 
-    grid = [r for r in records if not r.get("param") and not r.get("error")
-            and r["family"] in CHECK_FAMILIES]
-    grid.sort(key=lambda r: (r.get("of_bound") if r.get("of_bound") is not None else -1,
-                             r["max_ulp"] if not math.isnan(r["max_ulp"]) else math.inf),
+    grid = [r for r in records if not r.param and not r.error
+            and r.family in CHECK_FAMILIES]
+    grid.sort(key=lambda r: (r.of_bound if r.of_bound is not None else -1,
+                             r.max_ulp if not math.isnan(r.max_ulp) else math.inf),
               reverse=True)
     return grid[:n]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from normcheck.errors import FolderLocked, invalid
 
-__all__ = ["prepare", "lock", "refuse_links", "write", "open_append", "LOCK"]
+__all__ = ["prepare", "lock", "refuse_links", "write", "open_append", "json_text", "restore", "LOCK"]
 
 LOCK = ".lock"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -97,6 +97,34 @@ def lock(out):
             os.ftruncate(fd, 0)
     finally:
         os.close(fd)
+
+
+def json_text(obj, indent=None) -> str:
+    """``obj`` as the report's JSON (:func:`normcheck.metrics.to_json`: inf and NaN as strings,
+    numpy values as numbers), one line unless ``indent``."""
+    import json
+
+    from normcheck.metrics import to_json
+
+    text = to_json(obj)
+    return text if indent else json.dumps(json.loads(text), separators=(",", ":"))
+
+
+def restore(o):
+    """The inverse of :func:`json_text` on parsed JSON: "inf", "-inf" and "nan" back to floats."""
+    import math
+
+    if isinstance(o, dict):
+        return {k: restore(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [restore(v) for v in o]
+    if o == "inf":
+        return math.inf
+    if o == "-inf":
+        return -math.inf
+    if o == "nan":
+        return math.nan
+    return o
 
 
 def write(path, data) -> Path:

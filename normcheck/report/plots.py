@@ -39,24 +39,24 @@ def conditioning(records, path: Path) -> Path | None:
     """Max ULP against κ = |μ|/σ (log-log), naive vs two-pass vs Welford per format, with the
     shapes of the Chan-Golub-LeVeque bounds (one-pass ∝ κ², updating ∝ κ, two-pass flat until
     its κ²u² term) anchored at each algorithm's first point."""
-    recs = [r for r in records if "kappa" in r.get("param", {}) and r.get("worst")]
+    recs = [r for r in records if "kappa" in r.param and r.worst]
     if not recs:
         return None
     plt = _plt()
-    fmts = [f for f in ("fp32", "fp16", "bf16") if any(r["storage"] == f for r in recs)]
+    fmts = [f for f in ("fp32", "fp16", "bf16") if any(r.storage == f for r in recs)]
     fig, axes = plt.subplots(1, len(fmts), figsize=(5.2 * len(fmts), 4.4), squeeze=False)
     u = {"fp32": 2.0**-24, "fp16": 2.0**-24, "bf16": 2.0**-24}  # float accumulation
     for ax, fmt in zip(axes[0], fmts):
         for algo in ("naive", "two_pass", "welford"):
-            rs = sorted((r for r in recs if r["storage"] == fmt and r["algorithm"] == algo),
-                        key=lambda r: r["param"]["kappa"])
+            rs = sorted((r for r in recs if r.storage == fmt and r.algorithm == algo),
+                        key=lambda r: r.param["kappa"])
             if not rs:
                 continue
-            k = np.array([r["param"]["kappa"] for r in rs])
-            e = np.array([max(r["max_scaled_ulp"], 1e-3) if math.isfinite(r["max_ulp"])
+            k = np.array([r.param["kappa"] for r in rs])
+            e = np.array([max(r.max_scaled_ulp, 1e-3) if math.isfinite(r.max_ulp)
                           else np.nan for r in rs])
             ax.loglog(k, e, "o-", color=_COLORS[algo], label=f"{algo} (measured)")
-            bad = [kk for kk, r in zip(k, rs) if not math.isfinite(r["max_ulp"])]
+            bad = [kk for kk, r in zip(k, rs) if not math.isfinite(r.max_ulp)]
             if bad:
                 ax.plot(bad, [np.nanmax(e[np.isfinite(e)]) if np.isfinite(e).any() else 1] *
                         len(bad), "x", color=_COLORS[algo], ms=9, label=f"{algo}: non-finite")
@@ -86,28 +86,28 @@ def conditioning(records, path: Path) -> Path | None:
 def overflow_map(records, path: Path) -> Path | None:
     """fp16: share of outputs that are grossly wrong (non-finite, or >= 100 ULP) against the
     row's largest |x|, per precision order: square_upcast falls off a cliff at 256."""
-    recs = [r for r in records if "magnitude" in r.get("param", {})]
+    recs = [r for r in records if "magnitude" in r.param]
     if not recs:
         return None
     plt = _plt()
-    norms = sorted({r["kernel"].rsplit("_fp16_", 1)[0] for r in recs})
+    norms = sorted({r.kernel.rsplit("_fp16_", 1)[0] for r in recs})
     fig, axes = plt.subplots(1, len(norms), figsize=(5.2 * len(norms), 4.2), squeeze=False)
     for ax, nm in zip(axes[0], norms):
         for order, col in _ORDER_COLORS.items():
-            rs = sorted((r for r in recs if r["kernel"] == f"{nm}_fp16_{order}"),
-                        key=lambda r: r["param"]["magnitude"])
+            rs = sorted((r for r in recs if r.kernel == f"{nm}_fp16_{order}"),
+                        key=lambda r: r.param["magnitude"])
             if not rs:
                 continue
-            m = [r["param"]["magnitude"] for r in rs]
+            m = [r.param["magnitude"] for r in rs]
             frac = []
             for r in rs:
-                if "classes" not in r:
+                if not r.classes:  # a launch that failed
                     frac.append(1.0)
                     continue
-                total = sum(r["classes"].values()) or 1
-                nonfin = sum(r["nonfinite"].values())
-                h = r["histogram"]
-                gross = h[-1] if r["max_ulp"] >= 64 else 0  # the >= 64 ulp bin
+                total = sum(r.classes.values()) or 1
+                nonfin = sum(r.nonfinite.values())
+                h = r.histogram
+                gross = h[-1] if r.max_ulp >= 64 else 0  # the >= 64 ulp bin
                 frac.append(min(1.0, (nonfin + gross) / total))
             ax.semilogx(m, frac, "o-", color=col, label=order, base=2)
         ax.axvline(256, color="gray", ls=":", label="256 (256² > 65504)")
@@ -126,18 +126,18 @@ def overflow_map(records, path: Path) -> Path | None:
 
 def histograms(records, path: Path, bins) -> Path | None:
     """ULP-error histograms per variant on gaussian rows (every width together)."""
-    recs = [r for r in records if r["family"] == "gaussian" and not r.get("param")
-            and r.get("histogram")]
+    recs = [r for r in records if r.family == "gaussian" and not r.param
+            and r.histogram]
     if not recs:
         return None
     plt = _plt()
-    names = sorted({r["kernel"] for r in recs})
+    names = sorted({r.kernel for r in recs})
     ncol = 4
     nrow = math.ceil(len(names) / ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 2.3 * nrow), squeeze=False)
     labels = [f"≤{b:g}" if math.isfinite(b) else ">64" for b in bins[1:]]
     for ax, name in zip(axes.ravel(), names):
-        h = np.sum([r["histogram"] for r in recs if r["kernel"] == name], axis=0)
+        h = np.sum([r.histogram for r in recs if r.kernel == name], axis=0)
         ax.bar(range(len(h)), h / max(h.sum(), 1), color="#1f77b4")
         ax.set_xticks(range(len(h)))
         ax.set_xticklabels(labels, fontsize=6, rotation=45)
@@ -158,20 +158,20 @@ def rsqrt_cost(records, path: Path, backend: str) -> Path | None:
     family — a GPU measurement; the cpu backend evaluates rsqrtf as 1/sqrtf, so it has none."""
     if backend != "cuda":
         return None
-    fast = {(r["storage"], r.get("order"), r["family"]): r for r in records
-            if r["kernel"].endswith("_fast") and not r.get("param")}
+    fast = {(r.storage, r.order, r.family): r for r in records
+            if r.kernel.endswith("_fast") and not r.param}
     if not fast:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4))
     keys = sorted(fast)
-    exact = {(r["storage"], r.get("order"), r["family"]): r for r in records
-             if r["algorithm"] == "two_pass" and r["norm"] == "layernorm" and
-             not r["fast_math"] and not r.get("param")}
+    exact = {(r.storage, r.order, r.family): r for r in records
+             if r.algorithm == "two_pass" and r.norm == "layernorm" and
+             not r.fast_math and not r.param}
     xs = np.arange(len(keys))
-    ax.bar(xs - 0.2, [exact[k]["max_ulp"] if k in exact else 0 for k in keys], 0.4,
+    ax.bar(xs - 0.2, [exact[k].max_ulp if k in exact else 0 for k in keys], 0.4,
            label="__frsqrt_rn")
-    ax.bar(xs + 0.2, [fast[k]["max_ulp"] for k in keys], 0.4, label="rsqrtf")
+    ax.bar(xs + 0.2, [fast[k].max_ulp for k in keys], 0.4, label="rsqrtf")
     ax.set_xticks(xs)
     ax.set_xticklabels(["/".join(str(p) for p in k if p) for k in keys], rotation=90,
                        fontsize=6)

@@ -16,7 +16,7 @@ from normcheck.quant import contract as qcontract
 from normcheck.quant import families as qfamilies
 from normcheck.quant import kernels as qkernels
 from normcheck.quant.judge import QuantJudge
-from normcheck.quant.oracle import QOracle, contract_result
+from normcheck.quant.oracle import QOracle
 
 __all__ = ["measure", "MATRIX_GROUPS", "LOADS", "markdown"]
 
@@ -95,7 +95,7 @@ def saturation_map(backend="cpu", seed=0, pattern=None) -> list:
         for load in LOADS:
             case = qfamilies.case("gaussian", n, c, v.storage, 15, 768, seed=[seed, 9],
                                   eps=_EPS)
-            t, _ = qfamilies._approx_t(n, case.x, case.gamma, None, _EPS)
+            t, _ = qfamilies.approx_t(n, case.x, case.gamma, None, _EPS)
             amax = float(np.abs(t).max())
             case.extra["scale"] = qfamilies.static_scale(c, amax, 1.0 / load)
             outs = tgt(case)

@@ -29,12 +29,12 @@ _COL_NAMES = ["fp32", "fp16 up", "fp16 sq", "fp16 acc", "bf16 up", "bf16 sq", "b
 
 
 def _row_label(r):
-    if r.get("user"):
-        return f"{r['kernel']} (yours, {r['norm']})"
-    s = f"{r['norm']} {r['algorithm']}"
-    if r.get("convention"):
-        s += f" ({r['convention']})"
-    if r.get("fast_math"):
+    if r.user:
+        return f"{r.kernel} (yours, {r.norm})"
+    s = f"{r.norm} {r.algorithm}"
+    if r.convention:
+        s += f" ({r.convention})"
+    if r.fast_math:
         s += " rsqrtf"
     return s
 
@@ -48,10 +48,10 @@ def _cell(recs):
     """The worst record of a cell and its text."""
     if not recs:
         return None, "-"
-    worst = max(recs, key=lambda r: (r["max_ulp"] if not math.isnan(r["max_ulp"]) else -1))
-    nf = sum(sum(r.get("nonfinite", {}).values()) for r in recs)
-    err = [r for r in recs if r.get("error")]
-    text = _num(worst["max_ulp"])
+    worst = max(recs, key=lambda r: (r.max_ulp if not math.isnan(r.max_ulp) else -1))
+    nf = sum(sum(r.nonfinite.values()) for r in recs)
+    err = [r for r in recs if r.error]
+    text = _num(worst.max_ulp)
     if err:
         text = err[0]["error"]["kind"]
     elif nf:
@@ -64,18 +64,18 @@ def _columns(records):
     cols = list(COLUMNS)
     names = list(_COL_NAMES)
     for st in ("fp16", "bf16"):
-        if any(r.get("user") and r["storage"] == st for r in records):
+        if any(r.user and r.storage == st for r in records):
             cols.append((st, None))
             names.append(f"{st} yours")
     return cols, names
 
 
 def _family_tables(records):
-    grid = [r for r in records if not r.get("param")]
+    grid = [r for r in records if not r.param]
     columns, names = _columns(grid)
     out = []
     for fam in families.FAMILIES:
-        recs = [r for r in grid if r["family"] == fam]
+        recs = [r for r in grid if r.family == fam]
         if not recs:
             continue
         labels = []
@@ -87,13 +87,13 @@ def _family_tables(records):
         for lab in labels:
             cells = []
             for st, order in columns:
-                cs = [r for r in recs if _row_label(r) == lab and r["storage"] == st and
-                      (r.get("order") == order) and
-                      (bool(r.get("user")) == (order is None and st != "fp32") or
+                cs = [r for r in recs if _row_label(r) == lab and r.storage == st and
+                      (r.order == order) and
+                      (bool(r.user) == (order is None and st != "fp32") or
                        st == "fp32")]
                 cells.append(_cell(cs))
             rows.append((lab, cells))
-        widths = sorted({r["cols"] for r in recs})
+        widths = sorted({r.cols for r in recs})
         out.append((fam, families.get(fam).note, widths, rows, names))
     return out
 
@@ -104,10 +104,10 @@ def _md_table(rows, names=_COL_NAMES):
     for lab, cells in rows:
         parts = []
         for rec, text in cells:
-            if rec is None or not rec.get("worst"):
+            if rec is None or not rec.worst:
                 parts.append(text)
             else:
-                parts.append(f"[{text}]({rec['worst']['file']})")
+                parts.append(f"[{text}]({rec.worst['file']})")
         lab = lab.replace("<", "&lt;").replace(">", "&gt;")
         lines.append(f"| {lab} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
@@ -121,21 +121,21 @@ def _html_table(rows, out_dir, names=_COL_NAMES):
         for rec, text in cells:
             cls = ""
             if rec is not None:
-                m = rec["max_ulp"]
-                ob = rec.get("of_bound")
+                m = rec.max_ulp
+                ob = rec.of_bound
                 cls = "ok" if m <= 1 else ("warn" if m <= 16 else "bad")
                 if ob is not None:
                     cls = "bad" if ob > 1 else ("ok" if m <= 1 else "warn")
-                if rec.get("error") or sum(rec.get("nonfinite", {}).values()):
+                if rec.error or sum(rec.nonfinite.values()):
                     cls = "bad"
-            v = f' data-v="{rec["max_ulp"]}"' if rec is not None else ' data-v="-1"'
-            if rec is None or not rec.get("worst"):
+            v = f' data-v="{rec.max_ulp}"' if rec is not None else ' data-v="-1"'
+            if rec is None or not rec.worst:
                 tds.append(f'<td class="{cls}"{v}>{html.escape(text)}</td>')
             else:
-                w = rec["worst"]
+                w = rec.worst
                 cmd = w["replay"].replace("{dir}", str(out_dir))
                 title = ("worst: " + mismatch(f"row {w['row']}, col {w['col']} of width "
-                                              f"{rec['cols']}", w["kernel"], w["exact"],
+                                              f"{rec.cols}", w["kernel"], w["exact"],
                                               x=w["x"]) + f"\n{cmd}")
                 tds.append(f'<td class="{cls}"{v}><a href="{html.escape(w["file"])}" '
                            f'title="{html.escape(title)}">{html.escape(text)}</a></td>')
@@ -213,7 +213,7 @@ def _backward_md(bw):
         return []
     out = ["## Backward\n",
            "Built-in backward kernels (cuda_src/backward.cu) against the exact gradients "
-           "(normcheck.oracle_backward) with the saved statistics; each cell the largest ULP "
+           "(normcheck.oracle.backward) with the saved statistics; each cell the largest ULP "
            "error and, in brackets, the error over the sound backward bound "
            "(normcheck.bounds.sound_backward; above 1 fails the check).\n"]
     fams = list(dict.fromkeys(d["family"] for d in bw["dx"]))
@@ -312,11 +312,11 @@ def _findings_html(records, audit, out_dir):
                  "<table class='sortable'><tr><th>kernel</th><th>family</th><th>width</th>"
                  "<th>max ulp</th><th>&times; bound</th><th>replay</th></tr>")
         for r in worst:
-            w = r.get("worst") or {}
-            ob = r.get("of_bound")
-            h.append(f"<tr><td class='lab'>{html.escape(r['kernel'])}</td>"
-                     f"<td>{html.escape(r['family'])}</td><td>{r['cols']}</td>"
-                     f"<td data-v='{r['max_ulp']}'>{html.escape(_num(r['max_ulp']))}</td>"
+            w = r.worst or {}
+            ob = r.of_bound
+            h.append(f"<tr><td class='lab'>{html.escape(r.kernel)}</td>"
+                     f"<td>{html.escape(r.family)}</td><td>{r.cols}</td>"
+                     f"<td data-v='{r.max_ulp}'>{html.escape(_num(r.max_ulp))}</td>"
                      f"<td data-v='{ob if ob is not None else -1}'>"
                      f"{html.escape(_num(ob)) if ob is not None else '-'}</td>"
                      f"<td><code>{html.escape((w.get('replay') or '').replace('{dir}', str(out_dir)))}"
@@ -335,11 +335,11 @@ def _worst_md(records, out_dir):
              "| kernel | family | width | max ulp | × bound | replay |",
              "|---|---|---:|---:|---:|---|"]
     for r in worst:
-        w = r.get("worst") or {}
-        ob = r.get("of_bound")
+        w = r.worst or {}
+        ob = r.of_bound
         rp = (w.get("replay") or "").replace("{dir}", str(out_dir))
-        lines.append(f"| {fnd.md_cell(r['kernel'])} | {r['family']} | {r['cols']} | "
-                     f"{_num(r['max_ulp'])} | "
+        lines.append(f"| {fnd.md_cell(r.kernel)} | {r.family} | {r.cols} | "
+                     f"{_num(r.max_ulp)} | "
                      f"{_num(ob) if ob is not None else '-'} | {'`' + rp + '`' if rp else ''} |")
     return "\n".join(lines) + "\n"
 
@@ -358,9 +358,9 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
     made = plots.render_all(results, out_dir, HIST_BINS)
     tables = _family_tables(recs)
     audit = results.get("audit", [])
-    n_err = sum(1 for r in recs if r.get("error"))
-    n_user = len({r["kernel"] for r in recs if r.get("user")})
-    n_built = len({r["kernel"] for r in recs if not r.get("user")})
+    n_err = sum(1 for r in recs if r.error)
+    n_user = len({r.kernel for r in recs if r.user})
+    n_built = len({r.kernel for r in recs if not r.user})
     title = f"normcheck accuracy report ({prov.get('mode')}, {prov.get('backend')} backend)"
     intro = (f"{len(recs)} measurements of {n_built} built-in kernels"
              + (f" and {n_user} of yours" if n_user else "") +

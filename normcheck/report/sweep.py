@@ -26,14 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import __version__, families, formats, kernels, metrics, replay
-from normcheck.metrics import to_json
+from normcheck import __version__, cases, families, kernels, metrics
 from normcheck.backends import get_backend
 from normcheck.backends.base import read_limited
 from normcheck.errors import KernelError, invalid
 from normcheck.report import folder
+from normcheck.report.record import Record, RecordError
 
-__all__ = ["Plan", "plan", "run_sweep", "load_results", "check_record", "HIST_BINS", "KAPPA_VARIANTS",
+__all__ = ["Plan", "plan", "run_sweep", "load_results", "Record", "HIST_BINS", "KAPPA_VARIANTS",
            "MAGNITUDE_VARIANTS"]
 
 #: Histogram bin edges of the ULP error (the last bin holds everything above 64, and inf).
@@ -201,26 +201,20 @@ _TARGETS = {}
 
 
 def _user_judge(path, backend):
-    """(Judge, spec) of a user kernel's spec, bound once per process (a cluster worker too)."""
+    """(Judge, spec) of a user kernel's spec, bound once per process (a cluster worker too),
+    resolved as normcheck check resolves it."""
     key = (path, getattr(backend, "name", backend))
     if key not in _TARGETS:
-        from normcheck import launch, norms, spec as specs
         from normcheck.check.judge import Judge
+        from normcheck.check.resolve import resolve
 
-        sp = specs.load(path)
-        n = norms.get(sp.norm).with_affine(sp.has("gamma"), sp.has("beta")).with_reference(
-            sp.reference or "exact")
-        fmt = formats.get(sp.dtype)
-        out = formats.get(sp.out_dtype or sp.dtype)
-        target = launch.bind(sp, sp.source, norm=n, dtype=fmt.name, out_dtype=out.name,
-                             backend=backend)
-        eps = np.float32(sp.eps) if sp.eps is not None else np.float32(1e-5)
-        _TARGETS[key] = (Judge(target, n, fmt, out, convention=sp.convention, eps=eps,
-                               backend=backend), sp)
+        r = resolve(spec=path, backend=backend)
+        _TARGETS[key] = (Judge(r.target, r.norm, r.fmt, r.out, convention=r.spec.convention,
+                               eps=r.eps, backend=r.backend), r.spec)
     return _TARGETS[key]
 
 
-def _measure_user(task: Task, seed: int, backend) -> tuple[dict, dict | None]:
+def _measure_user(task: Task, seed: int, backend) -> tuple[Record, dict | None]:
     """A user kernel's task: the same rows, run through its spec, judged as the check does."""
     judge, sp = _user_judge(task.spec, backend)
     fmt = judge.fmt
@@ -239,17 +233,17 @@ def _measure_user(task: Task, seed: int, backend) -> tuple[dict, dict | None]:
         rec.update({"error": {"kind": f.kind, "detail": f.detail}, "max_ulp": math.inf,
                     "p99_ulp": math.inf, "mean_ulp": math.inf, "nonfinite": {}, "worst": None,
                     "seconds": time.perf_counter() - t0})
-        return rec, None
+        return Record(**rec), None
     y = m.y
     mm = m.full()
     extra = {"unwritten": int(mm.unwritten)}
     desc = {"source": str(sp.source), "entries": sp.entries, "norm": n.name,
             "dtype": fmt.name, "spec": task.spec}
     return _record(rec, task, fmt, x, y, case.gamma, case.beta, case.residual, m.ref, mm,
-                   t0, desc, f"normcheck replay {{dir}}/worst/{{file}}", extra)
+                   t0, desc, "normcheck replay {dir}/worst/{file}", extra)
 
 
-def measure(task: Task, seed: int, backend, workers=None) -> tuple[dict, dict | None]:
+def measure(task: Task, seed: int, backend, workers=None) -> tuple[Record, dict | None]:
     """One task, measured: (its record, the worst row's case to save as ``case["file"]`` under
     the output folder, or None).  Pure: it depends on the task and the seed only, writes
     nothing, and may run anywhere (a worker of a cluster)."""
@@ -271,7 +265,7 @@ def measure(task: Task, seed: int, backend, workers=None) -> tuple[dict, dict | 
         rec.update({"error": {"kind": e.kind, "detail": str(e)}, "max_ulp": math.inf,
                     "p99_ulp": math.inf, "mean_ulp": math.inf, "nonfinite": {}, "worst": None,
                     "seconds": time.perf_counter() - t0})
-        return rec, None
+        return Record(**rec), None
     y = out[1] if v.fused else out
     ref, rows = kernels.reference(v, x, g, b if v.has_beta else None,
                                   residual=r if v.fused else None)
@@ -319,7 +313,7 @@ def _record(rec, task, fmt, x, y, g, b, r, ref, m, t0, kernel_desc, replay_cmd, 
         **extra,
         "seconds": time.perf_counter() - t0,
     })
-    return rec, case
+    return Record(**rec), case
 
 
 def _save_case(out_dir: Path, case: dict | None):
@@ -328,7 +322,7 @@ def _save_case(out_dir: Path, case: dict | None):
     case = dict(case)
     path = out_dir / case.pop("file")
     if not path.exists():
-        replay.save_case(path, **case)
+        cases.save_case(path, **case)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -361,11 +355,6 @@ def provenance(backend, seed, mode) -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
-def _dump(obj, indent=None) -> str:
-    text = to_json(obj)
-    return text if indent else json.dumps(json.loads(text), separators=(",", ":"))
-
-
 class ResultsFile:
     """results.json, kept valid after every record: one line of provenance, one line per record,
     and the closing line; a new record overwrites the closing line and writes it again.  A file
@@ -376,6 +365,7 @@ class ResultsFile:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self._n = 0  # records in the file
 
     def load(self) -> dict:
         if not self.path.exists() and not self.path.is_symlink():
@@ -393,7 +383,9 @@ class ResultsFile:
         except RecursionError:
             raise self._bad("it nests too deep") from None
         if data is not None:
-            return self._check(_restore(data))
+            data = self._check(folder.restore(data))
+            self._n = len(data["records"])  # appends continue after the records read
+            return data
         lines = text.split("\n")
         first = lines[0]
         try:
@@ -422,7 +414,7 @@ class ResultsFile:
                 records.append(rec)
             else:
                 dropped += 1
-        data = self._check(_restore({"provenance": head, "records": records}))
+        data = self._check(folder.restore({"provenance": head, "records": records}))
         self.write_all(data)
         self.dropped = dropped
         return data
@@ -432,15 +424,18 @@ class ResultsFile:
                        f"{why}; delete it (or choose another --out) to measure again")
 
     def _check(self, data) -> dict:
-        """The results checked against their schema (:func:`check_record`): a file of the
+        """The results checked against their schema (:meth:`Record.from_json`): a file of the
         wrong shape is an error naming what is wrong, never an internal error later."""
         if not isinstance(data, dict) or not isinstance(data.get("provenance"), dict) or \
                 not isinstance(data.get("records"), list):
             raise self._bad("it is not {provenance: {...}, records: [...]}")
+        recs = []
         for i, rec in enumerate(data["records"]):
-            why = check_record(rec)
-            if why:
-                raise self._bad(f"record {i}: {why}")
+            try:
+                recs.append(Record.from_json(rec))
+            except RecordError as e:
+                raise self._bad(f"record {i}: {e}") from None
+        data["records"] = recs
         prov = data["provenance"]
         for k, t in (("seed", int), ("backend", str), ("mode", str)):
             if k in prov and not isinstance(prov[k], t):
@@ -448,12 +443,12 @@ class ResultsFile:
         return data
 
     def write_all(self, data: dict):
-        body = ",\n".join(_dump(r) for r in data["records"])
-        folder.write(self.path, self.HEAD % _dump(data["provenance"]) + body + self.TAIL)
+        body = ",\n".join(folder.json_text(r.to_json()) for r in data["records"])
+        folder.write(self.path, self.HEAD % folder.json_text(data["provenance"]) + body + self.TAIL)
         self._n = len(data["records"])
 
-    def append(self, rec: dict):
-        line = ("\n," if self._n else "") + _dump(rec)
+    def append(self, rec: Record):
+        line = ("\n," if self._n else "") + folder.json_text(rec.to_json())
         with folder.open_append(self.path) as f:
             f.seek(-len(self.TAIL), os.SEEK_END)
             f.write((line + self.TAIL).encode())
@@ -465,55 +460,8 @@ class ResultsFile:
 #: The largest results.json normcheck reads (a full sweep writes a few MiB).
 RESULTS_BYTES = 1 << 30
 
-_NUM = (int, float)
-#: A record's keys and their types (what the audit and the renderer read).
-RECORD_TYPES = {
-    "key": str, "kernel": str, "family": str, "cols": int, "rows": int, "norm": str,
-    "storage": str, "algorithm": str, "order": (str, type(None)),
-    "convention": (str, type(None)), "fast_math": bool, "param": dict,
-    "max_ulp": _NUM, "p99_ulp": _NUM, "mean_ulp": _NUM, "max_scaled_ulp": _NUM,
-    "max_bits": _NUM, "max_abs_x": _NUM, "seconds": _NUM, "nonfinite": dict,
-    "classes": dict, "histogram": list, "worst": (dict, type(None)),
-    "error": (dict, type(None)), "of_bound": _NUM, "beyond_bound": int, "unwritten": int,
-    "user": bool, "spec": str,
-}
-_REQUIRED = ("key", "kernel", "family", "cols", "rows", "max_ulp")
-
-
-def check_record(rec) -> str | None:
-    """What is wrong with a record of results.json, or None."""
-    if not isinstance(rec, dict):
-        return "not an object"
-    for k in _REQUIRED:
-        if k not in rec:
-            return f"no {k!r}"
-    for k, t in RECORD_TYPES.items():
-        if k in rec and (not isinstance(rec[k], t) or (t is int and isinstance(rec[k], bool))):
-            return f"{k}={str(rec[k])[:40]!r} is not of its type"
-    for k in ("nonfinite", "classes", "param"):
-        if k in rec and not all(isinstance(v, _NUM) for v in rec[k].values()):
-            return f"{k} holds a value that is not a number"
-    if "histogram" in rec and not all(isinstance(v, int) for v in rec["histogram"]):
-        return "histogram holds a value that is not a count"
-    return None
-
-
 def load_results(out_dir) -> dict:
     return ResultsFile(Path(out_dir) / "results.json").load()
-
-
-def _restore(o):
-    if isinstance(o, dict):
-        return {k: _restore(v) for k, v in o.items()}
-    if isinstance(o, list):
-        return [_restore(v) for v in o]
-    if o == "inf":
-        return math.inf
-    if o == "-inf":
-        return -math.inf
-    if o == "nan":
-        return math.nan
-    return o
 
 
 def run_sweep(p: Plan, out_dir, backend="cpu", workers=None, progress=None,
@@ -533,11 +481,10 @@ def run_sweep(p: Plan, out_dir, backend="cpu", workers=None, progress=None,
                           f"a folder of a sweep with seed {p.seed} on {be.name} (it holds seed "
                           f"{prov.get('seed')} on {prov.get('backend')})",
                           "choose another --out, or delete its results.json")
-        rf._n = len(results["records"])
     else:
         results = {"provenance": provenance(be, p.seed, p.mode), "records": []}
         rf.write_all(results)
-    done = {r["key"] for r in results["records"]}
+    done = {r.key for r in results["records"]}
     todo = [t for t in p.tasks if t.key not in done]
     measured = 0
     t_start = time.perf_counter()
@@ -546,7 +493,7 @@ def run_sweep(p: Plan, out_dir, backend="cpu", workers=None, progress=None,
     else:
         from normcheck.report import cluster as dask_cluster
 
-        stream = dask_cluster.measure_all(cluster, todo, p.seed, be.name, workers)
+        stream = dask_cluster.measure_all(cluster, measure, todo, p.seed, be.name, workers)
     try:
         for n, (task, (rec, case)) in enumerate(stream):
             _save_case(out_dir, case)

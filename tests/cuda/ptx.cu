@@ -1,5 +1,5 @@
 // Inline PTX on the cpu backend, for tests/test_cub_ptx.py: each kernel exercises a group of
-// the instructions normcheck.backends.ptx translates and writes what it got.
+// the instructions normcheck.backends.cpu.ptx translates and writes what it got.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>

@@ -14,7 +14,7 @@ __CUDA_ARCH__ >= 900``) is already gone.  The rewrites:
   ``host_launch(kernel, grid, block, smem, stream)(args)``, and ``cudaLaunchKernelEx`` a typed
   launch: they run when a spec names a host function as the entry (its own launcher);
 * inline PTX (``asm``/``asm volatile``) in the user's files is translated by
-  :mod:`normcheck.backends.ptx`; an instruction it does not know is a compile error naming it
+  :mod:`normcheck.backends.cpu.ptx`; an instruction it does not know is a compile error naming it
   and its line.
 
 Line markers (``# 12 "file.cu"``) are kept, so g++'s diagnostics still point at the user's files.
@@ -232,9 +232,9 @@ def _host_launches(text: str, user) -> str:
 
 def _asm(text: str, lines: LineMap, user_file, deferred: list) -> str:
     """Translate the inline PTX of the user's files and of the CUDA headers (see
-    normcheck.backends.ptx); what cannot be translated fails at run time, its message in
+    normcheck.backends.cpu.ptx); what cannot be translated fails at run time, its message in
     ``deferred``."""
-    from normcheck.backends import ptx
+    from normcheck.backends.cpu import ptx
 
     out, last = [], 0
     for m in _ASM.finditer(text):

@@ -341,7 +341,7 @@ class _Gen:
             raise PtxError(f"{self.where}: inline PTX instruction `{ins.op}"
                            f"{''.join('.' + m for m in ins.mods)}` (in `{ins.text}`) has no "
                            "translation on the cpu backend; supported: "
-                           + ", ".join(sorted(INSTRUCTIONS)) + " (normcheck.backends.ptx)")
+                           + ", ".join(sorted(INSTRUCTIONS)) + " (normcheck.backends.cpu.ptx)")
         code = h(self, ins)
         if ins.guard:
             g = self.pred(("!" if ins.negate else "") + ins.guard)

@@ -1,4 +1,4 @@
-// normcheck SIMT shim: what the C++ that normcheck.backends.ptx generates from inline PTX calls.
+// normcheck SIMT shim: what the C++ that normcheck.backends.cpu.ptx generates from inline PTX calls.
 //
 // Every PTX register (an asm operand or a `.reg` the template declares) is a 64-bit slot of
 // bits; get_<type>/set_<type> read and write it as a PTX type (.f32, .u32, .f16x2 ...); in/out

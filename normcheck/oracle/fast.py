@@ -1,6 +1,6 @@
 """The oracle's compiled fast path: tiers 1 and 2 of :mod:`normcheck.oracle` in C++.
 
-``oracle_fast.cpp`` (beside this file; the error analysis is in its header) is built once with the
+``oracle/fast.cpp`` (beside this file; the error analysis is in its header) is built once with the
 host C++ compiler into the build cache (``$NORMCHECK_CACHE/oracle``), loaded with ctypes, and
 called with the GIL released; it splits the rows over ``NORMCHECK_ORACLE_THREADS`` threads
 (default: the CPUs this process may use).  Why C++ rather than a JIT (numba): the cpu backend
@@ -26,7 +26,7 @@ from normcheck.formats import Format
 
 __all__ = ["rows", "decide", "library", "threads", "MODES", "STATUS"]
 
-SOURCE = Path(__file__).with_name("oracle_fast.cpp")
+SOURCE = Path(__file__).with_name("fast.cpp")
 FLAGS = ["-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
          "-fno-fast-math", "-fvisibility=hidden"]
 #: How the mean correction is summed: double-double (fp32 outputs), exactly on the 2^-24 grid
@@ -66,7 +66,7 @@ def library():
                                          "building the oracle's fast path")
             lib = ctypes.CDLL(str(path))
             if lib.nc_job_size() != ctypes.sizeof(_Job):
-                raise RuntimeError("oracle_fast.cpp and oracle_fast.py disagree on the job layout")
+                raise RuntimeError("oracle/fast.cpp and oracle/fast.py disagree on the job layout")
             lib.nc_oracle_rows.argtypes = [ctypes.POINTER(_Job)]
             lib.nc_decide.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
                                       ctypes.c_int, ctypes.c_int, ctypes.c_double,

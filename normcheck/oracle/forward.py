@@ -10,7 +10,7 @@ receives::
 
 How (Ziv's strategy, as correctly rounded maths libraries do):
 
-1. **Fast path** (compiled, multi-threaded: :mod:`normcheck.oracle_fast`, whose C++ header holds
+1. **Fast path** (compiled, multi-threaded: :mod:`normcheck.oracle.fast`, whose C++ header holds
    the error analysis).  Every row in float64 with a rigorous running error bound per element:
    sums are blocked (16 lanes, then balanced trees: every term passes through L ≈ 24 roundings at
    D = 4096 where a sequential sum would give 4096), the mean is refined by a second pass over
@@ -37,11 +37,8 @@ inf-inf; ±inf otherwise).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from fractions import Fraction
 
-import mpmath
 import numpy as np
 
 from normcheck import formats
@@ -61,9 +58,8 @@ __all__ = [
     "saved_statistics",
 ]
 
-DEFAULT_EPS = np.float32(1e-5)
-
-ULP_RESOLUTION = 1e-6  # the fractional ULP error is exact to this many ulps
+from normcheck.oracle.exact import (DEFAULT_EPS, ULP_RESOLUTION, ExactRow, check_eps, decide,
+                                    mp_reference, two_sum)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -160,7 +156,7 @@ def layernorm(x, gamma=None, beta=None, *, eps=DEFAULT_EPS, out=None) -> NormRef
     ``out`` (default: the input's format)."""
     xin = _rows(x, "x")
     return _normalise(_Pair(xin), _vec(gamma, "gamma", xin.shape[1]),
-                      _vec(beta, "beta", xin.shape[1]), _eps(eps), True, False,
+                      _vec(beta, "beta", xin.shape[1]), check_eps(eps), True, False,
                       _out(out, xin), grid16=xin.dtype == np.float16)
 
 
@@ -168,7 +164,7 @@ def rmsnorm(x, gamma=None, *, eps=DEFAULT_EPS, out=None, gemma=False) -> NormRef
     """Exact RMSNorm; ``gemma=True`` scales by (1+γ) as Gemma does."""
     xin = _rows(x, "x")
     return _normalise(_Pair(xin), _vec(gamma, "gamma", xin.shape[1]), None,
-                      _eps(eps), False, bool(gemma), _out(out, xin),
+                      check_eps(eps), False, bool(gemma), _out(out, xin),
                       grid16=xin.dtype == np.float16)
 
 
@@ -221,7 +217,7 @@ def saved_statistics(norm, x, *, eps=DEFAULT_EPS):
         raise invalid("norm", n.name, "a norm without the fused add (the statistics of h: pass "
                       "h = x + residual as x)")
     xin = _rows(x, "x")
-    st = _statistics(_Pair(xin), _eps(eps), n.centred)
+    st = _statistics(_Pair(xin), check_eps(eps), n.centred)
     return (st["mean"].rounded if n.centred else None), st["rstd"].rounded
 
 
@@ -256,13 +252,13 @@ def _fused(xin, residual, gamma, beta, eps, convention, out, center, gemma):
     a = xin.astype(np.float64)
     b = res.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        s, e = _two_sum(a, b)
+        s, e = two_sum(a, b)
         e = np.where(np.isfinite(s), e, 0.0)
     h_rounded = storage.round_pair(s, e)
     h_ref = Reference(storage, s, h_rounded.astype(storage.dtype), np.zeros(s.shape, bool))
     pair = _Pair(s, e) if convention == "exact" else _Pair(h_rounded)
     cols = xin.shape[1]
-    ref = _normalise(pair, _vec(gamma, "gamma", cols), _vec(beta, "beta", cols), _eps(eps),
+    ref = _normalise(pair, _vec(gamma, "gamma", cols), _vec(beta, "beta", cols), check_eps(eps),
                      center, gemma, _out(out, xin), cls=FusedReference,
                      grid16=xin.dtype == np.float16 and (convention == "stored"
                                                          or res.dtype == np.float16))
@@ -300,18 +296,6 @@ def _vec(v, name, cols):
     return v.astype(np.float64)
 
 
-def _eps(eps):
-    try:
-        e = np.float32(eps)
-    except (TypeError, ValueError):
-        raise invalid("eps", eps, "a positive finite float32", "pass e.g. np.float32(1e-5)") \
-            from None
-    if not (np.isfinite(e) and e > 0):
-        raise invalid("eps", eps, "a positive finite float32 (ε > 0)",
-                      "use the kernel's ε, e.g. np.float32(1e-5) or np.float32(1e-6)")
-    return float(e)
-
-
 def _out(out, xin) -> Format:
     if out is None:
         return formats.of_dtype(xin.dtype)
@@ -344,19 +328,12 @@ class _Pair:
         return self.hi(i), None if self.lo is None else self.lo[i]
 
 
-def _two_sum(a, b):
-    s = a + b
-    bb = s - a
-    e = (a - (s - bb)) + (b - bb)
-    return s, e
-
-
 def _normalise(pair: _Pair, g, b, eps: float, center: bool, gemma: bool, out: Format,
                cls=None, grid16=False):
     """Reference of a normalisation of the rows ``pair``; ``grid16`` says every row value is an
     fp16 value (or a sum of two, exactly), i.e. a multiple of 2^-24 below 2^17.  Tiers 1 and 2
-    run compiled (:mod:`normcheck.oracle_fast`), tier 3 here."""
-    from normcheck import oracle_fast
+    run compiled (:mod:`normcheck.oracle.fast`), tier 3 here."""
+    from normcheck.oracle import fast as oracle_fast
 
     rows, cols = pair.shape
     geff = None if g is None else (1.0 + g if gemma else g)
@@ -396,7 +373,7 @@ def _normalise(pair: _Pair, g, b, eps: float, center: bool, gemma: bool, out: Fo
     rows_exact = {}
     for i, j in zip(*todo):  # tier 3: exact
         if i not in rows_exact:
-            rows_exact[i] = _ExactRow(pair.row(i), g, b, eps, center, gemma)
+            rows_exact[i] = ExactRow(pair.row(i), g, b, eps, center, gemma)
         exact[i, j], rounded[i, j] = rows_exact[i].element(j, out)
     ref = (cls or NormReference)(out, exact, rounded, slow, b)
     ref._stats_source = (pair, eps, center)
@@ -416,7 +393,7 @@ def _nonfinite_rows(hi, geff, center):
 def _statistics(pair: _Pair, eps: float, center: bool) -> dict:
     """Exact row statistics, correctly rounded to float32: mean (LayerNorm only), var (the
     population variance, or the mean square) and rstd = 1/√(var+ε)."""
-    from normcheck import oracle_fast
+    from normcheck.oracle import fast as oracle_fast
 
     rows, cols = pair.shape
     keys = ("mean", "var", "rstd") if center else ("var", "rstd")
@@ -432,7 +409,7 @@ def _statistics(pair: _Pair, eps: float, center: bool) -> dict:
     for n, k in enumerate(keys):
         col = {"mean": 0, "var": 2, "rstd": 4}[k]
         ex = st[:, col].copy()
-        r_val, ok = _decide(ex, st[:, col + 1], formats.FP32)
+        r_val, ok = decide(ex, st[:, col + 1], formats.FP32)
         if np.any(bad):
             nan_rows = np.isnan(ieee_sum) | center
             if k == "mean":
@@ -444,157 +421,7 @@ def _statistics(pair: _Pair, eps: float, center: bool) -> dict:
         slow = ~ok
         for i in np.nonzero(~ok)[0]:
             if i not in exact_rows:  # one exact row serves all three statistics
-                exact_rows[i] = _ExactRow(pair.row(i), None, None, eps, center, False)
+                exact_rows[i] = ExactRow(pair.row(i), None, None, eps, center, False)
             ex[i], r_val[i] = exact_rows[i].stat(k, formats.FP32)
         out[k] = Reference(formats.FP32, ex, r_val.astype(np.float32), slow)
     return out
-
-
-def _decide(y, e, fmt: Format):
-    """Round y to fmt where [y-e, y+e] settles both the rounded value and ulp(t) and e is below
-    ULP_RESOLUTION ulp.  Returns (rounded values as float64, settled mask)."""
-    from normcheck import oracle_fast
-
-    return oracle_fast.decide(y, e, fmt, ULP_RESOLUTION)
-
-
-# ------------------------------------------------------------------------------------------------
-# Exact fallback
-# ------------------------------------------------------------------------------------------------
-def _scaled_ints(values):
-    """Exact integers X_j and a shift K with values_j = X_j / 2**K."""
-    fr = [float(v).as_integer_ratio() for v in values]
-    K = max(d.bit_length() - 1 for _, d in fr)
-    return [n << (K - (d.bit_length() - 1)) for n, d in fr], K
-
-
-class _ExactRow:
-    """Exact statistics of one row; y_j decided by Fractions (rational r) or by mpmath interval
-    arithmetic at increasing precision (irrational r: y_j is never on a rounding boundary)."""
-
-    def __init__(self, row, g, b, eps, center, gemma):
-        hi, lo = row
-        vals = list(hi) if lo is None else [Fraction(float(h)) + Fraction(float(l))
-                                            for h, l in zip(hi, lo)]
-        if lo is None:
-            X, K = _scaled_ints(vals)
-        else:
-            K = max(v.denominator.bit_length() - 1 for v in vals)
-            X = [v.numerator << (K - (v.denominator.bit_length() - 1)) for v in vals]
-        D = len(X)
-        self.D, self.K, self.X = D, K, X
-        sx = sum(X)
-        sxx = sum(v * v for v in X)
-        self.sx = sx
-        scale2 = Fraction(1, 1 << (2 * K))
-        if center:
-            self.mean = Fraction(sx, D << K)
-            self.var = Fraction(D * sxx - sx * sx, D * D) * scale2
-        else:
-            self.mean = None
-            self.var = Fraction(sxx, D) * scale2
-        self.w = self.var + Fraction(eps)
-        self.center, self.gemma = center, gemma
-        self.g, self.b = g, b
-        num, den = self.w.numerator, self.w.denominator
-        rn, rd = math.isqrt(num), math.isqrt(den)
-        self.rational_r = Fraction(rd, rn) if (rn * rn == num and rd * rd == den) else None
-
-    def _numer(self, j) -> Fraction:
-        """(x_j - μ) (or x_j) exactly, times the effective gain γ_j (or 1+γ_j)."""
-        if self.center:
-            dev = Fraction(self.D * self.X[j] - self.sx, self.D << self.K)
-        else:
-            dev = Fraction(self.X[j], 1 << self.K)
-        if self.g is not None:
-            gj = Fraction(float(self.g[j]))
-            if self.gemma:
-                gj += 1
-            dev *= gj
-        return dev
-
-    def element(self, j, fmt: Format):
-        n = self._numer(j)
-        bj = Fraction(float(self.b[j])) if self.b is not None else Fraction(0)
-        if n == 0:
-            y = bj
-        elif self.rational_r is not None:
-            y = n * self.rational_r + bj
-        else:
-            return _ziv(lambda ctx: ctx.mpf(n) / ctx.sqrt(ctx.mpf(self.w)) + ctx.mpf(bj), fmt)
-        return float(y), fmt.round(y)
-
-    def stat(self, k, fmt: Format):
-        if k == "mean":
-            return float(self.mean), fmt.round(self.mean)
-        if k == "var":
-            return float(self.var), fmt.round(self.var)
-        if self.rational_r is not None:
-            return float(self.rational_r), fmt.round(self.rational_r)
-        return _ziv(lambda ctx: 1 / ctx.sqrt(ctx.mpf(self.w)), fmt)
-
-
-def _ziv(expr, fmt: Format, start_prec=96, max_prec=1 << 16):
-    """Evaluate ``expr`` in mpmath interval arithmetic at rising precision until its enclosure
-    rounds to one value of ``fmt`` and is narrower than ULP_RESOLUTION ulp."""
-    prec = start_prec
-    iv = mpmath.iv
-    while prec <= max_prec:
-        old = iv.prec
-        iv.prec = prec
-        try:
-            val = expr(_IvCtx(iv))
-            a, b = mpmath.mp.make_mpf(val._mpi_[0]), mpmath.mp.make_mpf(val._mpi_[1])
-        finally:
-            iv.prec = old
-        if fmt.round(a) == fmt.round(b) and fmt.ulp(a) == fmt.ulp(b):
-            if float(b - a) <= ULP_RESOLUTION * fmt.ulp(a):
-                mid = (mpmath.mpf(a) + mpmath.mpf(b)) / 2
-                return float(mid), fmt.round(a)
-        prec *= 2
-    raise ArithmeticError("exact oracle did not converge (an exactly representable irrational?)")
-
-
-class _IvCtx:
-    """The few mpmath.iv operations the fallback needs, taking Fractions exactly."""
-
-    def __init__(self, iv):
-        self.iv = iv
-
-    def mpf(self, q):
-        if isinstance(q, Fraction):
-            return self.iv.mpf(q.numerator) / self.iv.mpf(q.denominator)
-        return self.iv.mpf(q)
-
-    def sqrt(self, v):
-        return self.iv.sqrt(v)
-
-
-# ------------------------------------------------------------------------------------------------
-# The plain mpmath truth (tests and benchmarks)
-# ------------------------------------------------------------------------------------------------
-def mp_reference(x_row, gamma=None, beta=None, *, eps=DEFAULT_EPS, center=True, gemma=False,
-                 prec=256):
-    """Exact-to-``prec``-bits y of one row, straight from the definition in mpmath (no fast path,
-    no bound): a list of mpf.  ``x_row`` may hold exact Fractions (e.g. an exact fused sum)."""
-    with mpmath.workprec(prec):
-        xs = [mpmath.mpf(float(v)) if not isinstance(v, Fraction) else
-              mpmath.mpf(v.numerator) / v.denominator for v in x_row]
-        D = len(xs)
-        if center:
-            mu = mpmath.fsum(xs) / D
-            dev = [v - mu for v in xs]
-        else:
-            dev = xs
-        var = mpmath.fsum(d * d for d in dev) / D
-        r = 1 / mpmath.sqrt(var + mpmath.mpf(float(np.float32(eps))))
-        out = []
-        for j, d in enumerate(dev):
-            y = d * r
-            if gamma is not None:
-                gj = mpmath.mpf(float(gamma[j]))
-                y *= (1 + gj) if gemma else gj
-            if beta is not None:
-                y += mpmath.mpf(float(beta[j]))
-            out.append(+y)
-        return out

@@ -1,7 +1,7 @@
 // normcheck SIMT shim: the device functions outside the Math API that normcheck_simt.h's core
 // (warp collectives, barriers, atomics on int/float) does not already give -- the legacy warp
 // votes, every atomic's _block and _system forms and its vector and 16-bit overloads, named
-// barriers, address spaces, clusters and grid dependencies.  normcheck.backends.surface measures
+// barriers, address spaces, clusters and grid dependencies.  normcheck.backends.cpu.surface measures
 // the coverage against the CUDA headers.
 #pragma once
 

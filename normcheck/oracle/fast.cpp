@@ -1,7 +1,7 @@
 // normcheck's oracle, tiers 1 and 2, compiled: the float64 evaluation of LayerNorm / RMSNorm rows
 // with a rigorous error bound per element, the double-double redo of the elements it cannot
 // settle, and the decision "this interval rounds to one value of the output format".  Built by
-// normcheck.oracle_fast with the cpu backend's compiler and cache; called through ctypes with the
+// normcheck.oracle.fast with the cpu backend's compiler and cache; called through ctypes with the
 // GIL released, rows split over threads.  Tier 3 (exact) stays in Python (normcheck.oracle).
 //
 // Strict IEEE binary64: built with -ffp-contract=off and without -ffast-math, so every operation
@@ -44,7 +44,7 @@
 #include <thread>
 #include <vector>
 
-#include "fp_bits.h"
+#include "../fp_bits.h"
 
 #define NC_EXPORT extern "C" __attribute__((visibility("default")))
 

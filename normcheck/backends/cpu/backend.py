@@ -2,7 +2,7 @@
 worker process.
 
 Build (:func:`build`): the source is wrapped into one C++ translation unit -- the shim header
-(``normcheck/shim/normcheck_simt.h``), the user's file under a ``#line`` directive (so g++
+(``normcheck/backends/cpu/shim/normcheck_simt.h``), the user's file under a ``#line`` directive (so g++
 reports errors against the user's own file and line), then the runtime and one exported launcher
 per entry -- and
 
@@ -10,14 +10,14 @@ per entry -- and
    ``cooperative_groups.h`` and ``cub/`` stand in for NVIDIA's), then the user's folders, then
    the CUDA headers of the nvidia-cuda-* wheels (``cuda_fp16.h``, ``cuda_bf16.h``, and libcu++'s
    ``<cuda/std/...>`` from the cccl wheel);
-2. rewritten (:mod:`normcheck.backends.translate`): ``__shared__`` in every file, host-side
-   launches, inline PTX (:mod:`normcheck.backends.ptx`);
+2. rewritten (:mod:`normcheck.backends.cpu.translate`): ``__shared__`` in every file, host-side
+   launches, inline PTX (:mod:`normcheck.backends.cpu.ptx`);
 3. looked up in the build cache by the hash of the rewritten text (which holds every included
    file), the compiler's version and the flags; compiled into a temporary file and renamed
    into place when missing.
 
-Run: launches go to a worker process (:mod:`normcheck.backends._worker`) that enters a sandbox
-(:mod:`normcheck.backends.sandbox`) before loading user code, so that a segfault, an abort, a
+Run: launches go to a worker process (:mod:`normcheck.backends.cpu.worker`) that enters a sandbox
+(:mod:`normcheck.backends.cpu.sandbox`) before loading user code, so that a segfault, an abort, a
 deadlock, an endless loop or a forbidden system call becomes a typed error
 (:mod:`normcheck.errors`) and the caller carries on.  Every array is mapped between inaccessible
 pages: by default its end is against the upper one (an element read or written past the end is
@@ -45,7 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck.backends import base, confine, sandbox, translate, wire
+from normcheck.backends import base, confine
+from normcheck.backends.cpu import sandbox, translate, wire
 from normcheck.errors import (
     BackendUnavailable,
     CompileError,
@@ -63,7 +64,7 @@ from normcheck.errors import (
 
 __all__ = ["CpuBackend", "CpuKernel", "CPU_VS_GPU", "SHIM_DIR", "cuda_include_dirs", "GUARDS"]
 
-SHIM_DIR = Path(__file__).resolve().parent.parent / "shim"
+SHIM_DIR = Path(__file__).resolve().parent / "shim"
 
 #: Where a CPU run differs from a GPU run; recorded with every result.
 CPU_VS_GPU = {
@@ -74,7 +75,7 @@ CPU_VS_GPU = {
     "__frsqrt_rn": "correctly rounded, as on the GPU",
     "__expf/__logf/__sinf/__fdividef": "evaluated with the accurate libm/IEEE operation; the GPU's "
                                        "intrinsics are approximate",
-    "inline PTX": "translated instruction by instruction (normcheck.backends.ptx); the approximate "
+    "inline PTX": "translated instruction by instruction (normcheck.backends.cpu.ptx); the approximate "
                   "ones (rsqrt.approx, rcp.approx, ex2.approx, lg2.approx, sqrt.approx, "
                   "tanh.approx) are evaluated accurately (rsqrt correctly rounded), .ftz flushes "
                   "subnormals as on the GPU",
@@ -145,7 +146,7 @@ def _explain(diag: str, tu_path: str) -> str:
         if name.startswith("__") or name.startswith("atomic") or name.startswith("tex") or \
                 name in ("nvcuda", "wmma"):
             hints.append(f"normcheck: `{name}` is a CUDA feature the cpu backend's SIMT shim does "
-                         "not support (see normcheck/shim/normcheck_simt.h for what it does)")
+                         "not support (see normcheck/backends/cpu/shim/normcheck_simt.h for what it does)")
     if "<normcheck launch wrappers>" in diag and "NORMCHECK_ENTRY" in diag:
         hints.append("normcheck: the entry could not be instantiated: check the --entry name (for "
                      "a template give the instantiation, e.g. rms_norm<__half>) and that the "
@@ -197,7 +198,7 @@ def cuda_version(incs=None) -> tuple[int, int]:
     return 13, 0
 
 
-def _presentation(arch: int, incs) -> list:
+def presentation(arch: int, incs) -> list:
     """The flags that make the shim present as nvcc's device pass for ``arch``."""
     major, minor = cuda_version(incs)
     return [f"-DNORMCHECK_CUDA_ARCH={arch}", f"-DNORMCHECK_CUDACC_VER_MAJOR={major}",
@@ -211,7 +212,7 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
     cxx, _ = _compiler()
     incs = cuda_include_dirs()
     tu = _translation_unit(src, entries, hosts)
-    flags = [*_PP_FLAGS, *_presentation(arch, incs), *base.define_flags(defines), f"-I{SHIM_DIR}",
+    flags = [*_PP_FLAGS, *presentation(arch, incs), *base.define_flags(defines), f"-I{SHIM_DIR}",
              *[f"-I{d}" for d in src.include_dirs], *[f"-isystem{d}" for d in incs],
              *extra_flags]
     with confine.temporary_folder("pp") as d:
@@ -342,7 +343,7 @@ def guard_hint(text: str, entry: str, arch: int, defines=None) -> str:
 
 
 def sandbox_helper() -> str:
-    """The sandbox helper library, ``shim/normcheck_sandbox.c`` (built once, cached).  It is C,
+    """The sandbox helper library, ``backends/cpu/shim/normcheck_sandbox.c`` (built once, cached).  It is C,
     compiled by the C++ compiler's driver with ``-x c``: one compiler to configure (CXX)."""
     return str(confine.build_library(
         SHIM_DIR / "normcheck_sandbox.c", "cpu", "sandbox",
@@ -367,7 +368,7 @@ class _Worker:
     restarted after a crash, a timeout, a malformed reply, or before a launch whose CPU budget
     would not fit in the worker's lifetime limit.  The arena it shares with this process is an
     unlinked file: nothing is left in /dev/shm whatever happens.  Everything it sends is
-    untrusted (:mod:`normcheck.backends.wire`)."""
+    untrusted (:mod:`normcheck.backends.cpu.wire`)."""
 
     def __init__(self):
         self.proc = None
@@ -406,7 +407,7 @@ class _Worker:
         if mode not in sandbox.MODES:
             raise invalid("NORMCHECK_SANDBOX", mode, "on or off")
         self.cpu_limit = int(max(sandbox.cpu_seconds(), 2 * cpu_need + 60))
-        pkg_root = str(Path(__file__).resolve().parent.parent.parent)
+        pkg_root = str(Path(__file__).resolve().parents[3])
         extra = {
             # static TLS for the shim's initial-exec variables, 64 bytes a loaded module
             "GLIBC_TUNABLES": "glibc.rtld.optional_static_tls=262144",
@@ -424,7 +425,7 @@ class _Worker:
             extra["LD_PRELOAD"] = lib
             extra["NORMCHECK_SANDBOX_READ"] = os.pathsep.join(
                 sandbox.read_dirs(str(base.cache_dir("cpu").resolve())))
-        cmd = confine.command([sys.executable, "-m", "normcheck.backends._worker"])
+        cmd = confine.command([sys.executable, "-m", "normcheck.backends.cpu.worker"])
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr, env=sandbox.worker_environment(extra),
                                      bufsize=0, pass_fds=(self.fd,), start_new_session=True)
@@ -618,7 +619,7 @@ atexit.register(_worker.close)
 
 
 # ------------------------------------------------------------------------------------------------
-# What the worker sends, checked (it is untrusted: see normcheck.backends.wire)
+# What the worker sends, checked (it is untrusted: see normcheck.backends.cpu.wire)
 # ------------------------------------------------------------------------------------------------
 _INT = r"-?\d{1,19}"
 #: The crash report's keys and the form of their values (shim/normcheck_runtime.h writes it).
@@ -962,7 +963,7 @@ class CpuKernel:
                 what = f"made a forbidden system call: {sandbox.syscall_name(info.get('syscall'))}"
             raise SandboxViolation(f"{self.entry}: {what}{where}; the sandbox allows a kernel no "
                                    "new processes, network, file writes, limits, or signals to "
-                                   "other processes (normcheck.backends.sandbox)",
+                                   "other processes (normcheck.backends.cpu.sandbox)",
                                    call=info.get("call", info.get("syscall")))
         if kind in ("abort", "trap", "arithmetic", "crash"):
             what = {"abort": "aborted (a failed assert?)", "trap": "trapped (__trap or an illegal "

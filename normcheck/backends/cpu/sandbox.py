@@ -2,7 +2,7 @@
 
 A kernel on the cpu backend is host C++, so it could open files, start processes or talk to the
 network.  The worker process that runs it enters a sandbox before any user code is loaded
-(``shim/normcheck_sandbox.c``, built once with the backend's compiler and cache):
+(``backends/cpu/shim/normcheck_sandbox.c``, built once with the backend's compiler and cache):
 
 ========== ================================================================================
 lifetime    the worker is started by ``normcheck-launch`` (``shim/normcheck_launch.c``): in a
@@ -31,7 +31,7 @@ preload     the helper is also preloaded (LD_PRELOAD) in place of libc's ``syste
             seccomp's SIGSYS would kill the worker unexplained): after the sandbox is entered
             they report the call by name
 wire        what the worker sends back is parsed as untrusted data
-            (:mod:`normcheck.backends.wire`), never unpickled; the crash report it leaves in
+            (:mod:`normcheck.backends.cpu.wire`), never unpickled; the crash report it leaves in
             the arena is parsed against a closed set of keys and value forms
 ========== ================================================================================
 
@@ -175,17 +175,11 @@ def enter(mode: str, read_dirs, report_page: int, report_len: int, address_space
 WORKER_SETTINGS = ("NORMCHECK_STACK_KB", "NORMCHECK_SANDBOX")
 
 
-def child_environment(extra: dict | None = None) -> dict:
-    """The environment of a worker or a compiler: an allow-list, never normcheck's whole
-    environment (which may hold tokens and keys): PATH, the C locale, and ``extra``."""
-    env = {"PATH": os.environ.get("PATH") or os.defpath, "LANG": "C", "LC_ALL": "C"}
-    env.update(extra or {})
-    return env
-
-
 def worker_environment(extra: dict) -> dict:
-    """The worker's environment: :func:`child_environment`, normcheck's own settings the worker
-    reads (:data:`WORKER_SETTINGS`) and ``extra``."""
+    """The worker's environment: :func:`normcheck.backends.confine.child_environment`,
+    normcheck's own settings the worker reads (:data:`WORKER_SETTINGS`) and ``extra``."""
+    from normcheck.backends.confine import child_environment  # the parent's side only
+
     env = child_environment({k: os.environ[k] for k in WORKER_SETTINGS if k in os.environ})
     env.update(extra)
     return env

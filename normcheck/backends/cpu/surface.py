@@ -26,7 +26,7 @@ import os
 import json
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Section", "SECTIONS", "declared", "coverage", "table", "LEFT_OUT"]
@@ -201,7 +201,8 @@ def _signatures(inc: Path, cxx: str) -> dict:
 @functools.lru_cache(maxsize=None)
 def declared() -> dict:
     """{section title: {name: [parameter lists]}} of the headers in use."""
-    from normcheck.backends import base, cpu
+    from normcheck.backends import base
+    from normcheck.backends.cpu import backend as cpu
 
     inc = Path(cpu.cuda_include_dirs()[0])
     cxx, _ = base.cxx()
@@ -280,7 +281,8 @@ def _call(name: str, params: str, i: int) -> str:
 def coverage() -> dict:
     """{section: {"implemented": [...], "missing": [...], "left_out": {name: why}}}: a name is
     implemented when a call of each of its signatures compiles on the cpu backend."""
-    from normcheck.backends import base, confine, cpu
+    from normcheck.backends import base, confine
+    from normcheck.backends.cpu import backend as cpu
 
     decl = declared()
     probes, index = [], {}
@@ -300,7 +302,7 @@ def coverage() -> dict:
         path.write_text(tu)
         r = confine.run_compiler(
             [cxx, "-std=c++17", "-fsyntax-only", "-w", "-fmax-errors=0",
-             *cpu._presentation(base.DEFAULT_ARCH, incs), f"-I{cpu.SHIM_DIR}",
+             *cpu.presentation(base.DEFAULT_ARCH, incs), f"-I{cpu.SHIM_DIR}",
              *[f"-isystem{i}" for i in incs], str(path)],
             "probing the cpu backend's CUDA device API",
             read=[*confine.toolchain_roots(cxx), str(cpu.SHIM_DIR), *map(str, incs)],

@@ -20,7 +20,7 @@ integers over a power of two.  With recomputed statistics dx_j = P_j / (Q·√w)
 integers, w = v + ε rational: r² = 1/w turns r³ into r/w); with saved ones dx_j = P_j / Q.
 Tier 1 evaluates these in float64 — fl(P_j/Q) is correctly rounded (Python's integer division),
 √ and / add three roundings: |y - t| <= 4u|y| — and decides the rounding as the forward oracle
-does (:func:`normcheck.oracle_fast.decide`); the rest is exact: Fractions where √w is rational
+does (:func:`normcheck.oracle.fast.decide`); the rest is exact: Fractions where √w is rational
 (ties happen only then) and Ziv's strategy in mpmath interval arithmetic otherwise.  dγ with
 recomputed statistics is a sum over rows of terms with different irrational r: tier 1 bounds the
 float64 sum, the exact tier sums intervals at rising precision.  dβ and every saved-statistics
@@ -39,7 +39,8 @@ import numpy as np
 from normcheck import formats, norms
 from normcheck.errors import invalid
 from normcheck.formats import Format
-from normcheck.oracle import Reference, _decide, _eps, _two_sum, _ziv
+from normcheck.oracle.exact import check_eps, decide, two_sum, ziv
+from normcheck.oracle.forward import Reference
 
 __all__ = ["BackwardReference", "backward", "backward_from_y", "STATS", "mp_backward"]
 
@@ -125,7 +126,7 @@ def backward(norm, x, dy, gamma=None, *, residual=None, dh=None, eps=np.float32(
         if g.shape != (cols,):
             raise invalid("gamma.shape", g.shape, f"({cols},)")
         formats.of_dtype(g.dtype, "gamma.dtype")
-    eps_q = Fraction(_eps(eps))
+    eps_q = Fraction(check_eps(eps))
     out_fmt = formats.get(out) if out is not None else fmt
     p_fmt = formats.get(param_out) if param_out is not None else formats.FP32
     b_fmt = formats.get(dbeta_out) if dbeta_out is not None else p_fmt
@@ -138,7 +139,7 @@ def backward(norm, x, dy, gamma=None, *, residual=None, dh=None, eps=np.float32(
     # the rows the norm normalises (exact values as ints), and the gradient's integer form
     if n.fused:
         if convention == "stored":
-            hx = fmt.round_pair(*_two_sum(x.astype(np.float64), res.astype(np.float64)))
+            hx = fmt.round_pair(*two_sum(x.astype(np.float64), res.astype(np.float64)))
             H, KH = _ints(hx)
         else:
             X1, K1 = _ints(x.astype(np.float64))
@@ -173,7 +174,7 @@ def backward(norm, x, dy, gamma=None, *, residual=None, dh=None, eps=np.float32(
         exact_rows.append(row)
     y = np.array(dx_t)
     e = np.array(dx_e)
-    r, ok = _decide(y, e, out_fmt)
+    r, ok = decide(y, e, out_fmt)
     exact = y.copy()
     slow = ~ok
     rounded = r.copy()
@@ -234,7 +235,7 @@ def backward_from_y(norm, y, dy, gamma, beta=None, *, rstd, out=None, param_out=
     bad = ~np.isfinite(val)
     val = np.where(bad, 0.0, val)
     e = np.where(bad, np.inf, e)
-    rounded, ok = _decide(val, e, out_fmt)
+    rounded, ok = decide(val, e, out_fmt)
     exact = val.copy()
     for i, j in zip(*np.nonzero(~ok)):
         q = Fraction(int(R[i]), 1 << KR) * (
@@ -341,7 +342,7 @@ class _Row:
         if rr is not None:
             t = num / rr + extra
             return float(t), fmt.round(t)
-        return _ziv(lambda ctx: ctx.mpf(num) / ctx.sqrt(ctx.mpf(self.w)) + ctx.mpf(extra), fmt)
+        return ziv(lambda ctx: ctx.mpf(num) / ctx.sqrt(ctx.mpf(self.w)) + ctx.mpf(extra), fmt)
 
     def terms_float(self):
         """dy·x̂ of the row in float64, and a bound on each."""
@@ -380,7 +381,7 @@ def _dgamma(rows_, fmt: Format) -> Reference:
                  ea * (1 + gR)) * (1 + 2.0**-20)
     bound = np.where(np.isfinite(s), bound, np.inf)
     s = np.where(np.isfinite(s), s, 0.0)
-    r, ok = _decide(s, bound, fmt)
+    r, ok = decide(s, bound, fmt)
     exact = s.copy()
     rounded = r.copy()
     for j in np.nonzero(~ok)[0]:
@@ -420,7 +421,7 @@ def _column_exact(rows_, j, fmt: Format):
             for num, w in terms:
                 acc = acc + ctx.mpf(num) / ctx.sqrt(ctx.mpf(w))
             return acc
-        return _ziv(expr, fmt, max_prec=max_prec)
+        return ziv(expr, fmt, max_prec=max_prec)
 
     try:
         return evaluate(irr, 1 << 12)

@@ -8,11 +8,11 @@ here, not in the caller.  The worker:
   sandbox then forbids changing, plus a watchdog thread that polls the parent's pid); opens no
   file of its own: the arena it shares with the parent is an already-unlinked file whose
   descriptor it inherits (``NORMCHECK_ARENA_FD``);
-* sandboxes itself before any user code is loaded (:mod:`normcheck.backends.sandbox`);
+* sandboxes itself before any user code is loaded (:mod:`normcheck.backends.cpu.sandbox`);
 * maps each array of a launch from the arena between inaccessible pages, launches, then checks
   the canaries around each array.
 
-Protocol on stdin/stdout: messages of :mod:`normcheck.backends.wire` (never pickles: what the
+Protocol on stdin/stdout: messages of :mod:`normcheck.backends.cpu.wire` (never pickles: what the
 worker sends is untrusted, since a kernel can write into the pipe).  Request::
 
     {"op": "launch", "so": path, "index": i, "grid": [x,y,z], "block": [x,y,z],
@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 
-from normcheck.backends import wire
+from normcheck.backends.cpu import wire
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 REPORT_BYTES = 1024
@@ -274,7 +274,7 @@ def main():
     proto = os.fdopen(os.dup(out.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), 1)
     _die_with_parent(parent)
-    from normcheck.backends import sandbox
+    from normcheck.backends.cpu import sandbox
 
     state = sandbox.enter(os.environ.get("NORMCHECK_SANDBOX", "on"),
                           read_dirs=[d for d in os.environ.get("NORMCHECK_SANDBOX_READ", "").split(

@@ -128,7 +128,7 @@
 #define __inline_hint__
 #define __no_return__ __attribute__((noreturn))
 #define __nv_pure__
-// `__shared__` is a marker that normcheck.backends.translate turns into `static thread_local`
+// `__shared__` is a marker that normcheck.backends.cpu.translate turns into `static thread_local`
 // (blocks run on several OS threads) or, for `extern __shared__ T a[];`, into the block's
 // dynamic shared memory -- after the preprocessor, so in every included file.
 #define __shared__ __nc_shared__
@@ -207,7 +207,7 @@ inline void* dynamic_smem() { return tls_dyn_smem; }
 
 // Launches from host code.  A spec may name a host function as the entry (`host = true`: what a
 // project's own launcher does, grid and block included); its `k<<<grid, block, smem, stream>>>(a)`
-// (rewritten by normcheck.backends.translate into host_launch(k, grid, block, ...)(a)) and
+// (rewritten by normcheck.backends.cpu.translate into host_launch(k, grid, block, ...)(a)) and
 // cudaLaunchKernelEx(&config, k, a...) launches run here, one after the other, with the outer
 // launch's schedule, workers and guarded buffers.  A launch that fails makes the host entry fail
 // with its error.

@@ -1,7 +1,7 @@
 // normcheck SIMT shim: the CUDA Math API and the device intrinsics, on the CPU.
 //
 // Every function of the sections of NVIDIA's Math API reference that a kernel can call, with its
-// documented rounding (normcheck.backends.surface lists them from the CUDA headers in use and
+// documented rounding (normcheck.backends.cpu.surface lists them from the CUDA headers in use and
 // measures what compiles; tests/test_surface.py checks each against its definition):
 //
 //   * the _rn/_rz/_ru/_rd forms round as their names say, exactly: arithmetic is the host's IEEE
@@ -15,7 +15,7 @@
 //   * float-to-integer conversions whose value is out of range, which CUDA leaves undefined,
 //     saturate and take NaN to 0, as the PTX cvt instruction does.
 //
-// Sections (in the order of normcheck.backends.surface.SECTIONS): rounding machinery; single and
+// Sections (in the order of normcheck.backends.cpu.surface.SECTIONS): rounding machinery; single and
 // double intrinsics; type casting; integer intrinsics; SIMD; single and double math beyond
 // libm; integer math; half and bfloat16 beyond NVIDIA's host implementations; warp functions;
 // atomics; loads, stores and address spaces; clusters and grid dependencies.

@@ -1,0 +1,279 @@
+"""Resolve once: (source | spec, options) to the kernel a check runs, and every argument check.
+
+:func:`resolve` is the one way from what a user gives -- a .cu file or CUDA C text, a spec (a
+path or a :class:`~normcheck.spec.KernelSpec`) or the default ABI, entry, norm, dtype, defines,
+arch, a quantised output's contract -- to a :class:`Resolved` kernel: the spec, the Norm as the
+check judges it, the formats, the backend *object*, the bound :class:`~normcheck.launch.KernelTarget`
+and the description a counterexample file keeps of it.  The forward check, the backward check
+(``backward=True``) and ``normcheck replay`` (:func:`resolve_case`) all call it, so the three
+see one kernel the same way.  The argument checks the checks share live here too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from normcheck import formats, launch, norms, spec as specs
+from normcheck.backends import get_backend
+from normcheck.backends.base import Backend, parse_arch
+from normcheck.errors import invalid
+from normcheck.formats import Format
+
+__all__ = ["Resolved", "resolve", "resolve_case", "check_counts", "check_timeout", "check_cols",
+           "long_run", "sha256", "LIMITS"]
+
+#: Caps on what a check may be asked to do (memory and time stay bounded).
+LIMITS = {"examples": 4096, "search": 10000, "seed": 2**32 - 1, "rows": 10**9}
+
+
+@dataclass
+class Resolved:
+    """A kernel resolved for a check: what runs (``target``), on what (``backend``), judged as
+    what (``norm``, ``fmt``, ``out`` or ``contract``), and its description for case files."""
+
+    spec: specs.KernelSpec
+    norm: norms.Norm
+    fmt: Format
+    out: Format | None  # None with a quantised output (the contract's format)
+    contract: object | None  # normcheck.quant.contract.Contract
+    source: object  # a path or CUDA C text
+    backend: Backend
+    arch: int | None
+    eps: np.float32
+    target: launch.KernelTarget
+    desc: dict = field(default_factory=dict)
+    backward: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.target.label
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------
+# Argument checks
+# ------------------------------------------------------------------------------------------------
+def check_counts(examples, search, seed):
+    for name, v, lo in (("examples", examples, 1), ("search", search, 0), ("seed", seed, 0)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not \
+                lo <= v <= LIMITS[name]:
+            raise invalid(name, v, f"an integer from {lo} to {LIMITS[name]}",
+                          {"examples": "rows per family; for long runs use --rows",
+                           "search": "examples of the targeted search; 0 skips it",
+                           "seed": "any non-negative integer below 2^32"}[name])
+
+
+def check_timeout(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
+            not math.isfinite(timeout) or timeout <= 0:
+        raise invalid("timeout", timeout, "a positive, finite number of seconds",
+                      "e.g. --timeout 60")
+    return float(timeout)
+
+
+def check_cols(cols) -> tuple:
+    """A callable's (min, max) widths."""
+    try:
+        lo, hi = cols
+    except (TypeError, ValueError):
+        lo = hi = None
+    if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
+        raise invalid("cols", cols, "(min, max) widths with 1 <= min <= max", "e.g. (1, 8192)")
+    return lo, hi
+
+
+def long_run(rows, cols, cols_range, multiple_of):
+    """The validated (rows, cols) of a long run, or None."""
+    if rows is None:
+        if cols is not None:
+            raise invalid("cols", cols, "no --cols without --rows (it sets the long run's width)",
+                          "add --rows N")
+        return None
+    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or \
+            not 1 <= rows <= LIMITS["rows"]:
+        raise invalid("rows", rows, f"an integer from 1 to {LIMITS['rows']}",
+                      "the number of rows of the long run, e.g. --rows 1000000")
+    lo, hi = cols_range
+    if cols is None:  # 4096 if the kernel takes it, else the nearest width it does
+        m = max(1, multiple_of)
+        cols = min(max(4096, lo), hi) // m * m
+        if cols < lo:
+            cols += m
+    if isinstance(cols, bool) or not isinstance(cols, (int, np.integer)) or \
+            not lo <= cols <= hi or cols % max(1, multiple_of):
+        raise invalid("cols", cols, f"a width from {lo} to {hi}"
+                      + (f", a multiple of {multiple_of}" if multiple_of > 1 else ""),
+                      "the spec's cols and cols_multiple_of say what the kernel takes")
+    return int(rows), int(cols)
+
+
+def _contract(quant, spec):
+    """The quantised output's contract from ``quant`` (CLI/API) over the spec's, or None."""
+    from normcheck.quant import contract as qcontract
+
+    if quant is not None and not isinstance(quant, (str, dict)):
+        return quant  # a Contract already
+    table = quant if quant is not None else (spec.quant if spec is not None else None)
+    if table is None:
+        return None
+    if isinstance(table, dict) and spec is not None and spec.quant and quant is not None:
+        table = {**spec.quant, **table}
+    return qcontract.resolve(table)
+
+
+# ------------------------------------------------------------------------------------------------
+# Resolve
+# ------------------------------------------------------------------------------------------------
+def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=256,
+            backend="cpu", defines=None, reference=None, out_dtype=None, timeout=None,
+            arch=None, quant=None, backward=False) -> Resolved:
+    """The kernel a check runs.  ``spec``: a path, a KernelSpec or None for the default ABI
+    (then ``entry`` names the kernel and ``block`` its block size); entry/norm/dtype/source may
+    come from the spec; ``defines`` add to the spec's; ``quant`` (a table, a preset name or a
+    Contract) over the spec's ``quant``; ``backward`` for a backward kernel (roles dy and
+    dx/dgamma/dbeta)."""
+    timeout = check_timeout(timeout)
+    if spec is not None and not isinstance(spec, specs.KernelSpec):
+        spec = specs.load(spec)
+    norm = norm or (spec.norm if spec else None)
+    dtype = dtype or (spec.dtype if spec else None)
+    for name, v in (("norm", norm), ("dtype", dtype)):
+        if v is None:
+            raise invalid(name, None, f"a {name} (give --{name} or put it in the spec)")
+    n, fmt = norms.get(norm), formats.get(dtype)
+    be = get_backend(backend)
+    if spec is None:
+        if backward and n.fused:
+            raise invalid("norm", n.name, "a spec for a fused backward (roles dh and "
+                          "d_residual: the residual stream's gradient in and out)")
+        if entry is None:
+            raise invalid("entry", None, "the kernel to run (give --entry or a spec)")
+        if not isinstance(block, int) or isinstance(block, bool) or not 1 <= block <= 1024:
+            raise invalid("block", block, "1 to 1024 threads")
+        spec = specs.default_backward_spec(n, block) if backward else \
+            specs.default_spec(n, block)
+        spec.launches[0].entry = entry
+    else:
+        if spec.norm and spec.norm != n.name:
+            raise invalid("norm", n.name, f"the spec's norm ({spec.norm})", "drop one of them")
+        if backward and not spec.backward:
+            raise invalid("spec", str(spec.path), "a backward spec (roles dy and dx/dgamma/dbeta)",
+                          "drop --backward for a forward kernel")
+        if not backward and spec.backward:
+            raise invalid("spec", str(spec.path), "a forward kernel (this spec has backward "
+                          "roles)", "run normcheck check --backward")
+        if entry is not None:
+            if len(spec.launches) > 1:
+                raise invalid("entry", entry, "no --entry: the spec names one entry per launch")
+            spec.launches[0].entry = entry
+        if spec.entries[0] is None:
+            raise invalid("entry", None, "the kernel to run (--entry, or entry in the spec)")
+    src = source if source is not None else spec.source
+    if src is None:
+        raise invalid("source", None, "a .cu file (or `source` in the spec)")
+    arch = parse_arch(arch if arch is not None else spec.arch)
+    contract = None
+    if backward:
+        if n.fused and not (spec.has("dh") or spec.has("d_residual")):
+            raise invalid("norm", n.name, "roles dh (the residual stream's gradient, in) and "
+                          "d_residual (out) for a fused backward", "or check the norm's "
+                          "backward with norm = " + repr(n.base))
+        if spec.has("y") and not spec.has("gamma"):
+            raise invalid("spec.args", spec.roles(), "gamma with role y (x̂ = (y - β)/γ)")
+        # γ is always part of the maths (1 where the kernel takes none); β only through dβ or y
+        n = n.with_affine(True, n.centred and (spec.has("dbeta") or spec.has("beta")))
+        out = None
+        target = launch.bind(spec, src, norm=n, dtype=fmt.name, backend=be, defines=defines,
+                             timeout=timeout, arch=arch)
+    else:
+        if n.fused:
+            missing = [r for r in ("residual", "h") if not spec.has(r)]
+            if missing:
+                raise invalid("spec.args", spec.roles(), f"the roles residual and h for "
+                              f"{n.name}", f"add [[args]] with role = {missing[0]!r}")
+        n = n.with_affine(spec.has("gamma"), spec.has("beta")).with_reference(
+            reference or spec.reference or "exact")
+        contract = _contract(quant, spec)
+        out = formats.get(out_dtype or spec.out_dtype or fmt.name) if contract is None else None
+        target = launch.bind(spec, src, norm=n, dtype=fmt.name,
+                             out_dtype=out.name if out is not None else None,
+                             backend=be, defines=defines, timeout=timeout, arch=arch,
+                             quant=contract)
+    eps = np.float32(spec.eps) if spec.eps is not None else \
+        np.float32(1e-6 if contract is not None else 1e-5)
+    if isinstance(src, (str, Path)) and "\n" not in str(src):
+        desc = {"source": str(Path(src).resolve()), "sha256": sha256(src)}
+    else:
+        desc = {"source": "<string>", "source_text": str(src)}
+    desc.update({"entries": spec.entries, "norm": n.name, "dtype": fmt.name,
+                 "defines": {**spec.defines, **(defines or {})},
+                 "spec": str(spec.path.resolve()) if spec.path else None,
+                 "spec_sha256": sha256(spec.path) if spec.path else None,
+                 "block": block if not spec.path else None, "arch": arch})
+    if not backward:
+        desc.update({"reference": n.reference,
+                     "out_dtype": out.name if out is not None else contract.qformat.name})
+    return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc, backward)
+
+
+def resolve_case(k: dict, path, backend, run_embedded: bool, notes: list) -> Resolved:
+    """The kernel a saved case (:mod:`normcheck.cases`) describes, resolved as the check that
+    saved it resolved it; what changed since (a source or spec edited) goes to ``notes``."""
+    from normcheck.cases import EMBEDDED_FLAG, bad_case
+    from normcheck.errors import InvalidArgument
+
+    src = k.get("source")
+    if src == "<string>" or "source_text" in k:
+        if not run_embedded:
+            raise invalid("case", str(path), "a case whose kernel source is a file on disk",
+                          f"this case carries its kernel's C++ source: replaying it compiles "
+                          f"and runs that code on this machine -- only if you trust the file, "
+                          f"run normcheck replay {path} {EMBEDDED_FLAG}")
+        src = k["source_text"]
+        notes.append("ran the C++ source embedded in the case file (--run-embedded-source)")
+    else:
+        if not src or not Path(src).is_file():
+            raise invalid("case.source", src, "the kernel's source file, as it was when the "
+                          "case was saved", "restore the file, or run the check again")
+        if k.get("sha256") and sha256(src) != k["sha256"]:
+            notes.append(f"{src} has changed since the case was saved: replaying the file as it "
+                         "is now")
+    spec = None
+    if k.get("spec"):
+        sp = Path(k["spec"])
+        if not sp.is_file():
+            raise invalid("case.spec", str(sp), "the kernel's spec file",
+                          "restore the file, or run the check again")
+        if k.get("spec_sha256") and sha256(sp) != k["spec_sha256"]:
+            notes.append(f"{sp} has changed since the case was saved")
+        spec = specs.load(sp)
+    entries = k.get("entries") or [k.get("entry")]
+    entry = entries[0] if (spec is None or len(spec.launches) == 1) else None
+    quant = None
+    if k.get("quant"):
+        from normcheck.quant import contract as qcontract
+
+        q = {f: v for f, v in k["quant"].items() if f in qcontract.FIELDS and f != "notes"}
+        try:
+            quant = qcontract.Contract(**{f: (tuple(v) if isinstance(v, list) else v)
+                                          for f, v in q.items()}).replace()
+        except (TypeError, InvalidArgument) as e:
+            raise bad_case(path, f"its quant contract is not one normcheck knows ({e})") \
+                from None
+    backward = bool(k.get("backward"))
+    return resolve(src, entry, k["norm"], k["dtype"], spec=spec,
+                   block=int(k.get("block") or 256), backend=backend,
+                   defines=k.get("defines") or None,
+                   reference=None if backward else (k.get("reference") or None),
+                   out_dtype=None if (backward or quant) else k.get("out_dtype"),
+                   arch=k.get("arch"), quant=quant, backward=backward)

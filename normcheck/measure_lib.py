@@ -1,0 +1,107 @@
+"""The compiled measurement's library (``measure.cpp`` beside this file): built on first use,
+loaded with its ctypes layouts checked against the C++'s, and the compiled sound bound.  Below
+both :mod:`normcheck.measure` and :mod:`normcheck.bounds`, which call it."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from normcheck.metrics import CLASSES
+
+__all__ = ["library", "sound_bound", "Job", "threads", "pointer", "SOURCE", "FLAGS"]
+
+SOURCE = Path(__file__).with_name("measure.cpp")
+# -fno-trapping-math: no FP exception traps are installed, so comparisons may become selects
+# (the loops vectorise); results are IEEE's either way (nothing is reassociated or contracted)
+FLAGS = ["-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
+         "-fno-fast-math", "-fno-trapping-math", "-fopenmp-simd", "-fvisibility=hidden"]
+
+
+class Job(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_long), ("t", ctypes.c_void_p), ("r", ctypes.c_void_p),
+                ("r_kind", ctypes.c_int), ("a", ctypes.c_void_p), ("a_kind", ctypes.c_int),
+                ("scale", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("cols", ctypes.c_long),
+                ("E", ctypes.c_void_p), ("p", ctypes.c_int),
+                ("emin", ctypes.c_int), ("emax", ctypes.c_int), ("floor_ulp", ctypes.c_double),
+                ("check_poison", ctypes.c_int), ("poison", ctypes.c_uint32),
+                ("edges", ctypes.c_void_p), ("n_edges", ctypes.c_int),
+                ("want_hist", ctypes.c_int),
+                ("ulp", ctypes.c_void_p), ("cls", ctypes.c_void_p), ("scaled", ctypes.c_void_p),
+                ("ratio", ctypes.c_void_p),
+                ("max_ulp", ctypes.c_double), ("max_scaled", ctypes.c_double),
+                ("max_ratio", ctypes.c_double), ("sum_ulp", ctypes.c_double),
+                ("argmax_ulp", ctypes.c_long), ("argmax_scaled", ctypes.c_long),
+                ("argmax_ratio", ctypes.c_long), ("want_ordinal", ctypes.c_int),
+                ("max_ordinal", ctypes.c_double), ("hist", ctypes.c_void_p),
+                ("classes", ctypes.c_longlong * len(CLASSES)),
+                ("unwritten", ctypes.c_longlong), ("over", ctypes.c_longlong),
+                ("inf_ulp", ctypes.c_longlong), ("threads", ctypes.c_int)]
+
+
+class _BoundJob(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_int), ("cols", ctypes.c_int), ("x", ctypes.c_void_p),
+                ("g", ctypes.c_void_p), ("b", ctypes.c_void_p), ("eps", ctypes.c_double),
+                ("safety", ctypes.c_double), ("centred", ctypes.c_int), ("gemma", ctypes.c_int),
+                ("E", ctypes.c_void_p), ("threads", ctypes.c_int)]
+
+
+_lib = None
+_lock = threading.Lock()
+
+
+def library():
+    """The compiled measurement (built on first use), or None where it cannot be built."""
+    global _lib
+    if os.environ.get("NORMCHECK_MEASURE") == "numpy":
+        return None
+    with _lock:
+        if _lib is None:
+            from normcheck.backends import confine
+
+            path = confine.build_library(SOURCE, "measure", "measure", FLAGS,
+                                         "building the compiled measurement")
+            lib = ctypes.CDLL(str(path))
+            if lib.nc_measure_job_size() != ctypes.sizeof(Job):
+                raise RuntimeError("measure.cpp and measure.py disagree on the job layout")
+            lib.nc_measure.argtypes = [ctypes.POINTER(Job)]
+            lib.nc_measure.restype = None
+            if lib.nc_bound_job_size() != ctypes.sizeof(_BoundJob):
+                raise RuntimeError("measure.cpp and measure.py disagree on the bound's layout")
+            lib.nc_sound_bound.argtypes = [ctypes.POINTER(_BoundJob)]
+            lib.nc_sound_bound.restype = None
+            _lib = lib
+    return _lib
+
+
+def pointer(a):
+    return None if a is None else a.ctypes.data
+
+
+def sound_bound(rows, geff, b, eps: float, centred: bool, gemma: bool, safety: float):
+    """E of normcheck.bounds.sound_bound (the exact reference), compiled; None where the
+    compiled measurement is not available (the caller computes it in numpy)."""
+    lib = library()
+    if lib is None:
+        return None
+    x = np.ascontiguousarray(rows, np.float64)
+    R, D = x.shape
+    g = None if geff is None else np.ascontiguousarray(np.broadcast_to(geff, (D,)), np.float64)
+    bb = None if b is None else np.ascontiguousarray(np.broadcast_to(b, (D,)), np.float64)
+    E = np.empty((R, D))
+    if R and D:
+        job = _BoundJob(rows=R, cols=D, x=x.ctypes.data, g=pointer(g), b=pointer(bb), eps=float(eps),
+                        safety=float(safety), centred=int(centred), gemma=int(gemma),
+                        E=E.ctypes.data, threads=threads())
+        lib.nc_sound_bound(ctypes.byref(job))
+    return E
+
+
+def threads() -> int:
+    from normcheck.oracle import fast as oracle_fast
+
+    return oracle_fast.threads()
