@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from normcheck import families, kernels
+from normcheck import families, kernels, launch
 
 __all__ = ["compare_backends", "format_agreement"]
 
@@ -16,9 +16,9 @@ FAMILIES = ("gaussian", "offset", "fp16_large", "outlier", "tails", "special")
 
 
 def _outputs(v, x, g, b, r, backend, options):
-    out = kernels.run(v, x, g, b if v.has_beta else None, residual=r if v.fused else None,
-                      backend=backend, options=options)
-    return out if v.fused else (out,)
+    out = kernels.run_case(v, launch.Case(x=x, gamma=g, beta=b, residual=r), backend,
+                           options=options)
+    return (out["h"], out["output"]) if v.fused else (out["output"],)
 
 
 def compare_backends(fmad=False, rows=32, seed=0, variants=None, echo=print) -> list[dict]:

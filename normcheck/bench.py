@@ -66,7 +66,6 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
     the kernel (what the check could reach were its own work free)."""
     from normcheck import kernels, launch, norms
     from normcheck.oracle import fast as oracle_fast
-    from normcheck import spec as specs
     from normcheck.check.judge import Judge
 
     n = norms.get("rmsnorm")
@@ -80,9 +79,7 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
         for kind in targets:
             if kind == "builtin":
                 v = kernels.get(f"rmsnorm_rms_{name}" + ("" if name == "fp32" else "_upcast_square"))
-                sp = specs.default_spec(n, 256)
-                sp.launches[0].entry = v.name
-                target = launch.bind(sp, v.path, norm=n, dtype=name, backend="cpu")
+                target = kernels.target(v, "cpu")
                 label, R = v.name, builtin_rows or rows
             else:
                 target = launch.CallableTarget(numpy_rmsnorm(name), n, fmt, fmt, "numpy_rmsnorm")
@@ -173,11 +170,13 @@ def backend_benchmark(cols=(1024, 4096), rows=2048, variant="layernorm_two_pass_
     import os
 
     from normcheck import kernels
+    from normcheck import launch as launch_mod
 
     workers = workers or os.cpu_count() or 1
     rng = np.random.default_rng(seed)
     v = kernels.get(variant)
-    kern = kernels.compiled(v)
+    target = kernels.target(v)  # its spec's ABI (kernels.Variant.spec)
+    kern = target.kernels[v.name]
     out = []
     echo(f"{variant} on the cpu backend, {workers} worker threads, block 256")
     echo(f"{'D':>5} {'rows/s':>10} {'in launch':>10} {'numpy f32':>10} {'ratio':>7}")
@@ -185,13 +184,12 @@ def backend_benchmark(cols=(1024, 4096), rows=2048, variant="layernorm_two_pass_
         x = rng.standard_normal((rows, D)).astype(np.float32)
         g = np.ones(D, np.float32)
         b = np.zeros(D, np.float32)
-        y = np.empty_like(x)
-        args = [y, x, g, b, np.float32(1e-5), np.int32(rows), np.int32(D)]
-        kern((rows,), (256,), args, workers=workers)  # warm up
+        case = launch_mod.Case(x=x, gamma=g, beta=b)
+        target(case, workers=workers)  # warm up
         launch = []
 
         def once():
-            kern((rows,), (256,), args, workers=workers)
+            target(case, workers=workers)
             launch.append(kern.last_seconds)
 
         t = _best(once, 3)

@@ -114,7 +114,7 @@ def error_bound(v: Variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5),
     g = np.ones(D) if gamma is None else np.asarray(gamma, dtype=np.float64)
     if v.norm.startswith("gemma"):
         g = 1.0 + g
-    b = np.zeros(D) if beta is None else np.asarray(beta, dtype=np.float64)
+    b = np.zeros(D) if beta is None or not v.has_beta else np.asarray(beta, dtype=np.float64)
     t = _row_terms(v, x, eps, block)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         gx = np.abs(g * t["dev"] * t["r"])

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import formats, oracle
+from normcheck import formats, launch, oracle, spec as specs
 from normcheck.backends import get_backend
 from normcheck.errors import invalid
 
-__all__ = ["Variant", "variants", "get", "run", "reference", "poisoned", "unwritten", "poison_bits",
-           "CUDA_SRC",
+__all__ = ["Variant", "variants", "get", "run", "run_case", "target", "oracle_norm", "reference", "CUDA_SRC",
            "NORMS", "ORDERS", "ALGORITHMS", "BackwardVariant", "backward_variants",
            "get_backward", "run_backward_dx", "run_backward_dparams"]
 
@@ -45,28 +44,6 @@ STORAGES = ("fp32", "fp16", "bf16")
 BLOCK = 256
 #: Rows per launch: bounds the memory of a run whatever the number of rows.
 CHUNK_ELEMENTS = 1 << 22
-
-# A NaN with a payload no arithmetic produces (computed NaNs are the default quiet NaN): what an
-# output buffer holds before the launch, so an element the kernel never writes is recognisable.
-_POISON_BITS = {"fp16": 0x7D5A, "bf16": 0x7FA5, "fp32": 0x7FA5A5A5}
-
-
-def poisoned(shape, dtype) -> np.ndarray:
-    """An array of the poison NaN of dtype's format."""
-    fmt = formats.of_dtype(dtype)
-    return np.full(shape, _POISON_BITS[fmt.name], fmt.uint).view(fmt.dtype)
-
-
-def poison_bits(dtype) -> int:
-    """The bits of the poison NaN of dtype's format."""
-    return _POISON_BITS[formats.of_dtype(dtype).name]
-
-
-def unwritten(a) -> np.ndarray:
-    """Mask of the elements still holding the poison (never written by the kernel)."""
-    fmt = formats.of_dtype(np.asarray(a).dtype)
-    return np.asarray(a).view(fmt.uint) == _POISON_BITS[fmt.name]
-
 
 _FILES = {"layernorm": "layernorm.cu", "rmsnorm": "rmsnorm.cu", "gemma_rmsnorm": "rmsnorm.cu",
           "add_layernorm": "add_norm.cu", "add_rmsnorm": "add_norm.cu"}
@@ -100,6 +77,16 @@ class Variant:
     @property
     def path(self) -> Path:
         return CUDA_SRC / self.source
+
+    def spec(self, block: int = None) -> specs.KernelSpec:
+        """The ABI of the built-in, as a spec: the default ABI of its norm (docs/DESIGN.md,
+        "Kernel ABI"), its entry and source, ``block`` threads a row (default BLOCK)."""
+        sp = specs.default_spec(self.norm, BLOCK if block is None else block)
+        sp.launches[0].entry = self.name
+        sp.source = str(self.path)
+        if self.convention:
+            sp.convention = self.convention
+        return sp
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -220,7 +207,7 @@ def get_backward(name) -> BackwardVariant:
 
 
 def run_backward_dx(variant, x, dy, gamma, mean, rstd, *, backend="cpu", block=BLOCK,
-                    **launch) -> np.ndarray:
+                    **launch_options) -> np.ndarray:
     """dx of a built-in backward dx kernel on the rows x with upstream gradient dy and the saved
     statistics mean (LayerNorm) and rstd ([rows] float32)."""
     v = get_backward(variant)
@@ -229,15 +216,15 @@ def run_backward_dx(variant, x, dy, gamma, mean, rstd, *, backend="cpu", block=B
     x, dy, g, mean, rstd = _backward_inputs(v, x, dy, gamma, mean, rstd)
     rows, cols = x.shape
     kern = compiled(v, backend)
-    dx = poisoned((rows, cols), v.fmt.dtype)
+    dx = launch.poisoned((rows, cols), v.fmt.dtype)
     kern((rows,), (block,), [dx, dy, x, g, mean, rstd, np.int32(rows), np.int32(cols)],
-         names=["dx", "dy", "x", "gamma", "mean", "rstd", "rows", "cols"], **launch)
+         names=["dx", "dy", "x", "gamma", "mean", "rstd", "rows", "cols"], **launch_options)
     return dx
 
 
 def run_backward_dparams(variant, x, dy, mean, rstd, *, backend="cpu", block=BLOCK,
-                         rows_per_block=32, **launch):
-    """(dγ, dβ or None) of a built-in dparams kernel; ``launch`` may set the cpu backend's
+                         rows_per_block=32, **launch_options):
+    """(dγ, dβ or None) of a built-in dparams kernel; ``launch_options`` may set the cpu backend's
     ``schedule``/``seed`` (the atomic kernel's sum follows the blocks' order)."""
     v = get_backward(variant)
     if v.kind != "dparams":
@@ -252,24 +239,24 @@ def run_backward_dparams(variant, x, dy, mean, rstd, *, backend="cpu", block=BLO
         dg = np.zeros(cols, np.float32)
         db = np.zeros(cols, np.float32) if v.has_beta else None
         kern((rows,), (block,), [dg, db, dy, x, mean, rstd, np.int32(rows), np.int32(cols)],
-             names=names, **launch)
+             names=names, **launch_options)
     elif v.algorithm == "partial":
         nb = -(-rows // rows_per_block)
-        pg = poisoned((nb * cols,), np.float32)
-        pb = poisoned((nb * cols,), np.float32) if v.has_beta else None
+        pg = launch.poisoned((nb * cols,), np.float32)
+        pb = launch.poisoned((nb * cols,), np.float32) if v.has_beta else None
         kern((nb,), (block,), [pg, pb, dy, x, mean, rstd, np.int32(rows), np.int32(cols),
                                np.int32(rows_per_block)],
-             names=["part_g", "part_b"] + names[2:] + ["rows_per_block"], **launch)
-        dg = poisoned((cols,), np.float32)
-        db = poisoned((cols,), np.float32) if v.has_beta else None
+             names=["part_g", "part_b"] + names[2:] + ["rows_per_block"], **launch_options)
+        dg = launch.poisoned((cols,), np.float32)
+        db = launch.poisoned((cols,), np.float32) if v.has_beta else None
         fin = compiled(get_backward("backward_dparams_finalize"), backend)
         fin((-(-cols // block),), (block,), [dg, db, pg, pb, np.int32(nb), np.int32(cols)],
-            names=["dgamma", "dbeta", "part_g", "part_b", "nblocks", "cols"], **launch)
+            names=["dgamma", "dbeta", "part_g", "part_b", "nblocks", "cols"], **launch_options)
     else:
-        dg = poisoned((cols,), pf.dtype)
-        db = poisoned((cols,), pf.dtype) if v.has_beta else None
+        dg = launch.poisoned((cols,), pf.dtype)
+        db = launch.poisoned((cols,), pf.dtype) if v.has_beta else None
         kern((-(-cols // block),), (block,), [dg, db, dy, x, mean, rstd, np.int32(rows),
-                                              np.int32(cols)], names=names, **launch)
+                                              np.int32(cols)], names=names, **launch_options)
     return dg, db
 
 
@@ -348,13 +335,43 @@ def _param(a, name, cols, fmt, default):
     return np.ascontiguousarray(a)
 
 
-def run(variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5), residual=None,
-        backend="cpu", block=BLOCK, options=None, **launch):
-    """Run a built-in variant on the rows ``x`` ([rows, cols] in the variant's storage dtype).
+def target(variant, backend="cpu", block=BLOCK, options=None,
+           timeout=None) -> launch.KernelTarget:
+    """The built-in ``variant`` as a :class:`normcheck.launch.KernelTarget` of its spec
+    (:meth:`Variant.spec`): called on a :class:`normcheck.launch.Case`, it returns the outputs by
+    role ("output", and "h" for fused kernels).  Its source file is compiled once per backend and
+    options (:func:`compiled`)."""
+    v = get(variant)
+    sp = v.spec(block)
+    return launch.KernelTarget(sp, oracle_norm(v), v.storage, v.storage,
+                               {v.name: compiled(v, backend, options)}, timeout, label=v.name)
 
-    Returns y, or (h, y) for fused kernels (which need ``residual``).  γ defaults to ones and β to
-    zeros; RMSNorm variants take no β.  ``options`` go to the backend's compiler (e.g.
-    {"fmad": True} on cuda); ``launch`` to the kernel call (timeout, schedule, workers)."""
+
+def run_case(variant, case: launch.Case, backend="cpu", block=BLOCK, options=None,
+             **launch_options) -> dict:
+    """The outputs by role ("output", "h") of a built-in on a :class:`normcheck.launch.Case`
+    through its :func:`target` (β is read only by a norm that has one, as the spec says).  For
+    rows that fit in memory at once; :func:`run` streams any number of rows."""
+    tgt = target(variant, backend, block, options, launch_options.pop("timeout", None))
+    return tgt(case, **launch_options)
+
+
+def oracle_norm(v: Variant):
+    """The Norm a built-in computes (γ always; β where the norm has one)."""
+    from normcheck import norms
+
+    return norms.get(v.norm).with_affine(True, v.has_beta)
+
+
+def run(variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5), residual=None,
+        backend="cpu", block=BLOCK, options=None, **launch_options):
+    """Run a built-in variant on the rows ``x`` ([rows, cols] in the variant's storage dtype)
+    through its :func:`target`, :data:`CHUNK_ELEMENTS` at a time.
+
+    Returns y, or (h, y) for fused kernels (which need ``residual``).  γ defaults to ones (zeros
+    for Gemma's 1+γ) and β to zeros; RMSNorm variants take no β.
+    ``options`` go to the backend's compiler (e.g. {"fmad": True} on cuda); ``launch_options``
+    to the kernel call (timeout, schedule, seed, workers)."""
     v = get(variant)
     fmt = v.fmt
     if not isinstance(x, np.ndarray) or x.ndim != 2:
@@ -380,34 +397,20 @@ def run(variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5), residual=Non
         raise invalid("residual", residual, f"None: {v.name} is not a fused kernel")
     g = _param(gamma, "gamma", cols, fmt, 0.0 if v.norm == "gemma_rmsnorm" else 1.0)
     b = _param(beta, "beta", cols, fmt, 0.0) if v.has_beta else None
+    tgt = target(v, backend, block, options, launch_options.pop("timeout", None))
     eps = np.float32(eps)
-    kern = compiled(v, backend, options)
     x = np.ascontiguousarray(x)
     y = np.empty_like(x)
     h = np.empty_like(x) if v.fused else None
     step = max(1, CHUNK_ELEMENTS // cols)
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
-        n = r1 - r0
-        xc = x[r0:r1]
-        yc = poisoned((n, cols), fmt.dtype)
-        args = [yc, xc]
-        names = ["y", "x"]
+        case = launch.Case(x=x[r0:r1], gamma=g, beta=b, eps=eps,
+                           residual=np.ascontiguousarray(residual[r0:r1]) if v.fused else None)
+        outs = tgt(case, **launch_options)
+        y[r0:r1] = outs["output"]
         if v.fused:
-            hc = poisoned((n, cols), fmt.dtype)
-            args = [hc, yc, xc, np.ascontiguousarray(residual[r0:r1])]
-            names = ["h", "y", "x", "residual"]
-        args.append(g)
-        names.append("gamma")
-        if b is not None:
-            args.append(b)
-            names.append("beta")
-        args += [eps, np.int32(n), np.int32(cols)]
-        names += ["eps", "rows", "cols"]
-        kern((n,), (block,), args, names=names, **launch)
-        y[r0:r1] = yc
-        if v.fused:
-            h[r0:r1] = hc
+            h[r0:r1] = outs["h"]
     return (h, y) if v.fused else y
 
 

@@ -21,11 +21,33 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from normcheck import formats, kernels, norms, spec as specs
+from normcheck import formats, norms, spec as specs
 from normcheck.backends import get_backend
 from normcheck.errors import KernelRaised, SpecError, invalid
 
-__all__ = ["Case", "KernelTarget", "CallableTarget", "bind", "buffer_formats"]
+__all__ = ["Case", "KernelTarget", "CallableTarget", "bind", "buffer_formats", "poisoned",
+           "poison_bits", "unwritten"]
+
+# A NaN with a payload no arithmetic produces (computed NaNs are the default quiet NaN): what an
+# output buffer holds before the launch, so an element the kernel never writes is recognisable.
+_POISON_BITS = {"fp16": 0x7D5A, "bf16": 0x7FA5, "fp32": 0x7FA5A5A5}
+
+
+def poisoned(shape, dtype) -> np.ndarray:
+    """An array of the poison NaN of dtype's format."""
+    fmt = formats.of_dtype(dtype)
+    return np.full(shape, _POISON_BITS[fmt.name], fmt.uint).view(fmt.dtype)
+
+
+def poison_bits(dtype) -> int:
+    """The bits of the poison NaN of dtype's format."""
+    return _POISON_BITS[formats.of_dtype(dtype).name]
+
+
+def unwritten(a) -> np.ndarray:
+    """Mask of the elements still holding the poison (never written by the kernel)."""
+    fmt = formats.of_dtype(np.asarray(a).dtype)
+    return np.asarray(a).view(fmt.uint) == _POISON_BITS[fmt.name]
 
 
 @dataclass
@@ -125,19 +147,19 @@ class KernelTarget:
             if n < 0 or n > (1 << 34):
                 raise invalid(f"scratch {a.name!r}.size", n, "0 to 2^34 elements")
             return (np.zeros(max(n, 0), fmt.dtype) if a.fill == "zero" else
-                    kernels.poisoned((max(n, 0),), fmt.dtype))
+                    poisoned((max(n, 0),), fmt.dtype))
         zero = a.fill == "zero"
         if first in specs.QUANT_ROLES or (first == "output" and self.quant is not None):
             return self._quant_buffer(a, first, case, zero)
         if first in ("output", "h", "dx", "d_residual"):
             shape = (rows, self._stride(a, rows, cols))
-            return np.zeros(shape, fmt.dtype) if zero else kernels.poisoned(shape, fmt.dtype)
+            return np.zeros(shape, fmt.dtype) if zero else poisoned(shape, fmt.dtype)
         if first in ("input", "residual", "dy", "dh", "y"):
             data = {"input": case.x, "residual": case.residual, "dy": case.dy,
                     "dh": case.extra.get("dh"), "y": case.extra.get("y")}[first]
             if data is None:
                 raise invalid(f"args.{a.label}", None, f"the {first} rows of the case")
-            buf = kernels.poisoned((rows, self._stride(a, rows, cols)), fmt.dtype)
+            buf = poisoned((rows, self._stride(a, rows, cols)), fmt.dtype)
             buf[:, :cols] = _in_format(data, fmt)
             return buf
         if first in ("gamma", "beta"):
@@ -146,14 +168,14 @@ class KernelTarget:
                 v = np.full(cols, 1.0 if first == "gamma" and not self.norm.gemma else 0.0)
             return np.ascontiguousarray(_in_format(v, fmt))
         if first in ("dgamma", "dbeta"):
-            return np.zeros(cols, fmt.dtype) if zero else kernels.poisoned((cols,), fmt.dtype)
+            return np.zeros(cols, fmt.dtype) if zero else poisoned((cols,), fmt.dtype)
         if first in ("mean", "rstd"):
             if self.spec.backward:  # the saved statistics, as the forward wrote them
                 v = case.mean if first == "mean" else case.rstd
                 if v is None:
                     raise invalid(f"args.{a.label}", None, "the saved statistics of the case")
                 return np.ascontiguousarray(_in_format(v, fmt))
-            return np.zeros(rows, fmt.dtype) if zero else kernels.poisoned((rows,), fmt.dtype)
+            return np.zeros(rows, fmt.dtype) if zero else poisoned((rows,), fmt.dtype)
         raise invalid(f"args.{a.label}", a.role, "a buffer role")
 
     def _quant_buffer(self, a, role, case: Case, zero: bool):
@@ -180,7 +202,7 @@ class KernelTarget:
         if zero or role == "amax":  # amax accumulates (atomicMax): it starts at 0
             return np.zeros(shape, fmt.dtype)
         if fmt is formats.FP32:
-            return kernels.poisoned(shape, np.float32)
+            return poisoned(shape, np.float32)
         return np.full(shape, fmt.poison(self.alternate_poison), np.uint8).view(fmt.dtype)
 
     def _value(self, a: specs.ArgSpec, case: Case, buffers: dict):

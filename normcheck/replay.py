@@ -93,10 +93,9 @@ def replay(path, backend="cpu", variant=None, run_embedded=False) -> str:
         if v.fmt.dtype != x.dtype:
             raise invalid("--variant", v.name, f"a {formats.of_dtype(x.dtype).name} variant "
                           "(the case's rows)")
-        out = kernels.run(v, x, g, b if v.has_beta else None, eps=eps, residual=r,
-                          backend=backend)
-        y = out[1] if v.fused else out
-        ref, _ = kernels.reference(v, x, g, b if v.has_beta else None, eps=eps, residual=r)
+        y = kernels.run_case(v, launch.Case(x=x, gamma=g, beta=b, residual=r, eps=eps),
+                             backend)["output"]
+        ref, _ = kernels.reference(v, x, g, b, eps=eps, residual=r)
         label = v.name
     elif k.get("source") or k.get("source_text"):
         from normcheck.check.resolve import resolve_case

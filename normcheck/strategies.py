@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from normcheck import families, formats
 from normcheck.errors import invalid
+from normcheck.launch import Case  # what a kernel target receives (normcheck.launch)
 
 __all__ = ["rows", "row_cases", "weights", "epsilons", "columns", "FAMILY_NAMES", "Case"]
 
@@ -131,32 +132,6 @@ def epsilons() -> st.SearchStrategy:
     return st.sampled_from([1e-5, 1e-6, 1e-12, 1e-3, 2.0**-149, 0.5]).map(np.float32)
 
 
-class Case(tuple):
-    """(x, gamma, beta, residual, eps) for one kernel run."""
-
-    __slots__ = ()
-
-    @property
-    def x(self):
-        return self[0]
-
-    @property
-    def gamma(self):
-        return self[1]
-
-    @property
-    def beta(self):
-        return self[2]
-
-    @property
-    def residual(self):
-        return self[3]
-
-    @property
-    def eps(self):
-        return self[4]
-
-
 @st.composite
 def row_cases(draw, fmt, *, cols=None, family=None, beta=True, fused=False, eps=None):
     """A whole case for a kernel: rows, weights, a residual (fused kernels) and ε."""
@@ -167,4 +142,4 @@ def row_cases(draw, fmt, *, cols=None, family=None, beta=True, fused=False, eps=
     if fused:
         r = draw(rows(f, cols=x.shape[1], family="gaussian", n_rows=x.shape[0]))
     e = draw(epsilons()) if eps is None else np.float32(eps)
-    return Case((x, g, b, r, e))
+    return Case(x=x, gamma=g, beta=b, residual=r, eps=e)

@@ -14,13 +14,9 @@ FAILURES = Path(os.environ.get("NORMCHECK_FAILURES", ".normcheck-failures"))
 
 
 def run_case(v, case, backend):
-    """Run variant v on a strategies.Case; returns (y, h or None)."""
-    if v.fused:
-        h, y = kernels.run(v, case.x, case.gamma, case.beta if v.has_beta else None,
-                           eps=case.eps, residual=case.residual, backend=backend)
-        return y, h
-    return kernels.run(v, case.x, case.gamma, case.beta if v.has_beta else None, eps=case.eps,
-                       backend=backend), None
+    """Run variant v on a case (normcheck.launch.Case); returns (y, h or None)."""
+    out = kernels.run_case(v, case, backend)
+    return out["output"], out.get("h")
 
 
 def fail(prop, v, case, ref, y, bad, backend, limit=""):
@@ -39,10 +35,10 @@ def check_bound(prop, v, case, backend, rows_mask=None):
     """Every element of the rows where the analysis applies is within its bound; returns the
     largest error/bound ratio (for hypothesis.target)."""
     y, h = run_case(v, case, backend)
-    ref, rows = kernels.reference(v, case.x, case.gamma, case.beta if v.has_beta else None,
+    ref, rows = kernels.reference(v, case.x, case.gamma, case.beta,
                                   eps=case.eps, residual=case.residual)
     mask = bounds.applies(v, rows) if rows_mask is None else rows_mask
-    E = bounds.error_bound(v, rows, case.gamma, case.beta if v.has_beta else None, eps=case.eps)
+    E = bounds.error_bound(v, rows, case.gamma, case.beta, eps=case.eps)
     # the check's measurement (normcheck.measure) with the analysis's E and no floor: the ratio
     # |y - t| / (ulp(|t| + E)/2 + E); a non-finite answer where the exact result is finite (or a
     # number where it is NaN) fails; where E is infinite the analysis promises nothing

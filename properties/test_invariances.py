@@ -16,6 +16,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from normcheck import formats, kernels, oracle
+from normcheck.launch import Case
 from normcheck.strategies import row_cases, rows
 
 from prop_support import check_bound, fail, run_case
@@ -79,11 +80,12 @@ def test_kernel_output_is_exactly_scale_equivariant(v, backend):
         eps2 = np.float32(float(case.eps) * 4.0**k)
         assume(float(eps2) == float(case.eps) * 4.0**k and eps2 >= np.float32(2.0**-100))
         y1, _ = run_case(v, case, backend)
-        case2 = type(case)((fmt.cast(x * 2.0**k), case.gamma, case.beta, res2, eps2))
+        case2 = Case(x=fmt.cast(x * 2.0**k), gamma=case.gamma, beta=case.beta, residual=res2,
+                     eps=eps2)
         y2, _ = run_case(v, case2, backend)
         same = y1.view(fmt.uint) == y2.view(fmt.uint)
         if not same.all():
-            ref, _ = kernels.reference(v, case.x, case.gamma, case.beta if v.has_beta else None,
+            ref, _ = kernels.reference(v, case.x, case.gamma, case.beta,
                                        eps=case.eps, residual=case.residual)
             fail("scale_equivariance", v, case, ref, y2, ~same, backend,
                  f"differ after scaling by 2^{k}")
@@ -101,7 +103,7 @@ def test_kernel_error_on_shifted_rows_within_bound(name, backend):
     def prop(case, c):
         shifted = v.fmt.cast(case.x.astype(np.float64) + c)
         check_bound("shifted_within_bound", v,
-                    type(case)((shifted, case.gamma, case.beta, None, case.eps)), backend)
+                    Case(x=shifted, gamma=case.gamma, beta=case.beta, eps=case.eps), backend)
 
     prop()
 
@@ -146,8 +148,8 @@ def test_kernel_on_permuted_columns_within_bound(name, backend):
     @given(case=row_cases(v.storage, family=FAMS, beta=v.has_beta), data=st.data())
     def prop(case, data):
         perm = np.array(data.draw(st.permutations(range(case.x.shape[1]))))
-        pc = type(case)((np.ascontiguousarray(case.x[:, perm]), case.gamma[perm].copy(),
-                         None if case.beta is None else case.beta[perm].copy(), None, case.eps))
+        pc = Case(x=np.ascontiguousarray(case.x[:, perm]), gamma=case.gamma[perm].copy(),
+                  beta=None if case.beta is None else case.beta[perm].copy(), eps=case.eps)
         check_bound("permuted_within_bound", v, pc, backend)
 
     prop()
@@ -163,11 +165,11 @@ def test_nan_in_nan_out(v, backend):
         i = data.draw(st.integers(0, x.shape[0] - 1))
         j = data.draw(st.integers(0, x.shape[1] - 1))
         x[i, j] = np.nan
-        c2 = type(case)((x, case.gamma, case.beta, case.residual, case.eps))
+        c2 = Case(x=x, gamma=case.gamma, beta=case.beta, residual=case.residual, eps=case.eps)
         y, _ = run_case(v, c2, backend)
         bad = ~np.isnan(y[i].astype(np.float64))
         if bad.any():
-            ref, _ = kernels.reference(v, x, case.gamma, case.beta if v.has_beta else None,
+            ref, _ = kernels.reference(v, x, case.gamma, case.beta,
                                        eps=case.eps, residual=case.residual)
             mask = np.zeros(y.shape, bool)
             mask[i] = bad

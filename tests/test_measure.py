@@ -5,7 +5,7 @@ on (StreamStats's bins read from the bits, the one-rounding casts, pooled rows).
 import numpy as np
 import pytest
 
-from normcheck import bounds, families, formats, kernels, measure, metrics, oracle
+from normcheck import bounds, families, formats, launch, measure, metrics, oracle
 
 
 def _both(monkeypatch, ref, y, **kw):
@@ -39,7 +39,7 @@ def _planted(fmt, norm="layernorm", cols=1000):
         yy[2, 6] = -np.inf
         yy[3, 5] = 0.0           # NaN not propagated
     y = F.cast(yy)
-    y[4, 7] = kernels.poisoned((1,), F.dtype)[0]
+    y[4, 7] = launch.poisoned((1,), F.dtype)[0]
     return ref, y, E
 
 
@@ -50,7 +50,7 @@ def test_compiled_equals_numpy(monkeypatch, fmt, norm, with_E):
     if measure.library() is None:
         pytest.skip("the compiled measurement could not be built here")
     ref, y, E = _planted(fmt, norm)
-    kw = dict(E=E if with_E else None, poison=kernels.poison_bits(y.dtype), floor=1.0)
+    kw = dict(E=E if with_E else None, poison=launch.poison_bits(y.dtype), floor=1.0)
     a, b = _both(monkeypatch, ref, y, **kw)
     for k in measure.ELEMENTS:
         assert np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True), k

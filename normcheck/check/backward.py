@@ -387,12 +387,12 @@ def compare_role(role, ref, got, E, tol, fam, case, norm, scale, eps):
     if got.dtype != fmt.dtype:
         got = fmt.cast(got.astype(np.float64))
     m = measure_mod.measure(ref, got, E=E, floor=tol.fail_floor, scale=scale,
-                            poison=kernels.poison_bits(got.dtype))
+                            poison=launch.poison_bits(got.dtype))
     st = {"max_ulp": m.max_ulp if m.n else 0.0, "p99_ulp": 0.0,
           "max_scaled": m.max_scaled, "of_bound": m.max_ratio}
     st["p99_ulp"] = metrics.ulp_stats(m.ulp.ravel())[1]
     if m.unwritten:
-        i = np.argwhere(kernels.unwritten(got))[0]
+        i = np.argwhere(launch.unwritten(got))[0]
         st.update(max_ulp=np.inf, of_bound=np.inf)
         return (Failure("unwritten", fam, f"{role}: {m.unwritten}/{got.size} elements never "
                         f"written, first at {tuple(int(v) for v in i)}"), st)

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from normcheck import bounds, families, formats, kernels, metrics, norms, oracle
+from normcheck import bounds, families, formats, kernels, launch, metrics, norms, oracle
 from normcheck import measure as measure_mod
 from normcheck.check import diagnose
 from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance, Verdict
@@ -164,7 +164,7 @@ def check_h(family, h, ref) -> list:
     if not wrong.any():
         return []
     i, j = (int(v) for v in np.argwhere(wrong)[0])
-    what = "never written" if kernels.unwritten(h)[i, j] else "not correctly rounded"
+    what = "never written" if launch.unwritten(h)[i, j] else "not correctly rounded"
     return [Failure("accuracy" if what != "never written" else "unwritten", family,
                     f"h = x + residual {what} in {int(wrong.sum())}/{h.size} elements; "
                     f"e.g. row {i}, col {j}: kernel={float(h[i, j])!r} correctly rounded="
@@ -234,11 +234,10 @@ class Judge:
         out = {}
         n = self.norm
         for v in self.baselines:
-            g = case.gamma if n.has_gamma else None
-            b = case.beta if (n.centred and n.has_beta) else None
-            res = kernels.run(v, case.x, g, b, eps=case.eps, backend=self.backend,
-                              residual=case.residual if v.fused else None)
-            y = res[1] if v.fused else res
+            c = Case(x=case.x, gamma=case.gamma if n.has_gamma else None,
+                     beta=case.beta if n.centred and n.has_beta else None,
+                     residual=case.residual, eps=case.eps)
+            y = kernels.run_case(v, c, self.backend)["output"]
             s = metrics.compare(ref, y, ordinal=False).scaled
             s = s[np.isfinite(s)]
             out[v.name] = float(s.max()) if s.size else 0.0
@@ -296,7 +295,7 @@ class Judge:
         rows = kernels.normalised_rows(ref, x, case.residual, self.convention)
         E = bounds.sound_bound_of(self.norm, ref, rows, case.gamma, case.beta, eps=case.eps,
                                   convention=self.convention, storage=self.fmt)
-        poison = kernels.poison_bits(y.dtype)
+        poison = launch.poison_bits(y.dtype)
         mm = measure_mod.measure(ref, y, E=E, floor=self.tol.fail_floor, poison=poison,
                                  keep=())
         fails_cls = sum(mm.classes[k] for k in metrics.FAILURE_CLASSES)
@@ -304,7 +303,7 @@ class Judge:
                             self.tol.fail_floor, poison)
         if mm.unwritten or fails_cls or mm.over:
             mm = measured.full()
-        unw = kernels.unwritten(y) if mm.unwritten else None
+        unw = launch.unwritten(y) if mm.unwritten else None
         if mm.unwritten:
             i, j = (int(v) for v in np.argwhere(unw)[0])
             fails.append(Failure(
@@ -357,8 +356,8 @@ class Judge:
             return [Failure("error", family, f"the kernel writes {role}, which {self.norm.name} "
                             "does not have")]
         got = np.asarray(got)
-        if kernels.unwritten(got).any():
-            i = int(np.argmax(kernels.unwritten(got)))
+        if launch.unwritten(got).any():
+            i = int(np.argmax(launch.unwritten(got)))
             return [Failure("unwritten", family, f"{role} of row {i} never written")]
         got = got.astype(np.float64)
         t = sref.exact
@@ -553,7 +552,7 @@ class Judge:
     def diagnose(self, case: Case, m: Measured) -> str | None:
         fail_cls = np.isin(m.cls, [metrics.CLASSES.index(k)
                                               for k in metrics.FAILURE_CLASSES])
-        bad = (m.ratio > 1.0) | (fail_cls & ~kernels.unwritten(m.y))
+        bad = (m.ratio > 1.0) | (fail_cls & ~launch.unwritten(m.y))
         if not bad.any():
             s = np.where(np.isfinite(m.scaled), m.scaled, 0.0)
             bad = s >= max(np.percentile(s, 99), 1e-300)

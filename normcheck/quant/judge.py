@@ -336,8 +336,8 @@ class QuantJudge:
             if sraw is None:
                 raise KernelRaised("the target wrote no scales")
             if c.scale_format == "fp32":
-                from normcheck import kernels
-                unw_s = _scale_layout(c, kernels.unwritten(sraw).astype(np.float64),
+                from normcheck import launch
+                unw_s = _scale_layout(c, launch.unwritten(sraw).astype(np.float64),
                                       case.rows) > 0
                 s = _scale_layout(c, sraw, case.rows)
             else:

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from normcheck import bounds, formats, kernels, measure, oracle
+from normcheck.launch import Case
 from normcheck.report.sweep import KAPPA_VARIANTS
 
 __all__ = ["run_audit", "LOST", "LOST_RATIO"]
@@ -27,8 +28,8 @@ LOST_RATIO = 8.0
 def _max_ulp(variant, x, backend, g=None, b=None, scaled=False):
     """Largest ULP error of a built-in variant on x (in ulps of max(|γx̂|, |β|) if scaled)."""
     v = kernels.get(variant)
-    y = kernels.run(v, x, g, b if v.has_beta else None, backend=backend)
-    ref, _ = kernels.reference(v, x, g, b if v.has_beta else None)
+    y = kernels.run_case(v, Case(x=x, gamma=g, beta=b), backend)["output"]
+    ref, _ = kernels.reference(v, x, g, b)
     m = measure.measure(ref, y, keep=(), hist=False)
     if scaled:
         return math.inf if m.inf_ulp else m.max_scaled

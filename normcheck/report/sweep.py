@@ -30,6 +30,7 @@ from normcheck import __version__, cases, families, kernels, metrics
 from normcheck.backends import get_backend
 from normcheck.backends.base import read_limited
 from normcheck.errors import KernelError, invalid
+from normcheck.launch import Case
 from normcheck.report import folder
 from normcheck.report.record import Record, RecordError
 
@@ -259,17 +260,16 @@ def measure(task: Task, seed: int, backend, workers=None) -> tuple[Record, dict 
     t0 = time.perf_counter()
     launch = {"workers": workers} if workers else {}
     try:
-        out = kernels.run(v, x, g, b if v.has_beta else None, residual=r if v.fused else None,
-                          backend=backend, **launch)
+        out = kernels.run_case(v, Case(x=x, gamma=g, beta=b, residual=r if v.fused else None),
+                               backend, **launch)
     except KernelError as e:
         rec.update({"error": {"kind": e.kind, "detail": str(e)}, "max_ulp": math.inf,
                     "p99_ulp": math.inf, "mean_ulp": math.inf, "nonfinite": {}, "worst": None,
                     "seconds": time.perf_counter() - t0})
         return Record(**rec), None
-    y = out[1] if v.fused else out
-    ref, rows = kernels.reference(v, x, g, b if v.has_beta else None,
-                                  residual=r if v.fused else None)
-    m = _measured(v.norm, ref, rows, g, b if v.has_beta else None, np.float32(1e-5),
+    y = out["output"]
+    ref, rows = kernels.reference(v, x, g, b, residual=r if v.fused else None)
+    m = _measured(v.norm, ref, rows, g, b, np.float32(1e-5),
                   v.convention or "exact", y)
     return _record(rec, task, fmt, x, y, g, b if v.has_beta else None, r if v.fused else None,
                    ref, m, t0, {"variant": v.name},
