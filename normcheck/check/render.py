@@ -4,6 +4,7 @@ causes, the worst row, how to replay it."""
 from __future__ import annotations
 
 from normcheck.measure import mismatch
+from normcheck.metrics import StreamStats
 from normcheck.metrics import short as _fmt
 
 __all__ = ["render", "render_quantised"]
@@ -118,7 +119,8 @@ def _body(r, backward=False) -> list:
     if long is not None:
         lines.append(f"long run: {long.rows:,} rows of {long.cols[0]} in batches of about 2^20 "
                      f"elements; peak memory of this process {r.extra.get('peak_rss_mib', 0):,.0f}"
-                     " MiB; p99 from a histogram (at most 4.4% high)")
+                     f" MiB; p99 from a histogram (at most "
+                     f"{100 / StreamStats.BINS_PER_OCTAVE:g}% high)")
     lines.append(f"verdict: {r.verdict.upper()} -- {r.rows_checked} rows in {r.seconds:.1f} s"
                  + (f"; likely cause: {r.cause}" if r.cause and r.verdict != "pass" else ""))
     return lines
