@@ -104,8 +104,10 @@ class Format:
         those formats take them; the others round here first."""
         v = np.asarray(v, dtype=np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
-            if self.dtype in (np.dtype(np.float32), np.dtype(np.float16)):
+            if self.dtype == np.dtype(np.float32):
                 return v.astype(self.dtype)
+            if self.dtype == np.dtype(np.float16):
+                return _fp16(v)
             if self.bits == 16 and self.precision == 8:
                 return _bf16_bits(v).view(self.dtype)
         return self.round_array(v).astype(self.dtype)
@@ -218,6 +220,22 @@ FP32 = _make("fp32", 24, -126, 127, 32, np.float32, np.uint32,
              "0x1.fffffep+127", "0x1p-126", "0x1p-149", "0x1.ffffffp+127")
 FP16 = _make("fp16", 11, -14, 15, 16, np.float16, np.uint16,
              "0x1.ffcp+15", "0x1p-14", "0x1p-24", "0x1.ffep+15")  # overflow at 65520
+def _fp16(v: np.ndarray) -> np.ndarray:
+    """float64 -> float16, rounded once.  numpy's conversion rounds correctly but spends ~90 ns
+    on each element whose result is subnormal (measured: 97 ms for 2^20 such values, 3 ms for
+    normal ones), so where they are more than 1/16 of the values they are done here on the bits:
+    below 2^-14 an fp16 value's bits are its integer significand rint(|v|·2^24) (ties to even;
+    1024 is the bits of 2^-14) and the sign."""
+    small = np.abs(v) < 2.0**-14
+    if np.count_nonzero(small) * 16 < small.size:  # a few: numpy's own conversion is cheaper
+        return v.astype(np.float16)
+    out = np.where(small, 0.0, v).astype(np.float16)
+    sv = v[small]
+    out.view(np.uint16)[small] = np.rint(np.abs(sv) * 2.0**24).astype(np.uint16) | \
+        (np.signbit(sv).astype(np.uint16) << np.uint16(15))
+    return out
+
+
 def _bf16_bits(v: np.ndarray) -> np.ndarray:
     """float64 -> bfloat16 bits, rounded once: to float32 by rounding to odd (truncate, then
     set the last bit if anything was cut: 16 extra bits and a sticky bit keep the next rounding

@@ -155,9 +155,13 @@ def test_fast_casts_round_once(fmt):
             F.min_subnormal * 0.75, F.min_subnormal * 1.5, np.inf, 0.0, 1e-300, 1e300]
     v = np.concatenate([v, mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf), edge])
     v = np.concatenate([v, -v])
-    a = F.cast(v)
-    b = F.round_array(v).astype(F.dtype)
-    assert np.array_equal(a.view(F.uint), b.view(F.uint))
+    # fp16 rounds results below 2^-14 on the bits where they are many (as here, ~40 %) and
+    # leaves them to numpy where they are few: both ways
+    few = np.concatenate([v[np.abs(v) >= 2.0**-14], v[np.abs(v) < 2.0**-14][:64]])
+    for w in (v, few):
+        a = F.cast(w)
+        b = F.round_array(w).astype(F.dtype)
+        assert np.array_equal(a.view(F.uint), b.view(F.uint))
     assert np.isnan(F.cast(np.array([np.nan])).astype(np.float64)).all()
 
 
