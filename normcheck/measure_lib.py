@@ -67,11 +67,11 @@ def library():
                                          "building the compiled measurement")
             lib = ctypes.CDLL(str(path))
             if lib.nc_measure_job_size() != ctypes.sizeof(Job):
-                raise RuntimeError("measure.cpp and measure.py disagree on the job layout")
+                raise RuntimeError("measure.cpp and measure_lib.py disagree on the job layout")
             lib.nc_measure.argtypes = [ctypes.POINTER(Job)]
             lib.nc_measure.restype = None
             if lib.nc_bound_job_size() != ctypes.sizeof(_BoundJob):
-                raise RuntimeError("measure.cpp and measure.py disagree on the bound's layout")
+                raise RuntimeError("measure.cpp and measure_lib.py disagree on the bound's layout")
             lib.nc_sound_bound.argtypes = [ctypes.POINTER(_BoundJob)]
             lib.nc_sound_bound.restype = None
             _lib = lib

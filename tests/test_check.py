@@ -324,3 +324,11 @@ def test_a_long_run_fails_a_bad_kernel():
 def test_long_run_arguments_are_checked(kw, match):
     with pytest.raises(errors.InvalidArgument, match=match):
         check.check_callable(_rms32, "rmsnorm", "fp16", examples=2, search=0, **kw)
+
+
+def test_a_quant_that_is_no_contract_is_named():
+    """quant= goes through the contract's own validation, whatever its type (a Contract, a
+    preset name or a table pass; anything else is an argument error naming it)."""
+    src = 'extern "C" __global__ void k(float* y, const float* x) {}'
+    with pytest.raises(errors.InvalidArgument, match=r"quant=5: expected a table of contract"):
+        check.check_kernel(src, "k", "rmsnorm", "fp16", quant=5)

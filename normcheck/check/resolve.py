@@ -47,11 +47,6 @@ class Resolved:
     eps: np.float32
     target: launch.KernelTarget
     desc: dict = field(default_factory=dict)
-    backward: bool = False
-
-    @property
-    def label(self) -> str:
-        return self.target.label
 
 
 def sha256(path) -> str:
@@ -121,8 +116,6 @@ def _contract(quant, spec):
     """The quantised output's contract from ``quant`` (CLI/API) over the spec's, or None."""
     from normcheck.quant import contract as qcontract
 
-    if quant is not None and not isinstance(quant, (str, dict)):
-        return quant  # a Contract already
     table = quant if quant is not None else (spec.quant if spec is not None else None)
     if table is None:
         return None
@@ -223,7 +216,7 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
     if not backward:
         desc.update({"reference": n.reference,
                      "out_dtype": out.name if out is not None else contract.qformat.name})
-    return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc, backward)
+    return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc)
 
 
 def resolve_case(k: dict, path, backend, run_embedded: bool, notes: list) -> Resolved:
