@@ -34,6 +34,7 @@ import numpy as np
 
 from normcheck import formats
 from normcheck.errors import invalid
+from normcheck.oracle import fast as oracle_fast
 
 __all__ = ["Source", "NumpySource", "Family", "FAMILIES", "get", "generate", "weights",
            "kappa_max", "kappa_quantised", "TAIL_COLS", "normal_pool", "widths", "BACKWARD_FAMILIES",
@@ -60,28 +61,49 @@ class Source:
 
 class NumpySource(Source):
     """A seeded numpy generator.  With ``pool`` (an array of standard normals), ``normal(n)``
-    is a window of the pool at a random offset with a random sign: rows as varied as the
-    recipes' own parameters make them, at the cost of a copy instead of n fresh normals (the
-    long check's batches, where drawing normals would cost more than the oracle)."""
+    is a window of the pool at a random offset: rows as varied as the recipes' own parameters
+    make them, at the cost of a copy instead of n fresh normals (the long check's batches, where
+    drawing normals would cost more than the oracle); :func:`normal_pool` holds its draws and
+    their negations, so a window's sign is random too.
 
-    def __init__(self, rng: np.random.Generator, pool: np.ndarray | None = None):
+    With ``rows``, every draw is for that many rows at once: ``uniform``, ``integer`` and
+    ``choice`` give a column (rows, 1) of per-row values and ``normal(n)`` an array (rows, n), so
+    that a recipe, written with numpy's broadcasting, makes a whole batch in a few vector
+    operations (:func:`generate`); ``rows(m)`` is a source of m rows on the same generator."""
+
+    def __init__(self, rng: np.random.Generator, pool: np.ndarray | None = None,
+                 rows: int | None = None):
         self.rng = rng
         self.pool = pool
+        self.n_rows = rows
+
+    def rows(self, m: int) -> "NumpySource":
+        return NumpySource(self.rng, self.pool, m)
 
     def normal(self, n):
+        R = self.n_rows
         if self.pool is not None and n <= len(self.pool):
-            off = int(self.rng.integers(0, len(self.pool) - n + 1))
-            return self.pool[off:off + n] * (1.0 if self.rng.random() < 0.5 else -1.0)
-        return self.rng.standard_normal(n)
+            if R is None:
+                off = int(self.rng.integers(0, len(self.pool) - n + 1))
+                return self.pool[off:off + n].copy()
+            off = self.rng.integers(0, len(self.pool) - n + 1, size=R)
+            return np.lib.stride_tricks.sliding_window_view(self.pool, n)[off]
+        return self.rng.standard_normal(n if R is None else (R, n))
 
     def uniform(self, lo, hi):
-        return float(self.rng.uniform(lo, hi))
+        if self.n_rows is None:
+            return float(self.rng.uniform(lo, hi))
+        return self.rng.uniform(lo, hi, size=(self.n_rows, 1))
 
     def integer(self, lo, hi):
-        return int(self.rng.integers(lo, hi + 1))
+        if self.n_rows is None:
+            return int(self.rng.integers(lo, hi + 1))
+        return self.rng.integers(lo, hi + 1, size=(self.n_rows, 1))
 
     def choice(self, seq):
-        return seq[int(self.rng.integers(0, len(seq)))]
+        if self.n_rows is None:
+            return seq[int(self.rng.integers(0, len(seq)))]
+        return np.asarray(seq)[self.rng.integers(0, len(seq), size=(self.n_rows, 1))]
 
 
 def kappa_max(fmt: formats.Format) -> float:
@@ -91,10 +113,36 @@ def kappa_max(fmt: formats.Format) -> float:
 
 
 # ------------------------------------------------------------------------------------------------
-# Recipes: (source, fmt, n) -> n float64 values of one row
+# Recipes: (source, fmt, n) -> float64 values of one row (n of them), or of the source's rows
+# (rows x n) when it draws for many: every parameter is a scalar or a column, combined by
+# broadcasting, so one piece of code serves Hypothesis (one row) and a seeded batch.
 # ------------------------------------------------------------------------------------------------
+def _put(x, j, v, where=True):
+    """x[..., j] = v where ``where``: one position j per row (a scalar or a column)."""
+    shape = x.shape[:-1] + (1,)
+    j = np.broadcast_to(np.asarray(j, np.intp), shape)
+    old = np.take_along_axis(x, j, -1)
+    np.put_along_axis(x, j, np.where(where, np.broadcast_to(v, shape), old), -1)
+    return x
+
+
+def _by_kind(src, kinds: dict, fmt, n):
+    """One of several recipes per row, drawn: a batch runs each on its own rows."""
+    kind = src.choice(list(kinds))
+    if np.ndim(kind) == 0:
+        return kinds[kind](src, fmt, n)
+    out = np.empty((kind.shape[0], n))
+    for name, recipe in kinds.items():
+        sel = kind[:, 0] == name
+        if sel.any():
+            out[sel] = recipe(src.rows(int(sel.sum())), fmt, n)
+    return out
+
+
 def _gaussian(src, fmt, n):
-    return 10 ** src.uniform(-2, 2) * src.normal(n)
+    z = src.normal(n)
+    z *= 10 ** src.uniform(-2, 2)
+    return z
 
 
 def kappa_quantised(fmt: formats.Format) -> float:
@@ -104,61 +152,98 @@ def kappa_quantised(fmt: formats.Format) -> float:
     return 2.0 ** (fmt.precision + 4)
 
 
-def _offset(src, fmt, n):
-    kind = src.choice(["gaussian", "levels", "quantised"])
+def _offset_gaussian(src, fmt, n):
+    # μ + σ·N(0,1), κ = μ/σ up to 2^(p-2)
     sign = src.choice([1.0, -1.0])
-    if kind == "gaussian":
-        logk = src.uniform(0, math.log10(kappa_max(fmt)))
-        sigma = 10 ** src.uniform(-2, 1)
-        return sign * 10**logk * sigma + sigma * src.normal(n)
-    top = {"fp16": 4.0, "bf16": 4.0}.get(fmt.name, 6.0)
-    mu = sign * 10 ** src.uniform(1 if kind == "quantised" else 2, top)
-    q = fmt.ulp(mu)
-    if kind == "levels":
-        # [1000, 1001]-style: a large value plus a few multiples of its ulp
-        steps = np.round(np.abs(src.normal(n)) * 1.5)
-        return mu + q * np.minimum(steps, 3)
+    logk = src.uniform(0, math.log10(kappa_max(fmt)))
+    sigma = 10 ** src.uniform(-2, 1)
+    z = src.normal(n)
+    z += sign * 10**logk
+    z *= sigma
+    return z
+
+
+def _offset_top(fmt):
+    return {"fp16": 4.0, "bf16": 4.0}.get(fmt.name, 6.0)
+
+
+def _offset_levels(src, fmt, n):
+    # [1000, 1001]-style: a large value plus a few multiples of its ulp
+    mu = src.choice([1.0, -1.0]) * 10 ** src.uniform(2, _offset_top(fmt))
+    z = np.abs(src.normal(n))
+    z *= 1.5
+    np.round(z, out=z)
+    np.minimum(z, 3, out=z)
+    z *= fmt.ulp_array(mu)
+    z += mu
+    return z
+
+
+_inv_cdf = np.vectorize(NormalDist().inv_cdf, otypes=[float])
+
+
+def _offset_quantised(src, fmt, n):
     # a common offset with rare deviations of a few ulps: κ = |μ|/σ up to 2^(p+4)
+    mu = src.choice([1.0, -1.0]) * 10 ** src.uniform(1, _offset_top(fmt))
+    q = fmt.ulp_array(mu)
     kappa = 10 ** src.uniform(3, math.log10(kappa_quantised(fmt)))
-    level = float(src.integer(1, 3))
-    p = min(0.5, max(1.0 / n, (abs(mu) / kappa / (level * q)) ** 2))
-    cut = NormalDist().inv_cdf(1.0 - p)
-    rare = src.normal(n) > cut
-    if not rare.any():
-        rare[src.integer(0, n - 1)] = True
-    return mu + level * q * rare
+    level = src.integer(1, 3)
+    p = np.clip((np.abs(mu) / kappa / (level * q)) ** 2, 1.0 / n, 0.5)
+    rare = src.normal(n) > _inv_cdf(1.0 - p)
+    # at least one deviation per row
+    rare |= ~rare.any(axis=-1, keepdims=True) & (np.arange(n) == src.integer(0, n - 1))
+    return mu + (level * q) * rare
+
+
+def _offset(src, fmt, n):
+    return _by_kind(src, {"gaussian": _offset_gaussian, "levels": _offset_levels,
+                          "quantised": _offset_quantised}, fmt, n)
 
 
 def _constant(src, fmt, n):
-    return np.full(n, 10 ** src.uniform(-3, 3) * src.choice([1.0, -1.0]))
+    return 10 ** src.uniform(-3, 3) * src.choice([1.0, -1.0]) * np.ones(n)
+
+
+def _log_spread(z, lo, hi):
+    """exp(log lo + (log hi - log lo)·min(|z|/3, 1)) in place: |x| from lo to hi, log-spread."""
+    np.abs(z, out=z)
+    z *= (math.log(hi) - math.log(lo)) / 3
+    np.minimum(z, math.log(hi) - math.log(lo), out=z)
+    z += math.log(lo)
+    return np.exp(z, out=z)
 
 
 def _fp16_large(src, fmt, n):
-    mag = np.exp(np.log(256) + (np.log(65504) - np.log(256)) * np.clip(
-        np.abs(src.normal(n)) / 3, 0, 1))
-    signs = np.where(src.normal(n) < src.uniform(-1, 1), -1.0, 1.0)
-    return signs * mag
+    mag = _log_spread(src.normal(n), 256, 65504)
+    w = src.normal(n)
+    w -= src.uniform(-1, 1)
+    return np.copysign(mag, w, out=mag)  # negative where the second normal is below the draw
 
 
 def _tiny(src, fmt, n):
     scale = fmt.min_normal * 2.0 ** src.uniform(-(fmt.precision - 1), 4)
-    return scale * src.normal(n)
+    z = src.normal(n)
+    z *= scale
+    return z
 
 
 def _outlier(src, fmt, n):
     x = src.normal(n)
     top = 3e4 if fmt.name == "fp16" else 10 ** src.uniform(3, 6)
-    k = min(n, src.integer(1, 4))
-    for _ in range(k):
+    k = src.integer(1, 4)
+    for m in range(4):  # the first k of four drawn positions (a repeated one: the last)
         j = src.integer(0, n - 1)
-        x[j] = src.choice([1.0, -1.0]) * top * src.uniform(0.5, 1.0)
+        _put(x, j, src.choice([1.0, -1.0]) * top * src.uniform(0.5, 1.0), m < k)
     return x
 
 
 def _bimodal(src, fmt, n):
     a = 10 ** src.uniform(-1, 2)
-    signs = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
-    return signs * (a + 0.01 * a * src.normal(n))
+    z = src.normal(n)
+    z *= 0.01 * a
+    z += a
+    z *= np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    return z
 
 
 def _tails(src, fmt, n):
@@ -166,18 +251,16 @@ def _tails(src, fmt, n):
 
 
 def _extremes(src, fmt, n):
-    top = fmt.max_finite
     lo = 1.9e19 if fmt.name != "fp16" else 256.0  # x² > fp32 max from 1.85e19
-    mag = np.exp(np.log(lo) + (np.log(top) - np.log(lo)) * np.clip(
-        np.abs(src.normal(n)) / 3, 0, 1))
-    return np.where(src.normal(n) < 0, -1.0, 1.0) * mag
+    mag = _log_spread(src.normal(n), lo, fmt.max_finite)
+    return np.copysign(mag, src.normal(n), out=mag)
 
 
 def _special(src, fmt, n):
     x = src.normal(n)
-    k = min(n, src.integer(1, 3))
-    for _ in range(k):
-        x[src.integer(0, n - 1)] = src.choice([np.nan, np.inf, -np.inf])
+    k = src.integer(1, 3)
+    for m in range(3):
+        _put(x, src.integer(0, n - 1), src.choice([np.nan, np.inf, -np.inf]), m < k)
     return x
 
 
@@ -243,9 +326,11 @@ _POOL = []
 
 
 def normal_pool() -> np.ndarray:
-    """2^20 + 2^13 standard normals from a fixed seed, drawn once (see NumpySource)."""
+    """2^20 + 2^13 standard normals from a fixed seed, drawn once, then their negations (see
+    NumpySource)."""
     if not _POOL:
-        _POOL.append(np.random.default_rng(0x6E6F726D).standard_normal((1 << 20) + (1 << 13)))
+        z = np.random.default_rng(0x6E6F726D).standard_normal((1 << 20) + (1 << 13))
+        _POOL.append(np.concatenate([z, -z]))
     return _POOL[0]
 
 
@@ -258,9 +343,10 @@ def generate(family, fmt, rows: int, cols: int, seed=0, pooled: bool = False) ->
         raise invalid("cols" if cols < 1 else "rows", cols if cols < 1 else rows, "at least 1")
     rng = np.random.default_rng(seed if isinstance(seed, np.random.Generator) else
                                 [seed, sorted(FAMILIES).index(fam.name), f.bits, cols])
-    src = NumpySource(rng, normal_pool() if pooled else None)
+    src = NumpySource(rng, normal_pool() if pooled else None, rows=rows)
     with np.errstate(over="ignore", invalid="ignore"):  # rounded once, all rows together
-        return f.cast(np.stack([fam.recipe(src, f, cols) for _ in range(rows)]))
+        v = np.broadcast_to(fam.recipe(src, f, cols), (rows, cols))
+    return oracle_fast.cast(v, f)
 
 
 def weights(fmt, cols: int, seed=0):

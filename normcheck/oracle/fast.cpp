@@ -702,12 +702,21 @@ __attribute__((always_inline)) inline void row_tier1(const Job& J, const Layout&
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void run_rows(const Job* J, long r0, long r1) {
+// rows are handed out a few at a time from a shared counter (not split in fixed ranges), so that
+// a thread slowed by others on the machine (the kernel's, the harness's) leaves its share to the
+// rest; every row's result is its own, whichever thread computes it
+__attribute__((target_clones("avx2", "default"))) void run_rows(const Job* J, long* next) {
   Layout L(J->cols);
   Scratch s(L);
   Fmt F(J->out_p, J->out_emin, J->out_max, J->resolution);
   Fmt F1(J->out_p, J->out_emin, J->out_max, J->tier1_resolution);
-  for (long i = r0; i < r1; ++i) row_tier1(*J, L, i, s, F1, F);
+  const long step = std::max(1L, 16384L / std::max(1, J->cols));
+  for (;;) {
+    const long r0 = __atomic_fetch_add(next, step, __ATOMIC_RELAXED);
+    if (r0 >= J->rows) break;
+    const long r1 = std::min<long>(J->rows, r0 + step);
+    for (long i = r0; i < r1; ++i) row_tier1(*J, L, i, s, F1, F);
+  }
 }
 
 }  // namespace
@@ -715,16 +724,10 @@ __attribute__((target_clones("avx2", "default"))) void run_rows(const Job* J, lo
 NC_EXPORT int nc_oracle_rows(const Job* J) {
   long rows = J->rows;
   int T = std::max(1, std::min<int>(J->threads, (int)((rows + 3) / 4)));
-  if (T == 1) {
-    run_rows(J, 0, rows);
-    return 0;
-  }
+  long next = 0;
   std::vector<std::thread> ts;
-  long per = (rows + T - 1) / T;
-  for (int t = 0; t < T; ++t) {
-    long a = t * per, b = std::min(rows, a + per);
-    if (a < b) ts.emplace_back(run_rows, J, a, b);
-  }
+  for (int t = 1; t < T; ++t) ts.emplace_back(run_rows, J, &next);
+  run_rows(J, &next);  // this thread works too
   for (auto& t : ts) t.join();
   return 0;
 }
@@ -733,6 +736,79 @@ NC_EXPORT void nc_decide(const double* y, const double* e, long n, int p, int em
                          double res, double* r, uint8_t* ok) {
   Fmt F(p, emin, maxf, res);
   for (long i = 0; i < n; ++i) ok[i] = decide1(y[i], e[i], F, r + i);
+}
+
+// Correctly round float64 values to a format and store them in its storage (kind 1 float32, 2
+// float16 bits, 3 bfloat16 bits): decide1 with no error settles every value, to nearest even,
+// subnormals and overflow included; a NaN keeps its sign and is quiet (fp16 as numpy's own
+// conversion gives it: 0x7c00 + the top ten significand bits, never 0x7c00; bf16 0x7fc0).
+namespace {
+template <int K>
+__attribute__((target_clones("avx2", "default"))) void round_range(const double* __restrict__ v,
+                                                                     long n, void* out,
+                                                                     const Fmt* F) {
+  uint16_t* __restrict__ o16 = (uint16_t*)out;
+  float* __restrict__ o32 = (float*)out;
+  for (long i = 0; i < n; ++i) {
+    double r;
+    decide1(v[i], 0.0, *F, &r);
+    uint64_t b;
+    std::memcpy(&b, &v[i], 8);
+    const uint64_t sign = (b >> 48) & 0x8000, sig = b & 0xFFFFFFFFFFFFFULL;
+    const bool nan = v[i] != v[i];
+    if (K == 1) {
+      o32[i] = (float)r;
+    } else if (K == 2) {
+      uint64_t nb = 0x7c00 + (sig >> 42);
+      nb = nb == 0x7c00 ? 0x7c01 : nb;
+      o16[i] = (uint16_t)(nan ? (sign | nb) : double_to_half_exact(r));
+    } else {
+      const float f = (float)r;
+      uint32_t fb;
+      std::memcpy(&fb, &f, 4);
+      o16[i] = (uint16_t)(nan ? (sign | 0x7fc0) : fb >> 16);
+    }
+  }
+}
+
+// fp16: the rounded values are fp16 values, so float32 holds them and F16C stores them exactly
+// (8 at a time; a float64 -> integer conversion does not vectorise before AVX-512), NaN after
+void round_half(const double* v, long n, uint16_t* out, const Fmt* F) {
+  constexpr long C = 2048;
+  float buf[C];
+  for (long c0 = 0; c0 < n; c0 += C) {
+    const long m = std::min(C, n - c0);
+    round_range<1>(v + c0, m, buf, F);
+    floats_to_halves(buf, out + c0, (int)m);
+    for (long k = 0; k < m; ++k)
+      if (v[c0 + k] != v[c0 + k]) round_range<2>(v + c0 + k, 1, out + c0 + k, F);
+  }
+}
+
+void round_any(const double* v, long lo, long hi, void* out, int kind, const Fmt* F) {
+  if (kind == 1) round_range<1>(v + lo, hi - lo, (float*)out + lo, F);
+  else if (kind == 2) round_half(v + lo, hi - lo, (uint16_t*)out + lo, F);
+  else round_range<3>(v + lo, hi - lo, (uint16_t*)out + lo, F);
+}
+}  // namespace
+
+NC_EXPORT void nc_round(const double* v, long n, void* out, int kind, int p, int emin,
+                        double maxf, int threads) {
+  Fmt F(p, emin, maxf, 0.5);
+  constexpr long C = 1 << 16;  // handed out from a shared counter, as the rows above
+  const long nchunks = (n + C - 1) / C;
+  long next = 0;
+  auto work = [&] {
+    for (;;) {
+      const long c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
+      if (c >= nchunks) break;
+      round_any(v, c * C, std::min(n, (c + 1) * C), out, kind, &F);
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int t = 1; t < std::min<long>(threads, nchunks); ++t) ts.emplace_back(work);
+  work();
+  for (auto& t : ts) t.join();
 }
 
 NC_EXPORT int nc_job_size() { return (int)sizeof(Job); }

@@ -24,7 +24,7 @@ from normcheck.backends import confine
 from normcheck.errors import invalid
 from normcheck.formats import Format
 
-__all__ = ["rows", "decide", "library", "threads", "MODES", "STATUS"]
+__all__ = ["rows", "decide", "cast", "library", "threads", "MODES", "STATUS"]
 
 SOURCE = Path(__file__).with_name("fast.cpp")
 FLAGS = ["-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
@@ -72,6 +72,10 @@ def library():
                                       ctypes.c_int, ctypes.c_int, ctypes.c_double,
                                       ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p]
             lib.nc_decide.restype = None
+            lib.nc_round.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_double,
+                                     ctypes.c_int]
+            lib.nc_round.restype = None
             _lib = lib
     return _lib
 
@@ -153,3 +157,17 @@ def decide(y, e, fmt: Format, resolution: float):
     library().nc_decide(y.ctypes.data, e.ctypes.data, y.size, fmt.precision, fmt.emin,
                         float(fmt.max_finite), float(resolution), r.ctypes.data, ok.ctypes.data)
     return r, ok.astype(bool)
+
+
+def cast(v, fmt: Format) -> np.ndarray:
+    """float64 values correctly rounded to ``fmt`` and stored in its dtype: bit for bit
+    :meth:`normcheck.formats.Format.cast` (NaN included), compiled and threaded (the rows a long
+    check generates: numpy's float64 -> float16 conversion and the bfloat16 rounding on the bits
+    cost 4-15 ms per 2^20 values, this 1)."""
+    v = np.ascontiguousarray(v, np.float64)
+    if v.size < 4096 or fmt.dtype == np.dtype(np.float32):  # numpy's own is as fast
+        return fmt.cast(v)
+    out = np.empty(v.shape, fmt.dtype)
+    library().nc_round(v.ctypes.data, v.size, out.ctypes.data, _KINDS[np.dtype(fmt.dtype)],
+                       fmt.precision, fmt.emin, float(fmt.max_finite), threads())
+    return out
