@@ -45,7 +45,7 @@ import numpy as np
 
 from normcheck.kernels import BLOCK, Variant
 
-__all__ = ["sound_bound_of", "error_bound", "statistics_bound", "within_bound", "applies", "SAFETY",
+__all__ = ["sound_bound_of", "SoundBound", "H_ROUNDING", "error_bound", "statistics_bound", "within_bound", "applies", "SAFETY",
            "sound_bound", "sound_statistics", "sound_limit", "quantum", "SOUND_SAFETY",
            "sound_backward"]
 
@@ -277,28 +277,37 @@ def sound_statistics(norm, rows, eps=np.float32(1e-5), exact_input_sum=True):
     return out
 
 
-def sound_bound(norm, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
-                storage=None, compiled=True) -> np.ndarray:
-    """E_j of every element: the largest error (absolute, before the final rounding) a sound
-    kernel may commit (see above); inf where no float kernel can promise anything.  The exact
-    reference's is computed compiled (normcheck.measure, beside the measurement; ``compiled=False``
-    or NORMCHECK_MEASURE=numpy: this numpy version, equal to 1e-12)."""
-    from normcheck import formats, norms
-
-    n_ = norms.get(norm)
-    x = np.asarray(rows, dtype=np.float64)
-    R, D = x.shape
+def _affine(n_, gamma, beta, D):
+    """(γ', β) of a norm as float64 columns: γ' = γ (1 + γ for Gemma; 1 without γ), β (0)."""
     g = np.ones(D) if gamma is None or not n_.has_gamma else np.asarray(gamma, np.float64)
     geff = 1.0 + g if n_.gemma else g
     b = np.zeros(D) if beta is None or not (n_.centred and n_.has_beta) else \
         np.asarray(beta, np.float64)
+    return geff, b
+
+
+def sound_bound(norm, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
+                storage=None, compiled=True, rows2=None) -> np.ndarray:
+    """E_j of every element: the largest error (absolute, before the final rounding) a sound
+    kernel may commit (see above); inf where no float kernel can promise anything.  The exact
+    reference's is computed compiled (normcheck.measure, beside the measurement; ``compiled=False``
+    or NORMCHECK_MEASURE=numpy: this numpy version, equal to 1e-12).  ``rows2``: the rows are
+    ``rows + rows2`` summed in float64 (both as stored)."""
+    from normcheck import formats, norms
+
+    n_ = norms.get(norm)
+    R, D = np.shape(rows)
+    geff, b = _affine(n_, gamma, beta, D)
     if n_.reference != "hf" and compiled:
         from normcheck import measure_lib
 
-        E = measure_lib.sound_bound(x, geff, b, float(np.float32(eps)), n_.centred, n_.gemma,
-                                SOUND_SAFETY)
+        E = measure_lib.sound_bound(rows, geff, b, float(np.float32(eps)), n_.centred, n_.gemma,
+                                    SOUND_SAFETY, rows2=rows2)
         if E is not None:
             return E
+    x = np.asarray(rows, dtype=np.float64)
+    if rows2 is not None:
+        x = x + np.asarray(rows2, dtype=np.float64)
     terms = sound_statistics(n_, x, eps)
     E = None
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -327,22 +336,87 @@ def sound_bound(norm, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
     return E
 
 
+#: the one rounding of a fused float32 kernel's sum h under the exact convention, per |y - β|
+H_ROUNDING = 2 ** -24 * SOUND_SAFETY
+
+
 def sound_bound_of(norm, ref, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
-                   convention="exact", storage=None) -> np.ndarray:
+                   convention="exact", storage=None, rows2=None) -> np.ndarray:
     """The sound bound of a forward kernel's outputs against ``ref`` (normcheck.oracle's
-    reference of ``norm``), ``rows`` the rows it normalises (normcheck.kernels.normalised_rows):
-    :func:`sound_bound`, and for a fused float32 kernel under the exact convention the one
-    rounding of the float sum h = x + residual as well -- what the check and the report judge
-    by."""
-    from normcheck import formats, norms
+    reference of ``norm``), ``rows`` (+ ``rows2``) the rows it normalises
+    (normcheck.kernels.normalised_rows, or its parts): :func:`sound_bound`, and for a fused
+    float32 kernel under the exact convention the one rounding of the float sum h = x + residual
+    as well -- what the check and the report judge by."""
+    from normcheck import norms
 
     n_ = norms.get(norm)
-    E = sound_bound(n_, rows, gamma, beta, eps=eps, storage=storage)
-    st = formats.get(storage) if storage is not None else None
-    if n_.fused and convention == "exact" and st is not None and st.name == "fp32":
-        E = E + 2 ** -24 * SOUND_SAFETY * np.abs(ref.exact - (
-            ref.beta if ref.beta is not None else 0.0))  # the float sum h rounds once
+    E = sound_bound(n_, rows, gamma, beta, eps=eps, storage=storage, rows2=rows2)
+    if _h_rounds(n_, convention, storage):
+        E = E + H_ROUNDING * np.abs(ref.exact - (ref.beta if ref.beta is not None else 0.0))
     return E
+
+
+def _h_rounds(n_, convention, storage) -> bool:
+    from normcheck import formats
+
+    st = formats.get(storage) if storage is not None else None
+    return n_.fused and convention == "exact" and st is not None and st.name == "fp32"
+
+
+class SoundBound:
+    """:func:`sound_bound_of` of a batch, not yet computed: the compiled measurement forms it
+    row by row inside its own pass (normcheck.measure: never stored, the same bits), and
+    :meth:`array` computes it where it is wanted as an array (the numpy measurement, a
+    failure's message).  ``parts``: normcheck.kernels.normalised_parts."""
+
+    def __init__(self, norm, ref, parts, gamma=None, beta=None, *, eps=np.float32(1e-5),
+                 convention="exact", storage=None):
+        from normcheck import norms
+
+        self.norm = norms.get(norm)
+        self.ref, self.parts, self.gamma, self.beta = ref, parts, gamma, beta
+        self.eps, self.convention, self.storage = eps, convention, storage
+        self.shape = np.shape(parts[0])
+
+    def array(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """E of rows lo:hi."""
+        a, b = (None if p is None else p[lo:hi] for p in self.parts)
+        return sound_bound_of(self.norm, _RowsOf(self.ref, lo, hi), a, self.gamma, self.beta,
+                              eps=self.eps, convention=self.convention, storage=self.storage,
+                              rows2=b)
+
+    def rows(self, lo: int, hi: int) -> "SoundBound":
+        """The bound of rows lo:hi alone."""
+        return SoundBound(self.norm, _RowsOf(self.ref, lo, hi),
+                          tuple(None if p is None else p[lo:hi] for p in self.parts),
+                          self.gamma, self.beta, eps=self.eps, convention=self.convention,
+                          storage=self.storage)
+
+    def compiled(self):
+        """(normcheck.measure_lib.BoundJob, the arrays it points into, h_coef, β of the h term
+        or None) for the compiled measurement to form E itself, or None where it cannot (the
+        hf reference's bound is formed from the rounded x̂: computed as an array)."""
+        from normcheck import measure_lib
+
+        if self.norm.reference == "hf":
+            return None
+        D = self.shape[1]
+        geff, b = _affine(self.norm, self.gamma, self.beta, D)
+        job, keep = measure_lib.bound_job(self.parts[0], geff, b, float(np.float32(self.eps)),
+                                          self.norm.centred, self.norm.gemma, SOUND_SAFETY,
+                                          rows2=self.parts[1])
+        h = _h_rounds(self.norm, self.convention, self.storage)
+        hb = getattr(self.ref, "beta", None) if h else None
+        hb = None if hb is None else np.ascontiguousarray(np.broadcast_to(hb, (D,)), np.float64)
+        return job, keep + (hb,), (H_ROUNDING if h else 0.0), hb
+
+
+class _RowsOf:
+    """Rows lo:hi of a reference's exact values and β (what the h term reads)."""
+
+    def __init__(self, ref, lo, hi):
+        self.exact = ref.exact[lo:hi]
+        self.beta = getattr(ref, "beta", None)
 
 
 def sound_backward(norm, rows, dy, gamma=None, *, mean=None, rstd=None, eps=np.float32(1e-5),

@@ -22,7 +22,8 @@ from normcheck.errors import invalid
 
 __all__ = ["Variant", "variants", "get", "run", "run_case", "target", "oracle_norm", "reference", "CUDA_SRC",
            "NORMS", "ORDERS", "ALGORITHMS", "BackwardVariant", "backward_variants",
-           "get_backward", "run_backward_dx", "run_backward_dparams"]
+           "get_backward", "run_backward_dx", "run_backward_dparams", "normalised_rows",
+           "normalised_parts"]
 
 def _cuda_src() -> Path:
     """The built-in kernels: normcheck/cuda_src in an installed wheel, cuda_src/ at the top of a
@@ -423,10 +424,17 @@ def reference(variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5), residu
     return ref, normalised_rows(ref, x, residual, v.convention)
 
 
+def normalised_parts(ref, x, residual=None, convention=None):
+    """The rows a kernel normalises as (a, b or None), kept as stored: the rows are a + b
+    summed in float64 -- x, the fused sum h as stored, or x + residual (exact h)."""
+    if residual is None:
+        return x, None
+    if convention == "stored":
+        return ref.h.rounded, None
+    return x, residual
+
+
 def normalised_rows(ref, x, residual=None, convention=None):
     """The rows a kernel normalises, as float64: x, or the fused sum h (exact, or as stored)."""
-    if residual is None:
-        return x.astype(np.float64)
-    if convention == "stored":
-        return ref.h.rounded.astype(np.float64)
-    return x.astype(np.float64) + residual.astype(np.float64)
+    a, b = normalised_parts(ref, x, residual, convention)
+    return a.astype(np.float64) if b is None else a.astype(np.float64) + b.astype(np.float64)

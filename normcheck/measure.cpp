@@ -130,6 +130,12 @@ struct MeasureJob {
   long long classes[NCLS];
   long long unwritten, over, inf_ulp;
   int threads;
+  // the sound bound formed here, row by row, instead of read from E (normcheck.bounds.SoundBound):
+  const struct BoundJob* bound;  // or null
+  double h_coef;                 // > 0: E += h_coef·|t - h_beta_j| (a fused float32 sum's rounding)
+  const double* h_beta;          // cols or null (0)
+  long e_base;                   // E[i - e_base] is element i's bound
+  long long unbounded_rows;      // out (with bound): rows whose bound is inf somewhere
 };
 
 namespace {
@@ -139,7 +145,7 @@ struct Partial {
   long argmax_ulp = -1, argmax_scaled = -1, argmax_ratio = -1;
   std::vector<long long> hist;
   long long classes[NCLS] = {0};
-  long long unwritten = 0, over = 0, inf_ulp = 0;
+  long long unwritten = 0, over = 0, inf_ulp = 0, unbounded = 0;
 };
 
 // the histogram bin of u (normcheck.metrics.StreamStats): the edges are the doubles whose bits
@@ -184,7 +190,7 @@ void run_slow(const MeasureJob& J, long lo, long hi, Partial& P) {
     const double a = load(J.a, AK, i);
     const bool unw = J.check_poison && bits_of(J.a, AK, i) == J.poison;
     const double s_in = scale_at(J, i, t);
-    const double E_in = J.E ? J.E[i] : 0.0;
+    const double E_in = J.E ? J.E[i - J.e_base] : 0.0;
     if (std::isfinite(t) & std::isfinite(r) & std::isfinite(a) & !unw & std::isfinite(s_in) &
         std::isfinite(E_in)) {
       // the common case: every value finite -- the same results as below, in fewer operations
@@ -250,7 +256,7 @@ void run_slow(const MeasureJob& J, long lo, long hi, Partial& P) {
     // ratio to the sound limit
     double rt = 0.0;
     if (J.E) {
-      const double E = J.E[i];
+      const double E = J.E[i - J.e_base];
       const double at = std::fabs(t);
       double lim = ulp_at(at + E, J.p, J.emin, J.emax) / 2 + E;
       const double s = scale_at(J, i, t);
@@ -291,20 +297,33 @@ void run_slow(const MeasureJob& J, long lo, long hi, Partial& P) {
   P.classes[FINITE] += n_fin;
 }
 
+// what pass A reduces over the chunk's finite elements (the ok lanes): the maxima of u, scaled
+// and ratio (-1: none), how many are beyond the limit, how many are not ok
+struct ChunkSums {
+  double max_u, max_s, max_r;
+  long long over, not_ok;
+};
+
 // Pass A of a chunk, branch-free so that it vectorises: u, scaled and ratio as if every value
-// were finite, and whether it is (the others go through run_slow).
+// were finite, whether it is (the others go through run_slow), the histogram bin of u, and the
+// reductions of the ok lanes but the sum (masked_sum).
 template <int RK, int AK, bool HS, bool HE>
 __attribute__((target_clones("avx2", "default")))
-void pass_a(const MeasureJob& J, long lo, long n, const double* sbuf, double* __restrict__ u_,
-            double* __restrict__ s_,
-            double* __restrict__ r_, uint8_t* __restrict__ ok_) {
+ChunkSums pass_a(const MeasureJob& J, long lo, long n, const double* sbuf, double* __restrict__ u_,
+                 double* __restrict__ s_, double* __restrict__ r_, uint8_t* __restrict__ ok_,
+                 int32_t* __restrict__ bin_, long base) {
   const double* __restrict__ tt = J.t + lo;
   const double* __restrict__ ss = sbuf;
-  const double* __restrict__ EE = J.E + (HE ? lo : 0);
+  const double* __restrict__ EE = J.E + (HE ? lo - J.e_base : 0);
   const int p = J.p, emin = J.emin, emax = J.emax;
   const double fl = J.floor_ulp;
   // the poison compare as one branch-free test: no float's bits equal 2^40 when not checking
   const uint64_t poison = J.check_poison ? (uint64_t)J.poison : (1ULL << 40);
+  const long n_edges = J.n_edges;
+  // the maxima on the bits (non-negative doubles order as their bits; other lanes -1): integer
+  // reductions vectorise where floating-point ones would need reassociation
+  int64_t mu = -1, ms = -1, mr = -1;
+  long long over = 0, not_ok = 0;
   for (long k = 0; k < n; ++k) {
     const double t = tt[k];
     const double r = load(J.r, RK, lo + k);
@@ -323,13 +342,34 @@ void pass_a(const MeasureJob& J, long lo, long n, const double* sbuf, double* __
     const double l1 = ulp_scaled(at + E_in, p, emin, emax, -1) + E_in;
     const double l2 = fl * ulp_scaled(mm, p, emin, emax, 0);
     const double lim = l1 > l2 ? l1 : l2;
+    const double rt = diff / lim;
     u_[k] = u;
     s_[k] = sc;
-    r_[k] = diff / lim;
+    r_[k] = rt;
+    bin_[k] = (int32_t)bin_of(u, base, n_edges);
     const double all = t + r + a + s_in + E_in;  // finite iff every one is
     const uint64_t unw = (uint64_t)bits_of(J.a, AK, lo + k) == poison;
-    ok_[k] = (uint8_t)((uint64_t)((all - all) == 0.0) & (unw ^ 1));
+    const uint8_t ok = (uint8_t)((uint64_t)((all - all) == 0.0) & (unw ^ 1));
+    ok_[k] = ok;
+    int64_t bu, bs, br;
+    std::memcpy(&bu, &u, 8);
+    std::memcpy(&bs, &sc, 8);
+    std::memcpy(&br, &rt, 8);
+    bu = ok ? bu : -1;
+    bs = ok ? bs : -1;
+    br = (ok & HE) ? br : -1;
+    mu = bu > mu ? bu : mu;
+    ms = bs > ms ? bs : ms;
+    mr = br > mr ? br : mr;
+    over += (long long)(ok & (rt > 1.0) & HE);
+    not_ok += ok ^ 1;
   }
+  auto as_double = [](int64_t b) {
+    double d;
+    std::memcpy(&d, &b, 8);
+    return b < 0 ? -1.0 : d;
+  };
+  return ChunkSums{as_double(mu), as_double(ms), as_double(mr), over, not_ok};
 }
 
 // sum of v over the ok lanes, in vector lanes (the order of a sum of ulps -- a mean -- is free)
@@ -341,49 +381,59 @@ double masked_sum(const double* __restrict__ v, const uint8_t* __restrict__ ok, 
   return s;
 }
 
+// the scale max(|t - β|, |β|) of a run of columns (scale_at), NaN if either is
 __attribute__((target_clones("avx2", "default")))
-void bins(const double* __restrict__ v, int32_t* __restrict__ out, long n, long base,
-          long n_edges) {
-  for (long k = 0; k < n; ++k) out[k] = (int32_t)bin_of(v[k], base, n_edges);
+void beta_scale(const double* __restrict__ t, const double* __restrict__ b,
+                double* __restrict__ out, long n) {
+  for (long k = 0; k < n; ++k) {
+    const double u = std::fabs(t[k] - b[k]), v = std::fabs(b[k]);
+    const double m = u > v ? u : v;
+    out[k] = ((u != u) | (v != v)) ? NAN : m;
+  }
 }
 
 // the largest ordinal distance |ord(a) - ord(r)| of a chunk, a and r stored in the same format
 // (normcheck.formats.Format.ordinal: sign-magnitude bits, ±0 both 0, ±inf one past the top);
 // inf where one of the two is NaN, 0 where both are
-template <int K>
-double ordinal_max(const MeasureJob& J, long lo, long n) {
-  const uint32_t mag = K == F32 ? 0x7FFFFFFFu : 0x7FFFu;
-  const uint32_t inf = K == F32 ? 0x7F800000u : (K == F16 ? 0x7C00u : 0x7F80u);
-  const uint32_t sign = K == F32 ? 0x80000000u : 0x8000u;
-  int64_t best = 0;
-  bool nan = false;
+template <typename T, uint32_t MAG, uint32_t INF, uint32_t SIGN>
+__attribute__((target_clones("avx2", "default")))
+double ordinal_max_bits(const T* __restrict__ A, const T* __restrict__ R, long n) {
+  // in 32-bit lanes (|ord(a) - ord(r)| < 2^32 fits unsigned), with masks rather than branches
+  // so that it vectorises; x > INF for x <= 0x7FFFFFFF is the top bit of INF - x
+  constexpr int SH = sizeof(T) * 8 - 1;
+  uint32_t best = 0, nan = 0;
   for (long k = 0; k < n; ++k) {
-    const uint32_t a = bits_of(J.a, K, lo + k), r = bits_of(J.r, K, lo + k);
-    const bool an = (a & mag) > inf, rn = (r & mag) > inf;
-    nan |= an != rn;
-    const int64_t oa = (a & sign) ? -(int64_t)(a & mag) : (int64_t)(a & mag);
-    const int64_t orr = (r & sign) ? -(int64_t)(r & mag) : (int64_t)(r & mag);
-    const int64_t d = (an || rn) ? 0 : (oa > orr ? oa - orr : orr - oa);
-    best = d > best ? d : best;
+    const uint32_t a = A[k], r = R[k];
+    const uint32_t am = a & MAG, rm = r & MAG;
+    const uint32_t an = (INF - am) >> 31, rn = (INF - rm) >> 31;
+    nan |= an ^ rn;
+    // same sign: the magnitudes' difference; opposite signs: their sum (ord = ±magnitude)
+    const uint32_t opp = 0u - (((a ^ r) >> SH) & 1u);
+    const uint32_t d0 = ((am + rm) & opp) | ((std::max(am, rm) - std::min(am, rm)) & ~opp);
+    const uint32_t d = d0 & ~(0u - (an | rn));
+    best = std::max(best, d);
   }
   return nan ? INFINITY : (double)best;
 }
 
-// the largest of v[k] over the lanes with ok[k] (values >= 0) and the first lane holding it,
-// merged into (best, at): a larger value wins, an equal one at a smaller position
-__attribute__((target_clones("avx2", "default")))
-void reduce_max(const double* __restrict__ v, const uint8_t* __restrict__ ok, long n, long c0,
-                double& best, long& at) {
-  int64_t m = -1;
-  for (long k = 0; k < n; ++k) {
-    int64_t b;
-    std::memcpy(&b, &v[k], 8);
-    b = ok[k] ? b : -1;
-    m = b > m ? b : m;
-  }
-  if (m < 0) return;
-  double mv;
-  std::memcpy(&mv, &m, 8);
+template <int K>
+double ordinal_max(const MeasureJob& J, long lo, long n) {
+  if (K == F32)
+    return ordinal_max_bits<uint32_t, 0x7FFFFFFFu, 0x7F800000u, 0x80000000u>(
+        (const uint32_t*)J.a + lo, (const uint32_t*)J.r + lo, n);
+  if (K == F16)
+    return ordinal_max_bits<uint16_t, 0x7FFFu, 0x7C00u, 0x8000u>(
+        (const uint16_t*)J.a + lo, (const uint16_t*)J.r + lo, n);
+  return ordinal_max_bits<uint16_t, 0x7FFFu, 0x7F80u, 0x8000u>(
+      (const uint16_t*)J.a + lo, (const uint16_t*)J.r + lo, n);
+}
+
+// the chunk's largest value mv (>= 0; -1: none) of v over the lanes with ok[k], merged into
+// (best, at) with the first lane holding it: a larger value wins, an equal one at a smaller
+// position
+void merge_max(const double* v, const uint8_t* ok, long n, long c0, double mv, double& best,
+               long& at) {
+  if (mv < 0) return;
   if (mv < best || (mv == best && at >= 0 && at < c0)) return;
   for (long k = 0; k < n; ++k) {
     if (ok[k] && v[k] == mv) {
@@ -395,7 +445,6 @@ void reduce_max(const double* __restrict__ v, const uint8_t* __restrict__ ok, lo
 
 template <int RK, int AK>
 void run_t(const MeasureJob& J, long lo, long hi, Partial& P) {
-  P.hist.assign(J.n_edges + 2, 0);
   const long base = edge_base(J);
   constexpr long C = 2048;
   double ub[C], sb[C], rb[C], scb[C];
@@ -405,19 +454,21 @@ void run_t(const MeasureJob& J, long lo, long hi, Partial& P) {
   for (long c0 = lo; c0 < hi; c0 += C) {
     const long n = std::min(C, hi - c0);
     const double* sp = J.scale ? J.scale + c0 : nullptr;
-    if (!J.scale && J.beta) {  // max(|t - β|, |β|), walking the columns
+    if (!J.scale && J.beta) {  // max(|t - β|, |β|), a run of columns at a time
       long col = c0 % J.cols;
-      for (long k = 0; k < n; ++k) {
-        const double b = J.beta[col], u = std::fabs(J.t[c0 + k] - b), v = std::fabs(b);
-        scb[k] = (u != u || v != v) ? NAN : (u > v ? u : v);  // scale_at, the column walked
-        col = col + 1 == J.cols ? 0 : col + 1;
+      for (long k = 0; k < n;) {
+        const long m = std::min(n - k, J.cols - col);
+        beta_scale(J.t + c0 + k, J.beta + col, scb + k, m);
+        k += m;
+        col = 0;
       }
       sp = scb;
     }
-    if (sp && J.E) pass_a<RK, AK, true, true>(J, c0, n, sp, ub, sb, rb, okb);
-    else if (sp) pass_a<RK, AK, true, false>(J, c0, n, sp, ub, sb, rb, okb);
-    else if (J.E) pass_a<RK, AK, false, true>(J, c0, n, sp, ub, sb, rb, okb);
-    else pass_a<RK, AK, false, false>(J, c0, n, sp, ub, sb, rb, okb);
+    ChunkSums S;
+    if (sp && J.E) S = pass_a<RK, AK, true, true>(J, c0, n, sp, ub, sb, rb, okb, binb, base);
+    else if (sp) S = pass_a<RK, AK, true, false>(J, c0, n, sp, ub, sb, rb, okb, binb, base);
+    else if (J.E) S = pass_a<RK, AK, false, true>(J, c0, n, sp, ub, sb, rb, okb, binb, base);
+    else S = pass_a<RK, AK, false, false>(J, c0, n, sp, ub, sb, rb, okb, binb, base);
     // the chunk's outputs as if all were finite; run_slow then writes the others' own
     if (J.ulp) std::memcpy(J.ulp + c0, ub, n * 8);
     if (J.scaled) std::memcpy(J.scaled + c0, sb, n * 8);
@@ -426,28 +477,20 @@ void run_t(const MeasureJob& J, long lo, long hi, Partial& P) {
       else std::memset(J.ratio + c0, 0, n * 8);
     }
     if (J.cls) std::memset(J.cls + c0, FINITE, n);
-    long slow = 0;
-    for (long k = 0; k < n; ++k) {  // the elements that are not all finite, in order
-      if (!okb[k]) {
-        run_slow<RK, AK>(J, c0 + k, c0 + k + 1, P);
-        ++slow;
-      }
+    const long slow = S.not_ok;
+    for (long k = 0; slow && k < n; ++k) {  // the elements that are not all finite, in order
+      if (!okb[k]) run_slow<RK, AK>(J, c0 + k, c0 + k + 1, P);
     }
-    // the finite ones' reductions, vectorised: the maxima on the bits (non-negative doubles
-    // order as their bits; the others' lanes hold -1), then the first position holding each
-    reduce_max(ub, okb, n, c0, P.max_ulp, P.argmax_ulp);
-    reduce_max(sb, okb, n, c0, P.max_scaled, P.argmax_scaled);
+    // the finite ones' reductions: their maxima from pass A, then the first position of each
+    merge_max(ub, okb, n, c0, S.max_u, P.max_ulp, P.argmax_ulp);
+    merge_max(sb, okb, n, c0, S.max_s, P.max_scaled, P.argmax_scaled);
     if (J.E) {
-      reduce_max(rb, okb, n, c0, P.max_ratio, P.argmax_ratio);
-      long long over = 0;
-      for (long k = 0; k < n; ++k) over += (long long)(okb[k] & (rb[k] > 1.0));
-      P.over += over;
+      merge_max(rb, okb, n, c0, S.max_r, P.max_ratio, P.argmax_ratio);
+      P.over += S.over;
     }
     P.sum_ulp += masked_sum(ub, okb, n);
-    if (J.want_hist) {
-      bins(ub, binb, n, base, J.n_edges);
+    if (J.want_hist)
       for (long k = 0; k < n; ++k) hist[binb[k]] += okb[k];
-    }
     if (J.want_ordinal) P.max_ordinal = std::max(P.max_ordinal, ordinal_max<RK>(J, c0, n));
     P.classes[FINITE] += n - slow;
   }
@@ -463,13 +506,20 @@ void run_a(const MeasureJob& J, long lo, long hi, Partial& P) {
   }
 }
 
-void run(const MeasureJob& J, long lo, long hi, Partial& P) {
+void run_plain(const MeasureJob& J, long lo, long hi, Partial& P) {
   switch (J.r_kind) {
     case F64: run_a<F64>(J, lo, hi, P); break;
     case F32: run_a<F32>(J, lo, hi, P); break;
     case F16: run_a<F16>(J, lo, hi, P); break;
     default: run_a<BF16>(J, lo, hi, P); break;
   }
+}
+
+void run_bounded(const MeasureJob& J, long lo, long hi, Partial& P);
+
+void run(const MeasureJob& J, long lo, long hi, Partial& P) {
+  if (J.bound) run_bounded(J, lo, hi, P);
+  else run_plain(J, lo, hi, P);
 }
 
 }  // namespace
@@ -480,23 +530,32 @@ NC_EXPORT void nc_measure(MeasureJob* J) {
   const long n = J->n;
   int T = J->threads < 1 ? 1 : J->threads;
   if (n < 65536) T = 1;
-  std::vector<Partial> parts(T);
-  std::vector<std::thread> pool;
-  const long step = (n + T - 1) / T;
-  for (int k = 0; k < T; ++k) {
-    long lo = k * step, hi = std::min(n, lo + step);
-    if (T == 1) {
-      run(*J, lo, hi, parts[k]);
-    } else {
-      pool.emplace_back([=, &parts] { run(*J, lo, hi, parts[k]); });
+  // chunks of about 2^16 elements (whole rows when the bound is formed here), handed out from a
+  // shared counter so that a thread slowed by others on the machine leaves its share to the
+  // rest; each chunk keeps its own reductions, merged below in chunk order: the same results
+  // whichever thread measured which chunk
+  long csize = 65536;
+  if (J->bound) csize = std::max(1L, csize / J->cols) * J->cols;
+  const long nchunks = std::max(1L, (n + csize - 1) / csize);
+  std::vector<Partial> parts(nchunks);
+  for (auto& P : parts) P.hist.assign(J->n_edges + 2, 0);
+  long next = 0;
+  auto work = [&] {
+    for (;;) {
+      const long c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
+      if (c >= nchunks) break;
+      run(*J, c * csize, std::min(n, (c + 1) * csize), parts[c]);
     }
-  }
+  };
+  std::vector<std::thread> pool;
+  for (int k = 1; k < std::min<long>(T, nchunks); ++k) pool.emplace_back(work);
+  work();
   for (auto& th : pool) th.join();
   J->max_ulp = J->max_scaled = J->max_ratio = -1;
   J->argmax_ulp = J->argmax_scaled = J->argmax_ratio = -1;
   J->sum_ulp = 0;
   J->max_ordinal = 0;
-  J->unwritten = J->over = J->inf_ulp = 0;
+  J->unwritten = J->over = J->inf_ulp = J->unbounded_rows = 0;
   for (int c = 0; c < NCLS; ++c) J->classes[c] = 0;
   for (int e = 0; e < J->n_edges + 2; ++e) J->hist[e] = 0;
   for (auto& P : parts) {  // in range order: the first maximum wins, as numpy's argmax
@@ -508,6 +567,7 @@ NC_EXPORT void nc_measure(MeasureJob* J) {
     J->unwritten += P.unwritten;
     J->over += P.over;
     J->inf_ulp += P.inf_ulp;
+    J->unbounded_rows += P.unbounded;
     for (int c = 0; c < NCLS; ++c) J->classes[c] += P.classes[c];
     if (!P.hist.empty())
       for (int e = 0; e < J->n_edges + 2; ++e) J->hist[e] += P.hist[e];
@@ -517,7 +577,7 @@ NC_EXPORT void nc_measure(MeasureJob* J) {
 // ------------------------------------------------------------------------------------------------
 // The sound bound E of every element (normcheck.bounds.sound_bound, the exact reference): the
 // same first-order analysis, term for term, per row then per element, threaded over rows.  Its
-// sums run left to right where numpy's are pairwise, so E differs from the numpy version in its
+// sums run in vector lanes where numpy's are pairwise, so E differs from the numpy version in its
 // last bits only (a bound with a factor-2 safety margin: the tests compare at 1e-12).
 // ------------------------------------------------------------------------------------------------
 namespace {
@@ -532,22 +592,41 @@ inline double rho(double delta) {
   return (delta >= 1.0 ? INFINITY : 1.0 / std::sqrt(1.0 - delta) - 1.0) + 4 * U;
 }
 
-// the exponent of the lowest set bit of a finite nonzero double
-inline int low_bit(double v) {
-  uint64_t b;
-  std::memcpy(&b, &v, 8);
-  int ex = (int)((b >> 52) & 0x7FF);
-  uint64_t m = b & 0xFFFFFFFFFFFFFULL;
-  if (ex) m |= 1ULL << 52;
-  else ex = 1;
-  return ex - 1075 + __builtin_ctzll(m);
+// the least exponent of the lowest set bit over the finite nonzero values of x (1 << 30 if none),
+// branch-free so that it vectorises: the lowest set bit L of the fraction field is read as a
+// double exactly (2^52 + L - 2^52, L < 2^52) and its exponent taken; a zero field means the
+// hidden bit, 52
+__attribute__((target_clones("avx2", "default")))
+int64_t low_bit_min(const double* __restrict__ x, int n) {
+  int64_t low = 1 << 30;
+  for (int j = 0; j < n; ++j) {
+    uint64_t b;
+    std::memcpy(&b, &x[j], 8);
+    const int64_t ex = (int64_t)((b >> 52) & 0x7FF);
+    const uint64_t m = b & 0xFFFFFFFFFFFFFULL;
+    const uint64_t L = m & (0 - m);
+    const uint64_t lb = 0x4330000000000000ULL | L;
+    double dl;
+    std::memcpy(&dl, &lb, 8);
+    dl -= 0x1p52;
+    uint64_t db;
+    std::memcpy(&db, &dl, 8);
+    const int64_t tz = m != 0 ? (int64_t)(db >> 52) - 1023 : 52;
+    const int64_t v = (ex != 0 ? ex : 1) - 1075 + tz;
+    const int64_t use = (int64_t)(ex != 0x7FF) & (int64_t)((b << 1) != 0);  // finite, nonzero
+    const int64_t c = use != 0 ? v : (int64_t)1 << 30;
+    low = c < low ? c : low;
+  }
+  return low;
 }
 
 }  // namespace
 
 struct BoundJob {
   int rows, cols;
-  const double* x;      // rows x cols: the rows the kernel normalises
+  const void* x;        // rows x cols (x_kind): the rows the kernel normalises
+  const void* x2;       // or null: the rows are x + x2, summed in float64 (a fused sum)
+  int x_kind, x2_kind;
   const double* g;      // cols: γ' (γ, or 1+γ for Gemma), or null (1)
   const double* b;      // cols or null (0)
   double eps, safety;
@@ -593,33 +672,48 @@ void element_bounds(const BoundJob& J, const double* __restrict__ x, double* __r
   }
 }
 
-void bound_rows(const BoundJob& J, int lo, int hi) {
+// E of row i into E (cols of them); xrow and d: scratch of cols doubles
+__attribute__((target_clones("avx2", "default")))
+void bound_row(const BoundJob& J, long i, double* __restrict__ xrow, double* __restrict__ d_,
+               double* E) {
   const int n = J.cols;
   const double nd = n;
-  std::vector<double> d(n);
-  for (int i = lo; i < hi; ++i) {
-    const double* x = J.x + (size_t)i * n;
-    double* E = J.E + (size_t)i * n;
-    int low = 1 << 30;
-    bool any = false;
-    for (int j = 0; j < n; ++j)
-      if (std::isfinite(x[j]) && x[j] != 0) { low = std::min(low, low_bit(x[j])); any = true; }
-    const double q = any ? std::ldexp(1.0, std::min(low, 1023)) : INFINITY;
+  {
+    const long o = i * (long)n;
+    for (int j = 0; j < n; ++j) xrow[j] = load(J.x, J.x_kind, o + j);
+    if (J.x2)
+      for (int j = 0; j < n; ++j) xrow[j] += load(J.x2, J.x2_kind, o + j);
+  }
+  const double* x = xrow;
+  double* d = d_;
+  {
+    const int64_t low = low_bit_min(x, n);
+    const double q = low < (1 << 30) ? std::ldexp(1.0, (int)std::min<int64_t>(low, 1023))
+                                     : INFINITY;
     double terms[2][3];  // (e_mu, rho, r) per algorithm
     int K;
     double mu_el;  // the mean the per-element terms centre on (x.mean)
     if (J.centred) {
       double s = 0, sabs = 0, M = 0;
-      for (int j = 0; j < n; ++j) { s += x[j]; sabs += std::fabs(x[j]); M = std::fmax(M, std::fabs(x[j])); }
-      for (int j = 0; j < n; ++j) if (x[j] != x[j]) M = NAN;
+      int nan = 0;
+#pragma omp simd reduction(+ : s, sabs) reduction(max : M) reduction(| : nan)
+      for (int j = 0; j < n; ++j) {
+        s += x[j];
+        sabs += std::fabs(x[j]);
+        M = std::max(M, std::fabs(x[j]));  // NaN skipped here, kept below (np.max)
+        nan |= x[j] != x[j];
+      }
+      M = nan ? NAN : M;
       const double mu = s / nd;
       double S = 0;
+#pragma omp simd reduction(+ : S)
       for (int j = 0; j < n; ++j) { d[j] = x[j] - mu; S += d[j] * d[j]; }
       const double var = S / nd, w = var + J.eps, r = 1.0 / std::sqrt(w);
       const bool exact = sabs < 0x1p24 * q;
       const double e_s = exact ? 0.0 : gamma_n(nd - 1) * sabs;
       const double e_mu = (e_s / nd + 2.01 * U * std::fabs(mu)) + 2 * TINY;
       double dS = 0, S_up = 0;
+#pragma omp simd reduction(+ : dS, S_up)
       for (int j = 0; j < n; ++j) {
         const double ej = e_mu + U * (std::fabs(d[j]) + e_mu);
         dS += ej * (2 * std::fabs(d[j]) + ej);
@@ -638,6 +732,7 @@ void bound_rows(const BoundJob& J, int lo, int hi) {
       mu_el = mu;
     } else {
       double Sq = 0;
+#pragma omp simd reduction(+ : Sq)
       for (int j = 0; j < n; ++j) Sq += x[j] * x[j];
       const double w = Sq / nd + J.eps, r = 1.0 / std::sqrt(w);
       const bool exact = Sq < 0x1p24 * q * q;
@@ -650,6 +745,42 @@ void bound_rows(const BoundJob& J, int lo, int hi) {
     }
     if (K == 2) element_bounds<2>(J, x, E, mu_el, terms);
     else element_bounds<1>(J, x, E, mu_el, terms);
+  }
+}
+
+void bound_rows(const BoundJob& J, int lo, int hi) {
+  std::vector<double> xrow(J.cols), d(J.cols);
+  for (int i = lo; i < hi; ++i) bound_row(J, i, xrow.data(), d.data(), J.E + (size_t)i * J.cols);
+}
+
+// the measurement of rows with their bound formed here, a block of rows at a time (E stays in
+// cache, never stored): the same E, bit for bit, as bound_rows, then the h term as
+// normcheck.bounds.sound_bound_of adds it, then the measurement of the block
+void run_bounded(const MeasureJob& J, long lo, long hi, Partial& P) {
+  const BoundJob& B = *J.bound;
+  const long n = B.cols;
+  const long r_lo = lo / n, r_hi = hi / n;  // whole rows (nc_measure splits so)
+  const long per = std::max(1L, 8192 / n);
+  std::vector<double> Eb(per * n), xrow(n), d(n);
+  MeasureJob L = J;
+  L.bound = nullptr;
+  for (long r0 = r_lo; r0 < r_hi; r0 += per) {
+    const long r1 = std::min(r_hi, r0 + per);
+    for (long i = r0; i < r1; ++i) {
+      double* E = Eb.data() + (i - r0) * n;
+      bound_row(B, i, xrow.data(), d.data(), E);
+      if (J.h_coef > 0) {
+        const double* t = J.t + i * n;
+        for (long j = 0; j < n; ++j)
+          E[j] = E[j] + J.h_coef * std::fabs(t[j] - (J.h_beta ? J.h_beta[j] : 0.0));
+      }
+      long inf = 0;
+      for (long j = 0; j < n; ++j) inf |= std::isinf(E[j]);
+      P.unbounded += inf != 0;
+    }
+    L.E = Eb.data();
+    L.e_base = r0 * n;
+    run_plain(L, r0 * n, r1 * n, P);
   }
 }
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from normcheck import formats
-from normcheck.measure_lib import Job, library, pointer, sound_bound, threads
+from normcheck.measure_lib import KINDS, Job, library, pointer, sound_bound, threads
 from normcheck.metrics import CLASSES, StreamStats
 
 __all__ = ["Measurement", "measure", "library", "ELEMENTS", "merge", "accumulate",
@@ -28,8 +28,6 @@ __all__ = ["Measurement", "measure", "library", "ELEMENTS", "merge", "accumulate
 
 #: The per-element arrays a measurement can keep.
 ELEMENTS = ("ulp", "cls", "scaled", "ratio")
-_KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2,
-          formats.BF16.dtype: 3}
 _EDGES = StreamStats().edges
 
 
@@ -59,6 +57,9 @@ class Measurement:
     #: the largest ordinal distance (values apart in the format) where the kernel's values are
     #: stored in the output format itself, else None; inf for a NaN against a number
     max_ordinal: float | None = None
+    #: rows whose sound bound is inf somewhere (no float kernel can promise anything there);
+    #: None without a bound
+    unbounded_rows: int | None = None
 
     @property
     def max_bits(self) -> float | None:
@@ -105,7 +106,7 @@ def _flat(a, dtype=None):
     a = np.asarray(a)
     if dtype is not None and a.dtype != dtype:
         a = a.astype(dtype)
-    if a.dtype not in _KINDS:
+    if a.dtype not in KINDS:
         a = a.astype(np.float64)
     return np.ascontiguousarray(a).reshape(-1)
 
@@ -113,7 +114,8 @@ def _flat(a, dtype=None):
 def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
             keep=ELEMENTS, hist=True) -> Measurement:
     """Measure ``actual`` (any float dtype, the reference's shape) against ``ref`` (a
-    normcheck.oracle.Reference); ``E`` the sound bound per element (or None: no ratio),
+    normcheck.oracle.Reference); ``E`` the sound bound per element (or None: no ratio), an
+    array or a normcheck.bounds.SoundBound (formed row by row in the compiled pass),
     ``floor`` the limit's floor in ulps, ``scale`` per element (default the reference's
     max(|γx̂|, |β|)), ``poison`` the bits of an unwritten element (of actual's dtype), ``keep``
     the per-element arrays wanted, ``hist`` whether the histogram (p99 over batches) is
@@ -128,6 +130,9 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
                       "pass the kernel output for the same rows as the reference")
     beta = getattr(ref, "beta", None) if scale is None else None
     lib = library()
+    fused = E.compiled() if lib is not None and hasattr(E, "compiled") else None
+    if hasattr(E, "compiled") and fused is None:
+        E = E.array()
     if lib is None:
         return _measure_numpy(ref, a, E, floor, ref.scale if beta is not None else scale,
                               poison, keep)
@@ -141,14 +146,14 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
     if beta is not None:  # the scale max(|t - β|, |β|) per column, formed in the loop
         bt = np.ascontiguousarray(np.broadcast_to(np.asarray(beta, np.float64),
                                                   shape[-1:]), np.float64)
-    Ef = None if E is None else _flat(np.broadcast_to(E, shape), np.float64)
+    Ef = None if E is None or fused is not None else _flat(np.broadcast_to(E, shape), np.float64)
     n = t.size
     out = {k: (np.empty(n, np.int8 if k == "cls" else np.float64) if k in keep else None)
            for k in ELEMENTS}
     counts = np.zeros(len(_EDGES) + 2, np.int64)
     edges = np.ascontiguousarray(_EDGES, np.float64)
-    job = Job(n=n, t=t.ctypes.data, r=r.ctypes.data, r_kind=_KINDS[r.dtype],
-               a=af.ctypes.data, a_kind=_KINDS[af.dtype],
+    job = Job(n=n, t=t.ctypes.data, r=r.ctypes.data, r_kind=KINDS[r.dtype],
+               a=af.ctypes.data, a_kind=KINDS[af.dtype],
                scale=None if sc is None else sc.ctypes.data,
                beta=None if bt is None else bt.ctypes.data, cols=shape[-1] if shape else 1,
                E=None if Ef is None else Ef.ctypes.data, p=fmt.precision, emin=fmt.emin,
@@ -158,6 +163,9 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
                ulp=pointer(out["ulp"]), cls=pointer(out["cls"]), scaled=pointer(out["scaled"]),
                ratio=pointer(out["ratio"]), hist=counts.ctypes.data, threads=threads(),
                want_ordinal=int(ordinal))
+    if fused is not None:
+        bjob, _keep, h_coef, h_beta = fused
+        job.bound, job.h_coef, job.h_beta = ctypes.addressof(bjob), h_coef, pointer(h_beta)
     lib.nc_measure(ctypes.byref(job))
     classes = {c: int(job.classes[i]) for i, c in enumerate(CLASSES)}
     return Measurement(
@@ -167,7 +175,14 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
         sum_ulp=float(job.sum_ulp), inf_ulp=int(job.inf_ulp), hist=counts, classes=classes,
         unwritten=int(job.unwritten), over=int(job.over),
         max_ordinal=float(job.max_ordinal) if ordinal else None,
+        unbounded_rows=(int(job.unbounded_rows) if fused is not None else
+                        _unbounded(Ef, shape) if E is not None else None),
         **{k: (None if v is None else v.reshape(shape)) for k, v in out.items()})
+
+
+def _unbounded(E, shape) -> int:
+    E = np.asarray(E).reshape(shape)
+    return int(np.isinf(E).reshape(-1, shape[-1]).any(axis=1).sum()) if E.size else 0
 
 
 def mismatch(where: str, kernel, exact, x=None, ulp=None) -> str:
@@ -256,4 +271,5 @@ def _measure_numpy_(ref, a, E, floor, scale, poison, keep) -> Measurement:
         unwritten=int(unw.sum()), over=int((ratio > 1).sum()),
         ulp=ulp if "ulp" in keep else None, cls=cls if "cls" in keep else None,
         scaled=scaled if "scaled" in keep else None, ratio=ratio if "ratio" in keep else None,
-        max_ordinal=(float(c.ordinal.max()) if c.ordinal.size else 0.0) if ordinal else None)
+        max_ordinal=(float(c.ordinal.max()) if c.ordinal.size else 0.0) if ordinal else None,
+        unbounded_rows=None if E is None else _unbounded(np.broadcast_to(E, t.shape), t.shape))

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from normcheck import formats
 from normcheck.metrics import CLASSES
 
-__all__ = ["library", "sound_bound", "Job", "threads", "pointer", "SOURCE", "FLAGS"]
+__all__ = ["library", "sound_bound", "bound_job", "KINDS", "Job", "BoundJob", "threads", "pointer", "SOURCE", "FLAGS"]
 
 SOURCE = Path(__file__).with_name("measure.cpp")
 # -fno-trapping-math: no FP exception traps are installed, so comparisons may become selects
@@ -40,11 +41,15 @@ class Job(ctypes.Structure):
                 ("max_ordinal", ctypes.c_double), ("hist", ctypes.c_void_p),
                 ("classes", ctypes.c_longlong * len(CLASSES)),
                 ("unwritten", ctypes.c_longlong), ("over", ctypes.c_longlong),
-                ("inf_ulp", ctypes.c_longlong), ("threads", ctypes.c_int)]
+                ("inf_ulp", ctypes.c_longlong), ("threads", ctypes.c_int),
+                ("bound", ctypes.c_void_p), ("h_coef", ctypes.c_double),
+                ("h_beta", ctypes.c_void_p), ("e_base", ctypes.c_long),
+                ("unbounded_rows", ctypes.c_longlong)]
 
 
-class _BoundJob(ctypes.Structure):
+class BoundJob(ctypes.Structure):
     _fields_ = [("rows", ctypes.c_int), ("cols", ctypes.c_int), ("x", ctypes.c_void_p),
+                ("x2", ctypes.c_void_p), ("x_kind", ctypes.c_int), ("x2_kind", ctypes.c_int),
                 ("g", ctypes.c_void_p), ("b", ctypes.c_void_p), ("eps", ctypes.c_double),
                 ("safety", ctypes.c_double), ("centred", ctypes.c_int), ("gemma", ctypes.c_int),
                 ("E", ctypes.c_void_p), ("threads", ctypes.c_int)]
@@ -70,9 +75,9 @@ def library():
                 raise RuntimeError("measure.cpp and measure_lib.py disagree on the job layout")
             lib.nc_measure.argtypes = [ctypes.POINTER(Job)]
             lib.nc_measure.restype = None
-            if lib.nc_bound_job_size() != ctypes.sizeof(_BoundJob):
+            if lib.nc_bound_job_size() != ctypes.sizeof(BoundJob):
                 raise RuntimeError("measure.cpp and measure_lib.py disagree on the bound's layout")
-            lib.nc_sound_bound.argtypes = [ctypes.POINTER(_BoundJob)]
+            lib.nc_sound_bound.argtypes = [ctypes.POINTER(BoundJob)]
             lib.nc_sound_bound.restype = None
             _lib = lib
     return _lib
@@ -82,21 +87,43 @@ def pointer(a):
     return None if a is None else a.ctypes.data
 
 
-def sound_bound(rows, geff, b, eps: float, centred: bool, gemma: bool, safety: float):
+#: the element kinds the compiled code reads (float64, float32, float16 bits, bfloat16 bits)
+KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2,
+         np.dtype(formats.BF16.dtype): 3}
+
+
+def _rows_of(a):
+    a = np.ascontiguousarray(a)
+    return a if a.dtype in KINDS else np.ascontiguousarray(a, np.float64)
+
+
+def bound_job(rows, geff, b, eps: float, centred: bool, gemma: bool, safety: float,
+              rows2=None, E=None):
+    """(BoundJob, the arrays it points into): the bound of the rows ``rows`` (+ ``rows2``,
+    summed in float64), any float dtype the compiled code reads, kept as stored."""
+    x = _rows_of(rows)
+    x2 = None if rows2 is None else _rows_of(rows2)
+    R, D = x.shape
+    g = None if geff is None else np.ascontiguousarray(np.broadcast_to(geff, (D,)), np.float64)
+    bb = None if b is None else np.ascontiguousarray(np.broadcast_to(b, (D,)), np.float64)
+    job = BoundJob(rows=R, cols=D, x=x.ctypes.data, x2=pointer(x2), x_kind=KINDS[x.dtype],
+                   x2_kind=0 if x2 is None else KINDS[x2.dtype], g=pointer(g), b=pointer(bb),
+                   eps=float(eps), safety=float(safety), centred=int(centred),
+                   gemma=int(gemma), E=pointer(E), threads=threads())
+    return job, (x, x2, g, bb, E)
+
+
+def sound_bound(rows, geff, b, eps: float, centred: bool, gemma: bool, safety: float,
+                rows2=None):
     """E of normcheck.bounds.sound_bound (the exact reference), compiled; None where the
     compiled measurement is not available (the caller computes it in numpy)."""
     lib = library()
     if lib is None:
         return None
-    x = np.ascontiguousarray(rows, np.float64)
-    R, D = x.shape
-    g = None if geff is None else np.ascontiguousarray(np.broadcast_to(geff, (D,)), np.float64)
-    bb = None if b is None else np.ascontiguousarray(np.broadcast_to(b, (D,)), np.float64)
+    R, D = np.shape(rows)
     E = np.empty((R, D))
     if R and D:
-        job = _BoundJob(rows=R, cols=D, x=x.ctypes.data, g=pointer(g), b=pointer(bb), eps=float(eps),
-                        safety=float(safety), centred=int(centred), gemma=int(gemma),
-                        E=E.ctypes.data, threads=threads())
+        job, keep = bound_job(rows, geff, b, eps, centred, gemma, safety, rows2, E)
         lib.nc_sound_bound(ctypes.byref(job))
     return E
 

@@ -131,7 +131,7 @@ class Measured:
     def again(self, lo: int, hi: int):
         E, floor, poison = self._args
         return measure_mod.measure(measure_mod.Rows(self.ref, lo, hi), self.y[lo:hi],
-                                   E=None if E is None else E[lo:hi], floor=floor,
+                                   E=None if E is None else E.rows(lo, hi), floor=floor,
                                    poison=poison, hist=False)
 
     @property
@@ -292,15 +292,14 @@ class Judge:
         if y is None:
             return None, [Failure("error", family, "the target wrote no output (y)")]
         x = case.x
-        rows = kernels.normalised_rows(ref, x, case.residual, self.convention)
-        E = bounds.sound_bound_of(self.norm, ref, rows, case.gamma, case.beta, eps=case.eps,
-                                  convention=self.convention, storage=self.fmt)
+        parts = kernels.normalised_parts(ref, x, case.residual, self.convention)
+        E = bounds.SoundBound(self.norm, ref, parts, case.gamma, case.beta, eps=case.eps,
+                              convention=self.convention, storage=self.fmt)
         poison = launch.poison_bits(y.dtype)
         mm = measure_mod.measure(ref, y, E=E, floor=self.tol.fail_floor, poison=poison,
                                  keep=())
         fails_cls = sum(mm.classes[k] for k in metrics.FAILURE_CLASSES)
-        measured = Measured(ref, y, mm, int(np.isinf(E).any(axis=1).sum()), E,
-                            self.tol.fail_floor, poison)
+        measured = Measured(ref, y, mm, mm.unbounded_rows, E, self.tol.fail_floor, poison)
         if mm.unwritten or fails_cls or mm.over:
             mm = measured.full()
         unw = launch.unwritten(y) if mm.unwritten else None
@@ -331,10 +330,11 @@ class Judge:
             fails += self._check_h(family, outs["h"], ref)
         for role in self.stats_roles:
             if role in outs:
-                fails += self._check_stats(family, role, ref, outs[role], rows)
+                fails += self._check_stats(family, role, ref, outs[role], kernels.normalised_rows(
+                    ref, x, case.residual, self.convention))
         if mm.over:
             i, j = np.unravel_index(mm.argmax_ratio, y.shape)
-            lim = bounds.sound_limit(_Point(ref, i, j), E[i:i + 1, j:j + 1],
+            lim = bounds.sound_limit(_Point(ref, i, j), E.array(i, i + 1)[:, j:j + 1],
                                      self.tol.fail_floor)[0, 0]
             lim_ulp = float(lim / self.out.ulp_array(np.abs(ref.exact[i, j])))
             fails.append(Failure(
