@@ -620,6 +620,48 @@ int64_t low_bit_min(const double* __restrict__ x, int n) {
   return low;
 }
 
+// the same from the values as stored (fp32, fp16, bf16 bits: 32-bit lanes, eight to a vector):
+// a value's lowest set bit is 2^((ex ? ex : 1) - bias - MB + tz), tz that of the fraction field
+// read through an exact int -> float conversion (MB where the field is zero: the hidden bit)
+template <typename T, int MB, int EB, int BIAS>
+__attribute__((target_clones("avx2", "default")))
+int64_t low_bit_min_bits(const T* __restrict__ x, int n) {
+  int32_t low = 1 << 30;
+  constexpr uint32_t FM = (1u << MB) - 1, EM = (1u << EB) - 1;
+  for (int j = 0; j < n; ++j) {
+    const uint32_t b = x[j];
+    const int32_t ex = (int32_t)((b >> MB) & EM);
+    const uint32_t m = b & FM;
+    const uint32_t L = m & (0u - m);
+    const float fl = (float)(int32_t)L;
+    uint32_t fb;
+    std::memcpy(&fb, &fl, 4);
+    const int32_t tz = m != 0 ? (int32_t)(fb >> 23) - 127 : MB;
+    const int32_t v = (ex != 0 ? ex : 1) - BIAS - MB + tz;
+    const int32_t use = (int32_t)(ex != (int32_t)EM) & (int32_t)((b & (FM | (EM << MB))) != 0);
+    const int32_t c = use != 0 ? v : 1 << 30;
+    low = c < low ? c : low;
+  }
+  return low;
+}
+
+// low_bit_min of row i, from its stored bits where it has them (xrow: the row as float64)
+inline int64_t low_bit_min_stored(const void* x, int kind, long i, int n, const double* xrow) {
+  const long o = i * (long)n;
+  if (kind == F32) return low_bit_min_bits<uint32_t, 23, 8, 127>((const uint32_t*)x + o, n);
+  if (kind == F16) return low_bit_min_bits<uint16_t, 10, 5, 15>((const uint16_t*)x + o, n);
+  if (kind == BF16) return low_bit_min_bits<uint16_t, 7, 8, 127>((const uint16_t*)x + o, n);
+  return low_bit_min(xrow, n);
+}
+
+// whether any of n values is ±inf
+__attribute__((target_clones("avx2", "default")))
+int any_inf(const double* __restrict__ E, long n) {
+  int inf = 0;
+  for (long j = 0; j < n; ++j) inf |= std::fabs(E[j]) == INFINITY;
+  return inf;
+}
+
 }  // namespace
 
 struct BoundJob {
@@ -687,7 +729,7 @@ void bound_row(const BoundJob& J, long i, double* __restrict__ xrow, double* __r
   const double* x = xrow;
   double* d = d_;
   {
-    const int64_t low = low_bit_min(x, n);
+    const int64_t low = J.x2 ? low_bit_min(x, n) : low_bit_min_stored(J.x, J.x_kind, i, n, x);
     const double q = low < (1 << 30) ? std::ldexp(1.0, (int)std::min<int64_t>(low, 1023))
                                      : INFINITY;
     double terms[2][3];  // (e_mu, rho, r) per algorithm
@@ -774,9 +816,7 @@ void run_bounded(const MeasureJob& J, long lo, long hi, Partial& P) {
         for (long j = 0; j < n; ++j)
           E[j] = E[j] + J.h_coef * std::fabs(t[j] - (J.h_beta ? J.h_beta[j] : 0.0));
       }
-      long inf = 0;
-      for (long j = 0; j < n; ++j) inf |= std::isinf(E[j]);
-      P.unbounded += inf != 0;
+      P.unbounded += any_inf(E, n);
     }
     L.E = Eb.data();
     L.e_base = r0 * n;

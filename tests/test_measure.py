@@ -246,3 +246,35 @@ def test_bound_formed_in_the_pass_equals_the_array(case):
     assert a.over > 0  # 2^-6 relative is beyond the bound somewhere in every format
     if n.centred and F.name == "fp32":
         assert a.unbounded_rows > 0  # fp32 offset rows beyond what a float kernel can promise
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "gemma_rmsnorm"])
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16"])
+def test_compiled_sound_bound_equals_numpy(norm, fmt):
+    """The compiled bound (measure.cpp, the check's) against bounds.sound_bound in numpy, from
+    the rows as stored and as float64 sums: the same terms with the sums in another order, so
+    equal to 1e-12 relative (a bound with a 1.5x safety margin; its sums of |x|, x² and |d|
+    over a few thousand terms differ by n·2^-53 at most), inf and NaN in the same places; the
+    exactness test of the mean's sum (the rows' common grid, from the lowest set bit) the same."""
+    if measure.library() is None:
+        pytest.skip("the compiled measurement could not be built here")
+    F = formats.get(fmt)
+    x = np.concatenate([families.generate(f, F, 6, 777, seed=4) for f in
+                        ("gaussian", "offset", "constant", "tiny", "outlier", "extremes",
+                         "special", "bimodal")])
+    x[0, :] = 0.0  # a zero row: no lowest bit
+    if fmt == "fp32":  # odd integers (the grid is 1) whose sums are not exact in float, where
+        # a grid 8x too coarse would make them so: Σ|x| in [2^24, 2^27) (LayerNorm's mean), Σx²
+        # in [2^24, 2^30) (RMSNorm's); checked: a lowest bit 3 too high fails this test
+        rng = np.random.default_rng(1)
+        x[1, :] = rng.integers(1 << 16, 1 << 17, 777) | 1
+        x[2, :] = rng.integers(1, 1500, 777) | 1
+    g, b = families.weights(F, 777)
+    ref = bounds.sound_bound(norm, x.astype(np.float64), g, b, compiled=False)
+    for rows, rows2 in ((x, None), (x.astype(np.float64), None),
+                        (x, np.zeros_like(x))):  # stored bits; float64; a float64 sum
+        E = bounds.sound_bound(norm, rows, g, b, rows2=rows2)
+        assert np.array_equal(np.isinf(E), np.isinf(ref))
+        assert np.array_equal(np.isnan(E), np.isnan(ref))
+        fin = np.isfinite(ref)
+        np.testing.assert_allclose(E[fin], ref[fin], rtol=1e-12, atol=0)
