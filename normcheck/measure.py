@@ -129,6 +129,11 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
         raise invalid("actual", a, f"an array of shape {shape}",
                       "pass the kernel output for the same rows as the reference")
     beta = getattr(ref, "beta", None) if scale is None else None
+    if hasattr(E, "compiled") and tuple(E.shape) != tuple(shape):
+        from normcheck.errors import invalid
+
+        raise invalid("E.shape", E.shape, f"the reference's shape {shape}",
+                      "build the SoundBound from the rows of this reference")
     lib = library()
     fused = E.compiled() if lib is not None and hasattr(E, "compiled") else None
     if hasattr(E, "compiled") and fused is None:

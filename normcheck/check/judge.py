@@ -468,8 +468,6 @@ class Judge:
         fr = FamilyResult("long", cols=[cols])
         ulp = metrics.StreamStats()
         fails, worst = [], None
-        batch = odd_rows(max(1, min(rows, (1 << 20) // cols)))
-        fams = [f for f in CHECK_FAMILIES if f not in ("special", "tails")]
         t0 = last = time.perf_counter()
         done = 0
 
@@ -496,11 +494,7 @@ class Judge:
 
         with ThreadPoolExecutor(1, thread_name_prefix="normcheck-oracle") as pool:
             prev = None
-            k = 0
-            while k * batch < rows:
-                n = min(batch, rows - k * batch)
-                fam = fams[k % len(fams)]
-                case = self.case(fam, n, cols, seed=[self.seed, 1 << 20, k], pooled=True)
+            for fam, case in self.long_batches(rows, cols):
                 outs = self.run_target(fam, case, "end")
                 if prev is not None and collect(prev):
                     prev = None
@@ -510,7 +504,6 @@ class Judge:
                     prev = None
                     break
                 prev = (fam, case, pool.submit(self.measure, fam, case, "end", outs))
-                k += 1
             if prev is not None:
                 collect(prev)
         fr.max_ulp, fr.p99_ulp, fr.mean_ulp = ulp.stats()
@@ -525,6 +518,19 @@ class Judge:
             if acc and worst is not None:
                 fr.cause = acc[0].cause = self.diagnose(worst[1], worst[2])
         return fr, fails, None if worst is None else worst[0]
+
+    def long_batches(self, rows: int, cols: int):
+        """The long run's batches, made as they are needed: (family, Case) of about 2^20
+        elements (an odd number of rows), each family of CHECK_FAMILIES but special and tails
+        in turn, seeded by the check's seed and the batch's index."""
+        batch = odd_rows(max(1, min(rows, (1 << 20) // cols)))
+        fams = [f for f in CHECK_FAMILIES if f not in ("special", "tails")]
+        k = 0
+        while k * batch < rows:
+            fam = fams[k % len(fams)]
+            yield fam, self.case(fam, min(batch, rows - k * batch), cols,
+                                 seed=[self.seed, 1 << 20, k], pooled=True)
+            k += 1
 
     def _worst(self, fam, case, m: Measured):
         """The worst element of a batch (beyond the bound the most, else non-finite, else the
