@@ -54,3 +54,16 @@ def test_oracle_benchmark_prints_figures():
     assert rows[0]["ratio"] > 1 and "oracle rows/s" in lines[1] and "numpy" in lines[1]
     assert np.isfinite(rows[0]["oracle_rows_per_s"]) and rows[0]["numpy_rows_per_s"] > 0
     assert "threads" in lines[0]
+
+
+def test_check_benchmark_prints_its_three_figures():
+    """bench check: from one run, the oracle alone, the kernel alone and the long check (a
+    small one here: a figure, not a timing), whose verdict on a sound numpy RMSNorm is pass."""
+    lines = []
+    rows = bench.check_benchmark(rows=301, cols=256, fmts=("bf16",), targets=("numpy",),
+                                 echo=lines.append)
+    (r,) = rows
+    assert r["verdict"] == "pass" and r["rows"] == 301 and r["format"] == "bf16"
+    for k in ("oracle_rows_per_s", "kernel_rows_per_s", "check_rows_per_s"):
+        assert np.isfinite(r[k]) and r[k] > 0, k
+    assert "check/oracle" in lines[1] and "numpy_rmsnorm (bf16)" in lines[2]
