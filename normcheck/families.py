@@ -4,7 +4,10 @@ Each family is one *recipe* written against a source of randomness (:class:`Sour
 report feeds it a seeded numpy generator (:class:`NumpySource`), the Hypothesis strategies of
 :mod:`normcheck.strategies` feed it draws, so that one piece of code says what a family is and
 Hypothesis can shrink its parameters.  A recipe returns float64 values; :func:`generate` rounds
-them to the storage format (so the rows are exactly what a kernel will read).
+them to the storage format (so the rows are exactly what a kernel will read).  A source may draw
+for one row (scalars, a vector of normals) or for a batch (columns of per-row values, a matrix
+of normals): recipes combine their draws by numpy's broadcasting, so :func:`generate` makes a
+whole batch with one call of the recipe.
 
 Families (the rows built to hurt of docs/DESIGN.md):
 
@@ -44,7 +47,8 @@ TAIL_COLS = (1, 2, 3, 31, 33, 255, 257, 4097)
 
 
 class Source:
-    """Where a recipe's randomness comes from."""
+    """Where a recipe's randomness comes from: each draw is one value (one row), or a column
+    (rows, 1) of per-row values and normal(n) a (rows, n) matrix (a batch; see NumpySource)."""
 
     def normal(self, n: int) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError
