@@ -460,8 +460,9 @@ class Judge:
     def run_long(self, rows: int, cols: int, progress=None):
         """``rows`` rows of width ``cols``, streamed in batches of about 2^20 elements (each batch
         a family of CHECK_FAMILIES in turn): the kernel runs on batch k (in this thread, as a GPU
-        context wants) while the oracle measures batch k-1 in another, so memory stays that of
-        two batches and the oracle's threads keep up with the kernel.  Returns (FamilyResult
+        context wants) while another thread makes batch k+1 and a third measures batch k-1 (the
+        oracle, the bound, the measurement), so memory stays that of three batches and the
+        kernel waits for nothing but itself.  Returns (FamilyResult
         "long", [Failure], Worst or None)."""
         from concurrent.futures import ThreadPoolExecutor
 
@@ -492,9 +493,14 @@ class Judge:
                 progress(done, rows, done / max(now - t0, 1e-9))
             return any(x.kind in FATAL for x in f)
 
-        with ThreadPoolExecutor(1, thread_name_prefix="normcheck-oracle") as pool:
+        batches = self.long_batches(rows, cols)
+        with ThreadPoolExecutor(1, thread_name_prefix="normcheck-oracle") as pool, \
+                ThreadPoolExecutor(1, thread_name_prefix="normcheck-rows") as maker:
             prev = None
-            for fam, case in self.long_batches(rows, cols):
+            ahead = maker.submit(next, batches, None)
+            while (item := ahead.result()) is not None:
+                fam, case = item
+                ahead = maker.submit(next, batches, None)  # made while the kernel runs
                 outs = self.run_target(fam, case, "end")
                 if prev is not None and collect(prev):
                     prev = None
