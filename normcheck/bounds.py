@@ -45,9 +45,9 @@ import numpy as np
 
 from normcheck.kernels import BLOCK, Variant
 
-__all__ = ["sound_bound_of", "SoundBound", "H_ROUNDING", "error_bound", "statistics_bound", "within_bound", "applies", "SAFETY",
-           "sound_bound", "sound_statistics", "sound_limit", "quantum", "SOUND_SAFETY",
-           "sound_backward"]
+__all__ = ["sound_bound_of", "SoundBound", "H_ROUNDING", "error_bound", "statistics_bound",
+           "within_bound", "applies", "SAFETY", "sound_bound", "sound_statistics",
+           "sound_limit", "quantum", "SOUND_SAFETY", "sound_backward"]
 
 U = 2.0**-24
 #: Multiplies E_j: covers the second-order terms of the first-order analysis.
@@ -296,8 +296,7 @@ def sound_bound(norm, rows, gamma=None, beta=None, *, eps=np.float32(1e-5),
     from normcheck import formats, norms
 
     n_ = norms.get(norm)
-    R, D = np.shape(rows)
-    geff, b = _affine(n_, gamma, beta, D)
+    geff, b = _affine(n_, gamma, beta, np.shape(rows)[1])
     if n_.reference != "hf" and compiled:
         from normcheck import measure_lib
 

@@ -132,7 +132,7 @@ struct MeasureJob {
   int threads;
   // the sound bound formed here, row by row, instead of read from E (normcheck.bounds.SoundBound):
   const struct BoundJob* bound;  // or null
-  double h_coef;                 // > 0: E += h_coef·|t - h_beta_j| (a fused float32 sum's rounding)
+  double h_coef;                 // > 0: E += h_coef·|t - h_beta_j| (a fused fp32 sum rounds)
   const double* h_beta;          // cols or null (0)
   long e_base;                   // E[i - e_base] is element i's bound
   long long unbounded_rows;      // out (with bound): rows whose bound is inf somewhere

@@ -14,7 +14,8 @@ import numpy as np
 from normcheck import formats
 from normcheck.metrics import CLASSES
 
-__all__ = ["library", "sound_bound", "bound_job", "KINDS", "Job", "BoundJob", "threads", "pointer", "SOURCE", "FLAGS"]
+__all__ = ["library", "sound_bound", "bound_job", "KINDS", "Job", "BoundJob", "threads",
+           "pointer", "SOURCE", "FLAGS"]
 
 SOURCE = Path(__file__).with_name("measure.cpp")
 # -fno-trapping-math: no FP exception traps are installed, so comparisons may become selects
