@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import formats
 from normcheck.metrics import CLASSES
+from normcheck.oracle import fast as oracle_fast
+from normcheck.oracle.fast import KINDS
 
 __all__ = ["library", "sound_bound", "bound_job", "KINDS", "Job", "BoundJob", "threads",
            "pointer", "SOURCE", "FLAGS"]
@@ -88,11 +89,6 @@ def pointer(a):
     return None if a is None else a.ctypes.data
 
 
-#: the element kinds the compiled code reads (float64, float32, float16 bits, bfloat16 bits)
-KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2,
-         np.dtype(formats.BF16.dtype): 3}
-
-
 def _rows_of(a):
     a = np.ascontiguousarray(a)
     return a if a.dtype in KINDS else np.ascontiguousarray(a, np.float64)
@@ -130,6 +126,4 @@ def sound_bound(rows, geff, b, eps: float, centred: bool, gemma: bool, safety: f
 
 
 def threads() -> int:
-    from normcheck.oracle import fast as oracle_fast
-
     return oracle_fast.threads()

@@ -328,10 +328,10 @@ class Judge:
                         i, j, x, y, ref.exact)))
         if "h" in outs:
             fails += self._check_h(family, outs["h"], ref)
-        for role in self.stats_roles:
-            if role in outs:
-                fails += self._check_stats(family, role, ref, outs[role], kernels.normalised_rows(
-                    ref, x, case.residual, self.convention))
+        roles = [role for role in self.stats_roles if role in outs]
+        rows = kernels.normalised_rows(ref, x, case.residual, self.convention) if roles else None
+        for role in roles:
+            fails += self._check_stats(family, role, ref, outs[role], rows)
         if mm.over:
             i, j = np.unravel_index(mm.argmax_ratio, y.shape)
             lim = bounds.sound_limit(_Point(ref, i, j), E.array(i, i + 1)[:, j:j + 1],

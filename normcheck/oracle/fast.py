@@ -24,7 +24,7 @@ from normcheck.backends import confine
 from normcheck.errors import invalid
 from normcheck.formats import Format
 
-__all__ = ["rows", "decide", "cast", "library", "threads", "MODES", "STATUS"]
+__all__ = ["rows", "decide", "cast", "KINDS", "library", "threads", "MODES", "STATUS"]
 
 SOURCE = Path(__file__).with_name("fast.cpp")
 FLAGS = ["-std=c++17", "-O3", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
@@ -35,7 +35,8 @@ MODES = {"dd": 0, "grid": 1, "tree": 2}
 #: Per element: settled in float64, settled in double-double, unsettled (tier 3), a row holding
 #: NaN or inf (the IEEE values, set by the caller).
 STATUS = {"tier1": 0, "tier2": 1, "unsettled": 2, "nonfinite": 3}
-_KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2,
+#: the element kinds the compiled code reads (float64, float32, float16 bits, bfloat16 bits)
+KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2,
           formats.BF16.dtype: 3}
 
 
@@ -116,7 +117,7 @@ def rows(x, lo, g, b, eps: float, center: bool, gemma: bool, mode: str, out: For
     (rows x 8: mean, e_mean, var, e_var, rstd, e_rstd, nonfinite, 0) when asked.
     ``tier1=False`` settles nothing in float64: every element goes to tier 2 (for tests)."""
     x = np.ascontiguousarray(x)
-    if x.dtype not in _KINDS:
+    if x.dtype not in KINDS:
         x = x.astype(np.float64)
     nrows, cols = x.shape
     lo = _f64(lo)
@@ -134,12 +135,12 @@ def rows(x, lo, g, b, eps: float, center: bool, gemma: bool, mode: str, out: For
     res["unsettled"] = res["nonfinite"] = 0
     if nrows == 0:
         return res
-    job = _Job(rows=nrows, cols=cols, in_kind=_KINDS[x.dtype], x=x.ctypes.data, lo=_ptr(lo),
+    job = _Job(rows=nrows, cols=cols, in_kind=KINDS[x.dtype], x=x.ctypes.data, lo=_ptr(lo),
                g=_ptr(g), b=_ptr(b), eps=float(eps), center=int(center), gemma=int(gemma),
                mode=MODES[mode], out_p=out.precision, out_emin=out.emin,
                out_max=float(out.max_finite), resolution=float(resolution),
                tier1_resolution=float(resolution) if tier1 else 0.0,
-               y=_ptr(res.get("y")), r=_ptr(res.get("r")), r_kind=_KINDS[np.dtype(out.dtype)],
+               y=_ptr(res.get("y")), r=_ptr(res.get("r")), r_kind=KINDS[np.dtype(out.dtype)],
                status=_ptr(res.get("status")),
                xhat=_ptr(res.get("xhat")), stats=_ptr(res.get("stats")), threads=threads())
     library().nc_oracle_rows(ctypes.byref(job))
@@ -168,6 +169,6 @@ def cast(v, fmt: Format) -> np.ndarray:
     if v.size < 4096 or fmt.dtype == np.dtype(np.float32):  # numpy's own is as fast
         return fmt.cast(v)
     out = np.empty(v.shape, fmt.dtype)
-    library().nc_round(v.ctypes.data, v.size, out.ctypes.data, _KINDS[np.dtype(fmt.dtype)],
+    library().nc_round(v.ctypes.data, v.size, out.ctypes.data, KINDS[np.dtype(fmt.dtype)],
                        fmt.precision, fmt.emin, float(fmt.max_finite), threads())
     return out
