@@ -65,7 +65,12 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
     batches (one of each of its families, Judge.long_batches); RMSNorm, the built-in
     ``rmsnorm_rms_<fmt>[_upcast_square]`` on the cpu backend and :func:`numpy_rmsnorm`.  ``check /
     oracle`` is the issue's figure; ``check / slower`` divides by the slower of the oracle and
-    the kernel (what the check could reach were its own work free)."""
+    the kernel (what the check could reach were its own work free and the kernel off the CPUs, as
+    on a GPU); ``own share`` is the part of the check's time that is neither the oracle's nor the
+    kernel's time alone (making rows, the bound, the measurement, and the two sharing the CPUs):
+    where the kernel runs on the same CPUs as the oracle, a check whose own work were free would
+    run at 1 / (1/oracle + 1/kernel), below half the oracle's rate whenever the kernel is slower
+    than the oracle."""
     from normcheck import kernels, launch, norms
     from normcheck.oracle import fast as oracle_fast
     from normcheck.check.judge import Judge
@@ -75,7 +80,8 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
     echo(f"long check at D = {cols}: RMSNorm, batches of about 2^20 elements, oracle and "
          f"measurement on {oracle_fast.threads()} threads")
     echo(f"{'target':26} {'rows':>6} {'oracle rows/s':>14} {'kernel rows/s':>14} "
-         f"{'check rows/s':>13} {'check/oracle':>13} {'check/slower':>13} {'peak MiB':>9}")
+         f"{'check rows/s':>13} {'check/oracle':>13} {'check/slower':>13} {'own share':>10} "
+         f"{'peak MiB':>9}")
     for name in fmts:
         fmt = formats.get(name)
         for kind in targets:
@@ -108,13 +114,14 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
             row = {"target": label, "format": name, "rows": R, "cols": cols,
                    "oracle_rows_per_s": 1 / t_or, "kernel_rows_per_s": 1 / t_k,
                    "check_rows_per_s": 1 / t_all, "check_over_oracle": t_or / t_all,
-                   "check_over_slower": max(t_or, t_k) / t_all, "verdict": fr.verdict,
+                   "check_over_slower": max(t_or, t_k) / t_all,
+                   "own_share": max(0.0, 1 - (t_or + t_k) / t_all), "verdict": fr.verdict,
                    "peak_rss_mib": _peak_rss_mib()}
             out.append(row)
             echo(f"{label:26} {R:6d} {row['oracle_rows_per_s']:14,.0f} "
                  f"{row['kernel_rows_per_s']:14,.0f} {row['check_rows_per_s']:13,.0f} "
                  f"{row['check_over_oracle']:12.0%} {row['check_over_slower']:12.0%} "
-                 f"{row['peak_rss_mib']:9.0f}")
+                 f"{row['own_share']:9.0%} {row['peak_rss_mib']:9.0f}")
     return out
 
 

@@ -308,7 +308,7 @@ struct ChunkSums {
 // were finite, whether it is (the others go through run_slow), the histogram bin of u, and the
 // reductions of the ok lanes but the sum (masked_sum).
 template <int RK, int AK, bool HS, bool HE>
-__attribute__((target_clones("avx2", "default")))
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 ChunkSums pass_a(const MeasureJob& J, long lo, long n, const double* sbuf, double* __restrict__ u_,
                  double* __restrict__ s_, double* __restrict__ r_, uint8_t* __restrict__ ok_,
                  int32_t* __restrict__ bin_, long base) {
@@ -373,7 +373,7 @@ ChunkSums pass_a(const MeasureJob& J, long lo, long n, const double* sbuf, doubl
 }
 
 // sum of v over the ok lanes, in vector lanes (the order of a sum of ulps -- a mean -- is free)
-__attribute__((target_clones("avx2", "default")))
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 double masked_sum(const double* __restrict__ v, const uint8_t* __restrict__ ok, long n) {
   double s = 0.0;
 #pragma omp simd reduction(+ : s)
@@ -382,7 +382,7 @@ double masked_sum(const double* __restrict__ v, const uint8_t* __restrict__ ok, 
 }
 
 // the scale max(|t - β|, |β|) of a run of columns (scale_at), NaN if either is
-__attribute__((target_clones("avx2", "default")))
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 void beta_scale(const double* __restrict__ t, const double* __restrict__ b,
                 double* __restrict__ out, long n) {
   for (long k = 0; k < n; ++k) {
@@ -396,7 +396,7 @@ void beta_scale(const double* __restrict__ t, const double* __restrict__ b,
 // (normcheck.formats.Format.ordinal: sign-magnitude bits, ±0 both 0, ±inf one past the top);
 // inf where one of the two is NaN, 0 where both are
 template <typename T, uint32_t MAG, uint32_t INF, uint32_t SIGN>
-__attribute__((target_clones("avx2", "default")))
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 double ordinal_max_bits(const T* __restrict__ A, const T* __restrict__ R, long n) {
   // in 32-bit lanes (|ord(a) - ord(r)| < 2^32 fits unsigned), with masks rather than branches
   // so that it vectorises; x > INF for x <= 0x7FFFFFFF is the top bit of INF - x
@@ -596,7 +596,7 @@ inline double rho(double delta) {
 // branch-free so that it vectorises: the lowest set bit L of the fraction field is read as a
 // double exactly (2^52 + L - 2^52, L < 2^52) and its exponent taken; a zero field means the
 // hidden bit, 52
-__attribute__((target_clones("avx2", "default")))
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 int64_t low_bit_min(const double* __restrict__ x, int n) {
   int64_t low = 1 << 30;
   for (int j = 0; j < n; ++j) {
@@ -624,7 +624,7 @@ int64_t low_bit_min(const double* __restrict__ x, int n) {
 // a value's lowest set bit is 2^((ex ? ex : 1) - bias - MB + tz), tz that of the fraction field
 // read through an exact int -> float conversion (MB where the field is zero: the hidden bit)
 template <typename T, int MB, int EB, int BIAS>
-__attribute__((target_clones("avx2", "default")))
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 int64_t low_bit_min_bits(const T* __restrict__ x, int n) {
   int32_t low = 1 << 30;
   constexpr uint32_t FM = (1u << MB) - 1, EM = (1u << EB) - 1;
@@ -655,7 +655,7 @@ inline int64_t low_bit_min_stored(const void* x, int kind, long i, int n, const 
 }
 
 // whether any of n values is ±inf
-__attribute__((target_clones("avx2", "default")))
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 int any_inf(const double* __restrict__ E, long n) {
   int inf = 0;
   for (long j = 0; j < n; ++j) inf |= std::fabs(E[j]) == INFINITY;
@@ -684,7 +684,7 @@ namespace {
 // E of each element of a row from its per-algorithm terms (e_mu, rho, r), branch-free so that it
 // vectorises: the larger of the algorithms' bounds, inf where rho is, NaN where any is NaN
 template <int K>
-__attribute__((target_clones("avx2", "default")))
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 void element_bounds(const BoundJob& J, const double* __restrict__ x, double* __restrict__ E,
                     double mu_el, const double (*terms)[3]) {
   const int n = J.cols;
@@ -715,7 +715,7 @@ void element_bounds(const BoundJob& J, const double* __restrict__ x, double* __r
 }
 
 // E of row i into E (cols of them); xrow and d: scratch of cols doubles
-__attribute__((target_clones("avx2", "default")))
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 void bound_row(const BoundJob& J, long i, double* __restrict__ xrow, double* __restrict__ d_,
                double* E) {
   const int n = J.cols;

@@ -67,3 +67,4 @@ def test_check_benchmark_prints_its_three_figures():
     for k in ("oracle_rows_per_s", "kernel_rows_per_s", "check_rows_per_s"):
         assert np.isfinite(r[k]) and r[k] > 0, k
     assert "check/oracle" in lines[1] and "numpy_rmsnorm (bf16)" in lines[2]
+    assert 0 <= r["own_share"] < 1 and "own share" in lines[1]

@@ -705,7 +705,7 @@ __attribute__((always_inline)) inline void row_tier1(const Job& J, const Layout&
 // rows are handed out a few at a time from a shared counter (not split in fixed ranges), so that
 // a thread slowed by others on the machine (the kernel's, the harness's) leaves its share to the
 // rest; every row's result is its own, whichever thread computes it
-__attribute__((target_clones("avx2", "default"))) void run_rows(const Job* J, long* next) {
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void run_rows(const Job* J, long* next) {
   Layout L(J->cols);
   Scratch s(L);
   Fmt F(J->out_p, J->out_emin, J->out_max, J->resolution);
@@ -744,7 +744,7 @@ NC_EXPORT void nc_decide(const double* y, const double* e, long n, int p, int em
 // conversion gives it: 0x7c00 + the top ten significand bits, never 0x7c00; bf16 0x7fc0).
 namespace {
 template <int K>
-__attribute__((target_clones("avx2", "default"))) void round_range(const double* __restrict__ v,
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void round_range(const double* __restrict__ v,
                                                                      long n, void* out,
                                                                      const Fmt* F) {
   uint16_t* __restrict__ o16 = (uint16_t*)out;

@@ -6,8 +6,8 @@ called with the GIL released; it splits the rows over ``NORMCHECK_ORACLE_THREADS
 (default: the CPUs this process may use).  Why C++ rather than a JIT (numba): the cpu backend
 already needs the compiler and has the cache, the analysis needs strict IEEE binary64 with no
 contraction (``-ffp-contract=off``), which a plain C++ build guarantees, and it adds no
-dependency.  The vector loops are built twice (AVX2 and baseline x86-64, chosen at load time);
-both give the same bits, as no sum is reassociated.
+dependency.  The vector loops are built three times (x86-64-v4 with AVX-512, AVX2, and baseline
+x86-64, chosen at load time); all give the same bits, as no sum is reassociated.
 """
 
 from __future__ import annotations
