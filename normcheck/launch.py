@@ -25,8 +25,8 @@ from normcheck import formats, norms, spec as specs
 from normcheck.backends import get_backend
 from normcheck.errors import KernelRaised, SpecError, invalid
 
-__all__ = ["Case", "KernelTarget", "CallableTarget", "bind", "buffer_formats", "poisoned",
-           "poison_bits", "unwritten"]
+__all__ = ["Case", "KernelTarget", "CallableTarget", "Outputs", "bind", "buffer_formats",
+           "poisoned", "poison_bits", "unwritten"]
 
 # A NaN with a payload no arithmetic produces (computed NaNs are the default quiet NaN): what an
 # output buffer holds before the launch, so an element the kernel never writes is recognisable.
@@ -110,6 +110,16 @@ def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None, quant=None) ->
     fm.setdefault("output", out)
     fm.setdefault("input", fmt)
     return fm
+
+
+class Outputs(dict):
+    """A target's outputs by role, with ``notes``: what its launches noted without failing (on
+    the cpu backend, a warp shuffle that read a lane not taking part, whose value a GPU leaves
+    undefined), for a verdict that fails to name."""
+
+    def __init__(self, *args, notes=(), **kw):
+        super().__init__(*args, **kw)
+        self.notes = list(notes)
 
 
 class KernelTarget:
@@ -268,6 +278,7 @@ class KernelTarget:
         seed and workers: the block order atomics arrive in)."""
         rows, cols = case.rows, case.cols
         buffers = {}
+        notes = []
         for ln in self.spec.launches:
             args, names = [], []
             for a in ln.args:
@@ -285,7 +296,10 @@ class KernelTarget:
             kern = self.kernels[ln.entry]
             kern(grid, block, args, shared_mem=shm, names=names, timeout=self.timeout,
                  guard=guard, **launch)
-        out = {}
+            note = getattr(kern, "last_note", None)  # the cpu backend's
+            if note:
+                notes.append(note if len(self.spec.launches) == 1 else f"{ln.entry}: {note}")
+        out = Outputs(notes=notes)
         for a, buf in buffers.values():
             last = a.roles[-1]  # an in-place buffer is read as its exit role
             if last == "output" and self.quant is not None:

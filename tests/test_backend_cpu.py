@@ -15,7 +15,7 @@ from normcheck.formats import FP32
 SRC = Path(__file__).parent / "cuda" / "features.cu"
 ENTRIES = ["shuffles", "early_return", "dyn_reverse", "half_ops", "bf16_ops", "half2_ops",
            "atomics", "vec_loads", "scale_kernel<float, 3>", "cg_sum", "math_ops", "null_deref",
-           "read_past", "divergent_barrier", "endless"]
+           "read_past", "divergent_barrier", "endless", "partial_warp_sums"]
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +43,26 @@ def test_shuffles_with_widths_and_votes(k):
     assert set(out[15]) == {-1}  # __activemask(): all 32 lanes
     assert set(out[16]) == {sum(range(32))}  # __reduce_add_sync
     assert list(out[17]) == [100] * 16 + [116] * 16  # two half-warp groups, own masks
+
+
+@pytest.mark.parametrize("threads", [32, 16, 1])
+def test_a_shuffle_from_a_lane_not_running_is_nan_and_noted(k, threads):
+    """A lane the block never launched holds no value: what a shuffle reads from it is NaN
+    (every bit set), never another thread's stale value nor memory past the block's own, and
+    the launch notes the first such read; a reduction that reads such lanes only into sums it
+    discards (shfl_down from offset blockDim.x / 2) is still exact."""
+    x = np.arange(1, threads + 1, dtype=np.float32)
+    y = np.zeros(2, np.float32)
+    kern = k["partial_warp_sums"]
+    kern(1, threads, [y, x])
+    assert y[1] == x.sum()
+    if threads == 32:
+        assert y[0] == x.sum() and kern.last_note is None
+    else:
+        assert np.isnan(y[0])
+        assert kern.last_note.startswith("__shfl_xor_sync in block (0,0,0): thread 0 read lane "
+                                         "16 of its warp (thread 16), which was never launched "
+                                         f"(a block of {threads} thread")
 
 
 @pytest.mark.parametrize("live", [256, 100, 1])

@@ -29,7 +29,7 @@ from normcheck import bounds, formats, kernels, launch, metrics, norms, oracle
 from normcheck.oracle import backward as oracle_backward
 from normcheck import families as families_mod
 from normcheck import measure as measure_mod
-from normcheck.check.judge import FATAL, Failure, FamilyResult, odd_rows
+from normcheck.check.judge import FATAL, Failure, FamilyResult, odd_rows, with_notes
 from normcheck.check.resolve import check_counts, resolve
 from normcheck.check.tolerances import TOLERANCES, Verdict
 from normcheck.errors import KernelError, invalid
@@ -551,7 +551,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                     if e >= prev[1]:
                         base_by_role[role] = (name, e)
                 if f is not None:
-                    failures.append(f)
+                    failures.extend(with_notes([f], outs))
                     fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
                     if f.cause and not fr.cause:
                         fr.cause = f.cause

@@ -61,6 +61,16 @@ class Failure:
         return d
 
 
+def with_notes(fails: list, outs) -> list:
+    """The failures of a launch with what the launch noted (launch.Outputs.notes: an undefined
+    warp-shuffle read) added to their detail: the likely reason, named where it shows."""
+    notes = getattr(outs, "notes", None)
+    if notes:
+        for f in fails:
+            f.detail += "; the launch noted: " + "; ".join(notes)
+    return fails
+
+
 @dataclass
 class Baseline:
     name: str           # the built-in variant
@@ -343,7 +353,7 @@ class Judge:
                 f"width {x.shape[1]}, " + element_text(i, j, x, y, ref.exact) +
                 f", {float(mm.ulp[i, j]):.4g} ulp where the sound bound allows {lim_ulp:.4g} "
                 f"({float(mm.ratio[i, j]):.3g}x)"))
-        return measured, fails
+        return measured, with_notes(fails, outs)
 
     def _check_h(self, family, h, ref):
         return check_h(family, h, ref)

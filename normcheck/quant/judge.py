@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from normcheck import formats, norms
-from normcheck.check.judge import FATAL, Failure, check_h
+from normcheck.check.judge import FATAL, Failure, check_h, with_notes
 from normcheck.check.tolerances import Verdict
 from normcheck.errors import KernelError, KernelRaised, invalid
 from normcheck.launch import Case
@@ -384,7 +384,7 @@ class QuantJudge:
         if "h" in outs and ref.norm_ref is not None and getattr(ref.norm_ref, "h", None) is not None:
             fails += check_h(family, outs["h"], ref.norm_ref)
         fails += self._failures(family, case, m)
-        return m, fails
+        return m, with_notes(fails, outs)
 
     def _shape_failure(self, family, case, e: ScaleShape) -> Failure:
         c = self.contract

@@ -152,3 +152,13 @@ extern "C" __global__ void endless(float* y) {
   while (k == 0) {}
   y[0] = 1.0f;
 }
+
+// A full-warp xor reduction in a block of blockDim.x threads: below 32, lanes read lanes that
+// were never launched (undefined on a GPU); a shfl_down reduction from offset blockDim.x / 2
+// reads them too, but only into lanes whose sums are never used.
+extern "C" __global__ void partial_warp_sums(float* y, const float* x) {
+  float v = x[threadIdx.x], w = v;
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  for (int d = blockDim.x / 2; d > 0; d >>= 1) w += __shfl_down_sync(0xffffffffu, w, d);
+  if (threadIdx.x == 0) { y[0] = v; y[1] = w; }
+}

@@ -692,7 +692,8 @@ def _signatures_reply(n):
 
 def _launch_reply(rep):
     if rep.get("ok") is True:
-        return wire.check(rep, {"ok": (True,), "seconds": float}, "the launch reply")
+        return wire.check(rep, {"ok": (True,), "seconds": float, "note?": str},
+                          "the launch reply")
     return wire.check(rep, {"ok": (False,), "kind": ("deadlock", "launch", "out_of_bounds"),
                             "message": str}, "the launch reply")
 
@@ -768,6 +769,8 @@ class CpuKernel:
         self.params = module.signatures[entry]
         self.options = options
         self.last_seconds = None
+        #: what the last launch noted without failing (an undefined warp-shuffle read), or None
+        self.last_note = None
         self.needs_alignment = False  # its vector loads faulted once in the tight layout
         self._hidden = []  # (struct argument, field name) of the arrays structs point to
 
@@ -778,6 +781,7 @@ class CpuKernel:
                  schedule=None, workers=None, seed=0, guard=None):
         g, b, shm = base.check_launch(grid, block, shared_mem)
         args = base.check_args(self.entry, self.params, args, names)
+        self.last_note = None
         timeout = self.options.get("timeout") if timeout is None else timeout
         timeout = DEFAULT_TIMEOUT if timeout is None else timeout
         if not isinstance(timeout, (int, float)) or not np.isfinite(timeout) or timeout <= 0:
@@ -840,6 +844,7 @@ class CpuKernel:
             finally:
                 del view
         self.last_seconds = rep["seconds"]
+        self.last_note = rep.get("note")
 
     # -- failures ---------------------------------------------------------------------------------
     def _name(self, i, names):

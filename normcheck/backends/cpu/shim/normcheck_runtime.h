@@ -76,6 +76,7 @@ struct BlockCtx {
   const int* order;
   int* runlist;   // this pass: the fibers runnable when it began, in schedule order
   int runlen, runpos;
+  std::string* undefined;  // the first warp shuffle that read a lane not taking part (or empty)
 };
 
 static std::mutex g_pool_mu;
@@ -186,6 +187,31 @@ static void reduce_group(BlockCtx* B, int w, unsigned need, int op, int width) {
     if (need >> l & 1) std::memcpy(base[l].result, &r, size);
 }
 
+static const char* op_name(int op);  // below, with the deadlock message
+
+// A shuffle whose source lane is not taking part -- never launched (the block's last warp is
+// partial), exited, or outside the mask -- reads an undefined value on a GPU; here every byte of
+// the result is set (NaN as a float, -1 as an integer), so a kernel that uses it shows, and the
+// first such read of the launch is noted for the verdict to name.
+static void undefined_read(BlockCtx* B, int w, int l, int src, int op, unsigned mask) {
+  std::memset(B->fibers[32 * w + l].result, 0xff, 16);
+  if (!B->undefined || !B->undefined->empty()) return;
+  const int t = 32 * w + src;
+  char why[96];
+  if (t >= B->n)
+    snprintf(why, sizeof why, "was never launched (a block of %d thread%s)", B->n,
+             B->n == 1 ? "" : "s");
+  else if (!(B->warp_alive[w] >> src & 1))
+    snprintf(why, sizeof why, "has exited");
+  else
+    snprintf(why, sizeof why, "is not in the mask 0x%08x", mask);
+  char buf[320];
+  snprintf(buf, sizeof buf, "%s in block (%u,%u,%u): thread %d read lane %d of its warp "
+           "(thread %d), which %s; a GPU returns an undefined value there, the cpu backend NaN",
+           op_name(op), tls_blockIdx.x, tls_blockIdx.y, tls_blockIdx.z, 32 * w + l, src, t, why);
+  *B->undefined = buf;
+}
+
 // Complete the collective of the lanes `need` (all arrived): each lane's result from its own op.
 static void complete(BlockCtx* B, int w, unsigned need) {
   Fiber* base = B->fibers + 32 * w;
@@ -211,7 +237,9 @@ static void complete(BlockCtx* B, int w, unsigned need) {
           src = l ^ f->param;
           if (src < seg || src >= seg + width) src = l;
         }
-        std::memcpy(f->result, base[src & 31].deposit, 16);
+        src &= 31;
+        if (need >> src & 1) std::memcpy(f->result, base[src].deposit, 16);
+        else undefined_read(B, w, l, src, f->op, f->mask);
         break;
       }
       case OP_SHFL_PTX: {
@@ -229,7 +257,8 @@ static void complete(BlockCtx* B, int w, unsigned need) {
           default: j = min_lane | ((int)b & ~segmask & 31); p = j <= max_lane; break;
         }
         if (!p || j < 0 || j > 31) j = l;
-        std::memcpy(f->result, base[j].deposit, 16);
+        if (need >> j & 1) std::memcpy(f->result, base[j].deposit, 16);
+        else undefined_read(B, w, l, j, f->op, f->mask);
         f->result_u = p ? 1u : 0u;
         break;
       }
@@ -716,6 +745,8 @@ struct Shared {
   std::atomic<bool> failed{false};
   std::mutex mu;
   std::string error;
+  std::string undefined;  // an undefined shuffle read (undefined_read), of the lowest block
+  unsigned long long undefined_block = ~0ull;
 };
 
 static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
@@ -740,6 +771,9 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
   int nwarps = (n + 31) / 32;
   std::vector<int> warp_order((size_t)nwarps);
   BlockCtx B;
+  std::string undefined, first_undefined;  // this block's undefined read, and the lowest block's
+  unsigned long long first_block = ~0ull;
+  B.undefined = &undefined;
   tls_block = &B;
   tls_thunk = thunk;
   tls_args = p->args;
@@ -837,6 +871,17 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
       S->failed = true;
       break;
     }
+    if (!undefined.empty()) {
+      if (b < first_block) { first_block = b; first_undefined = undefined; }
+      undefined.clear();
+    }
+  }
+  if (!first_undefined.empty()) {
+    std::lock_guard<std::mutex> lk(S->mu);
+    if (first_block < S->undefined_block) {
+      S->undefined_block = first_block;
+      S->undefined = first_undefined;
+    }
   }
   tls_block = nullptr;
   tls_cur = nullptr;
@@ -876,6 +921,10 @@ static int launch(Thunk thunk, LaunchParams* p) {
     snprintf(p->err, (size_t)p->errlen, "%s", S.error.c_str());
     return 1;
   }
+  // a launch that completed may leave a note: the first undefined shuffle read (the caller
+  // passes err zeroed; a note does not replace one already there)
+  if (!S.undefined.empty() && p->err[0] == 0)
+    snprintf(p->err, (size_t)p->errlen, "%s", S.undefined.c_str());
   return 0;
 }
 
