@@ -152,6 +152,21 @@ def test_stats_outputs_are_judged(tmp_path):
     assert any(f.detail.startswith("rstd off by") for f in r.failures), r.render()
 
 
+def test_a_shuffle_from_lanes_never_launched_is_named(tmp_path):
+    """The candle-style example launched with min(cols, 1024) threads instead of at least 32: on
+    narrow rows its full-warp shuffles read lanes the block never launched, undefined on a GPU;
+    the rows where that reaches y fail, and the failure says which shuffle read what."""
+    spec = (EXAMPLES / "candle_rmsnorm.toml").read_text().replace(
+        '"32 + 992 * min(1, cols // 1024)"', '"min(cols, 1024)"').replace(
+        '"candle_rmsnorm.cu"', f'"{EXAMPLES / "candle_rmsnorm.cu"}"')
+    (tmp_path / "k.toml").write_text(spec)
+    r = check.check_kernel(None, spec=tmp_path / "k.toml", timeout=20, search=0)
+    assert r.verdict == "fail", r.render()
+    noted = [f for f in r.failures if "the launch noted: __shfl_xor_sync in block (0,0,0): "
+             "thread 0 read lane 16 of its warp (thread 16), which was never launched" in f.detail]
+    assert noted and noted[0].family == "tails", r.render()
+
+
 def test_json_is_strict_and_complete():
     r = run("rms_no_eps", "rmsnorm", "fp16", search=0)
     text = r.to_json()

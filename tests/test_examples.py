@@ -30,6 +30,10 @@ EXPECTED = {
                   "offset rows"),
     "apex_layernorm": ({"pass"}, None, "Welford, writes mean and invvar, 2-D block"),
     "warp_per_row": ({"pass", "warn"}, None, "one warp per row, 32 lanes summing C/32 each"),
+    "ort_skip_rms_norm": ({"pass"}, None, "rows along gridDim.y, Welford sums merged by Chan's "
+                          "formula, h from the float sum, null mean/beta/bias, rstd judged"),
+    "candle_rmsnorm": ({"pass"}, None, "macro-made extern \"C\" entries, the block size an "
+                       "argument, two warp reductions, y rounded once"),
     # quantised outputs: each under the contract of the project whose style it follows
     "vllm_rms_norm_static_fp8": ({"pass"}, None, "vllm contract: y twice, × (1/scale), clamp, "
                                  "a non-saturating cast"),
