@@ -273,9 +273,16 @@ class KernelTarget:
             data[start:start + len(raw)] = raw
         return StructArg(bytes(data), pointers)
 
+    @property
+    def refillable(self) -> bool:
+        """Whether every launch can be run again with undefined values made of another byte
+        (``fill=``: the cpu backend's), to see whether the outputs depend on them."""
+        return all(hasattr(k, "last_note") for k in self.kernels.values())
+
     def __call__(self, case: Case, guard=None, **launch) -> dict:
         """The outputs by role; ``launch`` goes to every launch (the cpu backend's schedule,
-        seed and workers: the block order atomics arrive in)."""
+        seed and workers: the block order atomics arrive in; its fill byte of undefined
+        values)."""
         rows, cols = case.rows, case.cols
         buffers = {}
         notes = []

@@ -15,7 +15,7 @@ from normcheck.formats import FP32
 SRC = Path(__file__).parent / "cuda" / "features.cu"
 ENTRIES = ["shuffles", "early_return", "dyn_reverse", "half_ops", "bf16_ops", "half2_ops",
            "atomics", "vec_loads", "scale_kernel<float, 3>", "cg_sum", "math_ops", "null_deref",
-           "read_past", "divergent_barrier", "endless", "partial_warp_sums"]
+           "read_past", "divergent_barrier", "endless", "partial_warp_sums", "shared_unwritten"]
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +63,19 @@ def test_a_shuffle_from_a_lane_not_running_is_nan_and_noted(k, threads):
         assert kern.last_note.startswith("__shfl_xor_sync in block (0,0,0): thread 0 read lane "
                                          "16 of its warp (thread 16), which was never launched "
                                          f"(a block of {threads} thread")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_static_shared_memory_starts_every_block_as_nan(k, workers):
+    """A __shared__ array is NaN bytes at the start of every block (as dynamic shared memory
+    is): a block reading slots it never wrote gets NaN, whether it is the first block on its OS
+    thread (a thread_local starts as zeros) or follows one that wrote there (7.0)."""
+    y = np.zeros(6 * 64, np.float32)
+    k["shared_unwritten"](6, 64, [y], workers=workers)
+    y = y.reshape(6, 64)
+    assert np.array_equal(y[:, :32], np.repeat(1.0 + np.arange(6, dtype=np.float32), 32)
+                          .reshape(6, 32))
+    assert np.all(y[:, 32:].view(np.uint32) == 0xFFFFFFFF)
 
 
 @pytest.mark.parametrize("live", [256, 100, 1])

@@ -162,3 +162,15 @@ extern "C" __global__ void partial_warp_sums(float* y, const float* x) {
   for (int d = blockDim.x / 2; d > 0; d >>= 1) w += __shfl_down_sync(0xffffffffu, w, d);
   if (threadIdx.x == 0) { y[0] = v; y[1] = w; }
 }
+
+// Static shared memory of which each block writes only the first half, then dirties the second
+// half for whichever block runs next on the same OS thread: the second half must read as the
+// cpu backend's NaN fill in every block, not as zeros (a fresh thread_local) nor as 7.
+extern "C" __global__ void shared_unwritten(float* y) {
+  __shared__ float s[64];
+  if (threadIdx.x < 32) s[threadIdx.x] = 1.0f + blockIdx.x;
+  __syncthreads();
+  y[blockIdx.x * 64 + threadIdx.x] = s[threadIdx.x];
+  __syncthreads();
+  s[32 + threadIdx.x % 32] = 7.0f;
+}

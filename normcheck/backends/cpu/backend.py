@@ -88,6 +88,10 @@ CPU_VS_GPU = {
                   "warps); races show up deterministically for that order only",
     "alignment": "a 16-byte vector access to an address that is not 16-byte aligned faults as on "
                  "the GPU; narrower misaligned accesses (8-byte float2 ...) do not fault on x86",
+    "undefined values": "shared memory (static and dynamic) starts every block as 0xFF bytes "
+                        "(not a number, as a float), and a warp shuffle from a lane not taking part (never launched, "
+                        "exited, outside the mask) reads 0xFF bytes; the GPU leaves whatever "
+                        "the SM or the register held",
 }
 
 DEFAULT_TIMEOUT = 60.0
@@ -778,7 +782,10 @@ class CpuKernel:
         return f"<CpuKernel {self.entry}({', '.join(p.ctype for p in self.params)})>"
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
-                 schedule=None, workers=None, seed=0, guard=None):
+                 schedule=None, workers=None, seed=0, guard=None, fill=0xFF):
+        """``fill``: the byte undefined values are made of -- shared memory before a block
+        writes it, a shuffle from a lane not taking part -- 0xFF (NaN) unless a second run
+        asks for another, to see whether the outputs depend on them."""
         g, b, shm = base.check_launch(grid, block, shared_mem)
         args = base.check_args(self.entry, self.params, args, names)
         self.last_note = None
@@ -798,10 +805,13 @@ class CpuKernel:
             raise invalid("guard", guard, f"one of {', '.join(GUARDS)}")
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             raise invalid("seed", seed, "a non-negative integer")
+        if not isinstance(fill, (int, np.integer)) or not 0 <= fill <= 0xFF:
+            raise invalid("fill", fill, "a byte, 0 to 255", "e.g. fill=0 for zeros")
+        fill = int(fill)
         if guard == "both":
             # a second launch with every array's start against a guard page, on copies
             self._launch(g, b, shm, [_copy(a) for a in args],
-                         names, float(timeout), schedule, workers, int(seed), "start")
+                         names, float(timeout), schedule, workers, int(seed), "start", fill)
             guard = "end"
         if guard == "end" and not self.needs_alignment and \
                 any(arr.nbytes % 16 for arr in _arrays(args)):
@@ -812,13 +822,14 @@ class CpuKernel:
             # from then on runs aligned straight away, rather than twice a launch
             try:
                 self._launch(g, b, shm, args, names, float(timeout), schedule, workers,
-                             int(seed), "tight")
+                             int(seed), "tight", fill)
                 return
             except MisalignedAccess:
                 self.needs_alignment = True
-        self._launch(g, b, shm, args, names, float(timeout), schedule, workers, int(seed), guard)
+        self._launch(g, b, shm, args, names, float(timeout), schedule, workers, int(seed), guard,
+                     fill)
 
-    def _launch(self, g, b, shm, args, names, timeout, schedule, workers, seed, guard):
+    def _launch(self, g, b, shm, args, names, timeout, schedule, workers, seed, guard, fill):
         records, layout, size, hidden = _layout(args, guard, self.params)
         self._hidden = hidden
         threads = b[0] * b[1] * b[2]
@@ -832,7 +843,8 @@ class CpuKernel:
                 req = {"op": "launch", "so": self.module.path, "index": self.index,
                        "grid": list(g), "block": list(b), "shared_mem": shm, "args": records,
                        "nparams": len(args),
-                       "workers": workers, "schedule": _SCHEDULES[schedule], "seed": seed}
+                       "workers": workers, "schedule": _SCHEDULES[schedule], "seed": seed,
+                       "fill": fill}
                 rep = _worker.request(req, timeout, _launch_reply,
                                       cpu_need=timeout * min(workers, max(1, g[0] * g[1] * g[2])))
                 if isinstance(rep, tuple):

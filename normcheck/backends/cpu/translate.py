@@ -7,7 +7,8 @@ in every included header, and that code in branches dead on the cpu backend (``#
 __CUDA_ARCH__ >= 900``) is already gone.  The rewrites:
 
 * ``__shared__`` (which the shim defines as the marker ``__nc_shared__``) becomes
-  ``static thread_local`` (blocks run on several OS threads); ``extern __shared__ T name[];``
+  ``static thread_local`` (blocks run on several OS threads), followed in a function body by a
+  ``SharedPoison`` of each variable (NaN bytes at the start of every block); ``extern __shared__ T name[];``
   becomes a pointer to the block's dynamic shared memory (at file scope: every later use of the
   name);
 * a host-side launch ``kernel<<<grid, block, smem, stream>>>(args)`` becomes
@@ -155,6 +156,7 @@ def _shared(text: str) -> str:
         last = m.end()
     out.append(text[last:])
     text = "".join(out)
+    text = _poison_static_shared(text)
     text = _SHARED.sub("static thread_local", text)
     if file_scope:
         # every use after the declaration (identifier tokens outside literals)
@@ -170,6 +172,91 @@ def _shared(text: str) -> str:
 
         text = pat.sub(repl, text)
     return text
+
+
+_NAMESPACE_OPEN = re.compile(r'(?:\bnamespace(?:\s+[\w:]+)?|\bextern\s*"C(?:\+\+)?")\s*$')
+_MARKERS = re.compile(r'\n# \d+ "(?:\\.|[^"\\\n])*"[ \d]*\n')
+
+
+def _function_scope(text: str, positions: list) -> list:
+    """Whether each offset of ``positions`` (ascending) lies in a function body (or any other
+    braces but a namespace's or an extern "C" block's)."""
+    out, stack, k = [], [], 0
+    for m in _SKIP.finditer(text):
+        while k < len(positions) and positions[k] < m.start():
+            out.append(bool(stack) and stack[-1])
+            k += 1
+        c = m.group(0)
+        if c == "{":
+            stack.append(not _NAMESPACE_OPEN.search(text, max(0, m.start() - 200), m.start()))
+        elif c == "}" and stack:
+            stack.pop()
+    out += [bool(stack) and stack[-1]] * (len(positions) - k)
+    return out
+
+
+def _declared_names(decl: str):
+    """The names a declaration (its text after the storage class, up to the ';') declares, or
+    None where its declarators are not plain names with array bounds."""
+    decl = re.sub(_ATTR, " ", _MARKERS.sub(" ", decl))
+    parts, depth, angle, cur = [], 0, 0, []
+    for ch in decl:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "<" and depth == 0:
+            angle += 1
+        elif ch == ">" and depth == 0:
+            angle -= 1
+        elif ch == "," and depth == 0 and angle == 0:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    parts.append("".join(cur))
+    names = []
+    for part in parts:
+        head = part.split("=")[0]
+        head = re.sub(r"\[[^\]]*\]", " ", head)  # array bounds (one level: enough for N / 32)
+        if "(" in head or "[" in head:
+            return None
+        ids = re.findall(r"[A-Za-z_]\w*", head)
+        if not ids:
+            return None
+        names.append(ids[-1])
+    return names
+
+
+def _poison_static_shared(text: str) -> str:
+    """After each function-scope ``__shared__`` declaration, on its line, a
+    ``::ncsimt::SharedPoison`` of each variable it declares (normcheck_simt.h): static shared
+    memory starts every block as NaN bytes, as dynamic shared memory does."""
+    matches = [m for m in _SHARED.finditer(text)]
+    if not matches:
+        return text
+    inside = _function_scope(text, [m.start() for m in matches])
+    out, last = [], 0
+    for k, (m, fn) in enumerate(zip(matches, inside)):
+        if not fn:
+            continue
+        end = m.end()
+        depth = 0
+        while end < len(text) and not (text[end] == ";" and depth == 0):
+            depth += text[end] in "([{"
+            depth -= text[end] in ")]}"
+            end += 1
+        if end >= len(text):
+            continue
+        names = _declared_names(text[m.end():end])
+        if not names:
+            continue
+        out.append(text[last:end + 1])
+        out.append("".join(f" static thread_local ::ncsimt::SharedPoison __nc_sp_{k}_{j}("
+                           f"(void*)&{n}, sizeof({n}));" for j, n in enumerate(names)))
+        last = end + 1
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _launch_target_start(text: str, i: int) -> int:

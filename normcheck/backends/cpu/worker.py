@@ -18,7 +18,10 @@ worker sends is untrusted, since a kernel can write into the pipe).  Request::
     {"op": "launch", "so": path, "index": i, "grid": [x,y,z], "block": [x,y,z],
      "shared_mem": n, "args": [["array", offset, region, start, nbytes, itemsize] |
                                ["scalar", dtype_str, value_bytes] | ["null"]],
-     "workers": n, "schedule": 0|1|2, "seed": s}
+     "workers": n, "schedule": 0|1|2, "seed": s, "fill": byte}
+
+``fill`` is the byte undefined values are made of (shared memory before a block writes it, a
+shuffle from a lane not taking part): 0xFF, NaN as a float, unless a second run asks otherwise.
 
 Array i lives in the arena region [offset, offset+region) with its data at ``start`` bytes into
 the region; every other byte of the region is a 0xA5 canary.  Page 0 of the arena is the report
@@ -61,6 +64,7 @@ class LaunchParams(ctypes.Structure):
         ("buf_itemsize", ctypes.POINTER(ctypes.c_int)),
         ("report", ctypes.c_char_p),
         ("report_len", ctypes.c_int),
+        ("fill", ctypes.c_int),
     ]
 
 
@@ -169,6 +173,7 @@ def launch(req):
         p.nworkers = req["workers"]
         p.schedule = req["schedule"]
         p.seed = req["seed"]
+        p.fill = int(req.get("fill", 0xFF)) & 0xFF
         p.err = ctypes.cast(err, ctypes.c_char_p)
         p.errlen = len(err)
         p.nbuffers = nb

@@ -79,6 +79,14 @@ struct BlockCtx {
   std::string* undefined;  // the first warp shuffle that read a lane not taking part (or empty)
 };
 
+static thread_local unsigned char tls_fill = 0xff;  // this launch's LaunchParams::fill
+unsigned char undefined_fill() { return tls_fill; }
+
+std::vector<SharedRegion>& shared_regions() {
+  static thread_local std::vector<SharedRegion> regions;
+  return regions;
+}
+
 static std::mutex g_pool_mu;
 static std::vector<std::pair<char*, size_t>> g_stack_pool;  // (base incl. guard, total size)
 static size_t g_stack_size = 0;
@@ -194,7 +202,7 @@ static const char* op_name(int op);  // below, with the deadlock message
 // the result is set (NaN as a float, -1 as an integer), so a kernel that uses it shows, and the
 // first such read of the launch is noted for the verdict to name.
 static void undefined_read(BlockCtx* B, int w, int l, int src, int op, unsigned mask) {
-  std::memset(B->fibers[32 * w + l].result, 0xff, 16);
+  std::memset(B->fibers[32 * w + l].result, undefined_fill(), 16);
   if (!B->undefined || !B->undefined->empty()) return;
   const int t = 32 * w + src;
   char why[96];
@@ -665,6 +673,7 @@ struct LaunchParams {
   int* buf_itemsize;
   char* report;
   int report_len;
+  int fill;  // the byte undefined values are made of (0xFF: NaN); worker.py's LaunchParams
 };
 
 static void ranges(std::string& out, const std::vector<int>& ids) {
@@ -751,6 +760,7 @@ struct Shared {
 
 static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
   alt_stack();
+  tls_fill = (unsigned char)p->fill;
   unsigned long long total = (unsigned long long)p->grid[0] * p->grid[1] * p->grid[2];
   int n = (int)(p->block[0] * p->block[1] * p->block[2]);
   std::vector<Fiber> fibers((size_t)n);
@@ -835,7 +845,8 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
       f->mask = 0;
       init_fiber_stack(f);
     }
-    if (p->shared_mem) std::memset(smem_al, 0xff, (size_t)p->shared_mem);  // poison: NaN
+    if (p->shared_mem) std::memset(smem_al, tls_fill, (size_t)p->shared_mem);  // poison: NaN
+    for (const SharedRegion& r : shared_regions()) std::memset(r.p, tls_fill, r.size);  // static
     // schedule
     bool dead = false;
     while (B.alive > 0) {

@@ -205,6 +205,25 @@ namespace ncsimt {
 // block's buffer (its size is the launch's shared_mem argument).
 inline void* dynamic_smem() { return tls_dyn_smem; }
 
+// Static shared memory starts every block as NaN bytes, as dynamic shared memory does (a GPU
+// leaves there whatever the SM held; zeros -- what a thread_local starts as -- would pass a kernel
+// that reads slots it never wrote).  normcheck.backends.cpu.translate follows each function-scope
+// `__shared__` declaration with a SharedPoison of it: constructed when a thread of the first
+// block on this OS thread reaches the declaration, it poisons the variable and registers it;
+// the runtime poisons every registered variable again before each later block.
+struct SharedRegion {
+  void* p;
+  unsigned long size;
+};
+std::vector<SharedRegion>& shared_regions();  // this OS thread's, normcheck_runtime.h
+unsigned char undefined_fill();                // the launch's fill byte (0xFF), ditto
+struct SharedPoison {
+  SharedPoison(void* p, unsigned long size) {
+    std::memset(p, undefined_fill(), size);
+    shared_regions().push_back(SharedRegion{p, size});
+  }
+};
+
 // Launches from host code.  A spec may name a host function as the entry (`host = true`: what a
 // project's own launcher does, grid and block included); its `k<<<grid, block, smem, stream>>>(a)`
 // (rewritten by normcheck.backends.cpu.translate into host_launch(k, grid, block, ...)(a)) and
