@@ -301,10 +301,9 @@ class KernelTarget:
                 block = specs.evaluate_dims(ln.block, rows, cols, "launch.block")
                 shm = specs.evaluate(ln.shared_mem, rows, cols, "launch.shared_mem")
             kern = self.kernels[ln.entry]
-            kern(grid, block, args, shared_mem=shm, names=names, timeout=self.timeout,
-                 guard=guard, **launch)
-            note = getattr(kern, "last_note", None)  # the cpu backend's
-            if note:
+            note = kern(grid, block, args, shared_mem=shm, names=names, timeout=self.timeout,
+                        guard=guard, **launch)
+            if isinstance(note, str):  # the cpu backend's (its launches return their note)
                 notes.append(note if len(self.spec.launches) == 1 else f"{ln.entry}: {note}")
         out = Outputs(notes=notes)
         for a, buf in buffers.values():

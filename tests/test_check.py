@@ -171,7 +171,7 @@ def test_shared_memory_read_before_written_fails_and_is_named(tmp_path):
     """The candle-style example launched with 512 threads: its second reduction reads 32
     per-warp slots of which 16 warps wrote half (the bug candle's later code fixes by zeroing
     them).  Static shared memory starts every block as NaN bytes on the cpu backend, so y is NaN,
-    and a second run with zeros there changes y: the failure says so."""
+    and a run with zeros there gives another y: the failure says so."""
     spec = (EXAMPLES / "candle_rmsnorm.toml").read_text().replace(
         '"32 + 992 * min(1, cols // 1024)"', '"512"').replace(
         '"candle_rmsnorm.cu"', f'"{EXAMPLES / "candle_rmsnorm.cu"}"')
@@ -179,8 +179,8 @@ def test_shared_memory_read_before_written_fails_and_is_named(tmp_path):
     r = check.check_kernel(None, spec=tmp_path / "k.toml", timeout=20, search=0)
     assert r.verdict == "fail", r.render()
     assert any(f.kind == "nonfinite" and "the launch noted: the output depends on undefined "
-               "values: run again with shared memory before it is written and shuffles from "
-               "lanes not taking part reading zeros instead of NaN bytes" in f.detail
+               "values: run with shared memory before it is written and shuffles from lanes "
+               "not taking part reading zeros instead of NaN bytes" in f.detail
                for f in r.failures), r.render()
 
 

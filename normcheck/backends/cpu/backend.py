@@ -783,7 +783,9 @@ class CpuKernel:
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
                  schedule=None, workers=None, seed=0, guard=None, fill=0xFF):
-        """``fill``: the byte undefined values are made of -- shared memory before a block
+        """Run the kernel; returns what the launch noted without failing (the first warp
+        shuffle that read a lane not taking part), or None -- also kept as ``last_note``.
+        ``fill``: the byte undefined values are made of -- shared memory before a block
         writes it, a shuffle from a lane not taking part -- 0xFF (NaN) unless a second run
         asks for another, to see whether the outputs depend on them."""
         g, b, shm = base.check_launch(grid, block, shared_mem)
@@ -821,13 +823,12 @@ class CpuKernel:
             # padding then go unseen; writes there are still caught by the canaries) -- and
             # from then on runs aligned straight away, rather than twice a launch
             try:
-                self._launch(g, b, shm, args, names, float(timeout), schedule, workers,
-                             int(seed), "tight", fill)
-                return
+                return self._launch(g, b, shm, args, names, float(timeout), schedule, workers,
+                                    int(seed), "tight", fill)
             except MisalignedAccess:
                 self.needs_alignment = True
-        self._launch(g, b, shm, args, names, float(timeout), schedule, workers, int(seed), guard,
-                     fill)
+        return self._launch(g, b, shm, args, names, float(timeout), schedule, workers,
+                            int(seed), guard, fill)
 
     def _launch(self, g, b, shm, args, names, timeout, schedule, workers, seed, guard, fill):
         records, layout, size, hidden = _layout(args, guard, self.params)
@@ -857,6 +858,7 @@ class CpuKernel:
                 del view
         self.last_seconds = rep["seconds"]
         self.last_note = rep.get("note")
+        return self.last_note
 
     # -- failures ---------------------------------------------------------------------------------
     def _name(self, i, names):
