@@ -184,6 +184,24 @@ def test_shared_memory_read_before_written_fails_and_is_named(tmp_path):
                for f in r.failures), r.render()
 
 
+def test_a_quantiser_reading_unwritten_shared_memory_is_named(tmp_path):
+    """The TensorRT-LLM-style fp8 example with its block reduction reading all 32 per-warp slots
+    (not only those of warps that exist): fewer warps leave slots unwritten, NaN bytes on the
+    cpu backend, and the quantised check's failure says that y depends on them."""
+    text = (EXAMPLES / "trtllm_rmsnorm_quant.cu").read_text()
+    bad = text.replace("val = (threadIdx.x < (blockDim.x / 32.f)) ? shared[lane] : (T)(0.0f);",
+                       "val = shared[lane];")
+    assert bad != text
+    (tmp_path / "k.cu").write_text(bad)
+    spec = (EXAMPLES / "trtllm_rmsnorm_fp8_static.toml").read_text().replace(
+        '"trtllm_rmsnorm_quant.cu"', '"k.cu"')
+    (tmp_path / "k.toml").write_text(spec)
+    r = check.check_kernel(None, spec=tmp_path / "k.toml", timeout=20, search=0)
+    assert r.verdict == "fail", r.render()
+    assert any("the launch noted: the output depends on undefined values" in f.detail
+               for f in r.failures), r.render()
+
+
 def test_json_is_strict_and_complete():
     r = run("rms_no_eps", "rmsnorm", "fp16", search=0)
     text = r.to_json()

@@ -214,10 +214,14 @@ def undefined_dependence(target, case) -> str | None:
     if not diff.any():
         return None
     i, j = (int(v) for v in np.argwhere(diff)[0])
+
+    def show(v):  # a value, or a quantised output's code
+        return f"{float(v)!r}" if np.asarray(v).dtype.kind != "u" else f"code {int(v):#04x}"
+
     return (f"the output depends on undefined values: run with shared memory before it is "
             f"written and shuffles from lanes not taking part reading zeros instead of NaN "
-            f"bytes, {int(diff.sum())}/{diff.size} elements of y differ (first row {i}, col "
-            f"{j}: {float(y[i, j])!r} -> {float(y0[i, j])!r})")
+            f"bytes, {int(diff.sum())}/{diff.size} elements of the output differ (first row "
+            f"{i}, col {j}: {show(y[i, j])} -> {show(y0[i, j])})")
 
 
 def odd_rows(n: int) -> int:

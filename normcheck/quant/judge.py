@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from normcheck import formats, norms
-from normcheck.check.judge import FATAL, Failure, check_h, with_notes
+from normcheck import formats, launch, norms
+from normcheck.check.judge import FATAL, Failure, check_h, undefined_dependence, with_notes
 from normcheck.check.tolerances import Verdict
 from normcheck.errors import KernelError, KernelRaised, invalid
 from normcheck.launch import Case
@@ -295,6 +295,7 @@ class QuantJudge:
         self.cols_range = tuple(cols_range)
         self.multiple_of = int(cols_multiple_of)
         self.timed_out = False
+        self.probed_undefined = False  # undefined_dependence tried (once a check)
 
     # -- one batch --------------------------------------------------------------------------------
     def run_target(self, family, case, alternate=False):
@@ -336,7 +337,6 @@ class QuantJudge:
             if sraw is None:
                 raise KernelRaised("the target wrote no scales")
             if c.scale_format == "fp32":
-                from normcheck import launch
                 unw_s = _scale_layout(c, launch.unwritten(sraw).astype(np.float64),
                                       case.rows) > 0
                 s = _scale_layout(c, sraw, case.rows)
@@ -370,7 +370,8 @@ class QuantJudge:
         if unw is not None and unw.any():
             if fmt.kind == "float" and fmt.has_nan and not fmt.packed:
                 unw &= ~np.isnan(ref.q)  # the poison is the NaN code: unwritten unless NaN is due
-            else:  # the poison may be a value the kernel wrote: a second run, another poison
+            if unw.any():  # the poison may be a code the kernel wrote (a NaN where none is due
+                # included): a second run with another poison tells them apart
                 alt = self.run_target(family, case, alternate=True)
                 if isinstance(alt, Failure):
                     return None, [alt]
@@ -384,6 +385,12 @@ class QuantJudge:
         if "h" in outs and ref.norm_ref is not None and getattr(ref.norm_ref, "h", None) is not None:
             fails += check_h(family, outs["h"], ref.norm_ref)
         fails += self._failures(family, case, m)
+        if not self.probed_undefined and any(f.kind in ("contract", "scale", "amax", "nonfinite")
+                                             for f in fails):
+            self.probed_undefined = True
+            note = undefined_dependence(self.target, case)
+            if note and isinstance(outs, launch.Outputs):
+                outs.notes.append(note)
         return m, with_notes(fails, outs)
 
     def _shape_failure(self, family, case, e: ScaleShape) -> Failure:

@@ -89,9 +89,9 @@ CPU_VS_GPU = {
     "alignment": "a 16-byte vector access to an address that is not 16-byte aligned faults as on "
                  "the GPU; narrower misaligned accesses (8-byte float2 ...) do not fault on x86",
     "undefined values": "shared memory (static and dynamic) starts every block as 0xFF bytes "
-                        "(not a number, as a float), and a warp shuffle from a lane not taking part (never launched, "
-                        "exited, outside the mask) reads 0xFF bytes; the GPU leaves whatever "
-                        "the SM or the register held",
+                        "(not a number, as a float), and a warp shuffle from a lane not taking "
+                        "part (never launched, exited, outside the mask) reads 0xFF bytes; the "
+                        "GPU leaves whatever the SM or the register held",
 }
 
 DEFAULT_TIMEOUT = 60.0

@@ -8,9 +8,9 @@ __CUDA_ARCH__ >= 900``) is already gone.  The rewrites:
 
 * ``__shared__`` (which the shim defines as the marker ``__nc_shared__``) becomes
   ``static thread_local`` (blocks run on several OS threads), followed in a function body by a
-  ``SharedPoison`` of each variable (NaN bytes at the start of every block); ``extern __shared__ T name[];``
-  becomes a pointer to the block's dynamic shared memory (at file scope: every later use of the
-  name);
+  ``SharedPoison`` of each variable (NaN bytes at the start of every block);
+  ``extern __shared__ T name[];`` becomes a pointer to the block's dynamic shared memory (at
+  file scope: every later use of the name);
 * a host-side launch ``kernel<<<grid, block, smem, stream>>>(args)`` becomes
   ``host_launch(kernel, grid, block, smem, stream)(args)``, and ``cudaLaunchKernelEx`` a typed
   launch: they run when a spec names a host function as the entry (its own launcher);
