@@ -152,16 +152,23 @@ def test_stats_outputs_are_judged(tmp_path):
     assert any(f.detail.startswith("rstd off by") for f in r.failures), r.render()
 
 
-def test_a_shuffle_from_lanes_never_launched_is_named(tmp_path):
-    """The candle-style example launched with min(cols, 1024) threads instead of at least 32: on
-    narrow rows its full-warp shuffles read lanes the block never launched, undefined on a GPU;
-    the rows where that reaches y fail, and the failure says which shuffle read what."""
+def _candle_launched_with(tmp_path, block: str):
+    """The candle-style example checked with ``block`` threads (the launch and its block_size
+    argument alike) instead of its 32-or-1024."""
     spec = (EXAMPLES / "candle_rmsnorm.toml").read_text().replace(
-        '"32 + 992 * min(1, cols // 1024)"', '"min(cols, 1024)"').replace(
+        '"32 + 992 * min(1, cols // 1024)"', f'"{block}"').replace(
         '"candle_rmsnorm.cu"', f'"{EXAMPLES / "candle_rmsnorm.cu"}"')
     (tmp_path / "k.toml").write_text(spec)
     r = check.check_kernel(None, spec=tmp_path / "k.toml", timeout=20, search=0)
     assert r.verdict == "fail", r.render()
+    return r
+
+
+def test_a_shuffle_from_lanes_never_launched_is_named(tmp_path):
+    """The candle-style example launched with min(cols, 1024) threads instead of at least 32: on
+    narrow rows its full-warp shuffles read lanes the block never launched, undefined on a GPU;
+    the rows where that reaches y fail, and the failure says which shuffle read what."""
+    r = _candle_launched_with(tmp_path, "min(cols, 1024)")
     noted = [f for f in r.failures if "the launch noted: __shfl_xor_sync in block (0,0,0): "
              "thread 0 read lane 16 of its warp (thread 16), which was never launched" in f.detail]
     assert noted and noted[0].family == "tails", r.render()
@@ -172,12 +179,7 @@ def test_shared_memory_read_before_written_fails_and_is_named(tmp_path):
     per-warp slots of which 16 warps wrote half (the bug candle's later code fixes by zeroing
     them).  Static shared memory starts every block as NaN bytes on the cpu backend, so y is NaN,
     and a run with zeros there gives another y: the failure says so."""
-    spec = (EXAMPLES / "candle_rmsnorm.toml").read_text().replace(
-        '"32 + 992 * min(1, cols // 1024)"', '"512"').replace(
-        '"candle_rmsnorm.cu"', f'"{EXAMPLES / "candle_rmsnorm.cu"}"')
-    (tmp_path / "k.toml").write_text(spec)
-    r = check.check_kernel(None, spec=tmp_path / "k.toml", timeout=20, search=0)
-    assert r.verdict == "fail", r.render()
+    r = _candle_launched_with(tmp_path, "512")
     assert any(f.kind == "nonfinite" and "the launch noted: the output depends on undefined "
                "values: run with shared memory before it is written and shuffles from lanes "
                "not taking part reading zeros instead of NaN bytes" in f.detail

@@ -59,6 +59,19 @@ def test_a_reply_forged_ahead_of_the_real_one_is_caught(k):
         k["forge_wire_reply"](1, 1, [y])
 
 
+def test_a_launch_note_is_held_to_what_the_runtime_writes():
+    """A launch's note (an undefined shuffle read, under 320 bytes) goes into failure messages:
+    a reply carrying a longer one, or one that is no string, is not a reply of normcheck's."""
+    from normcheck.backends.cpu.backend import _launch_reply
+    from normcheck.backends.cpu.wire import WireError
+
+    ok = {"ok": True, "seconds": 0.1, "note": "__shfl_xor_sync in block (0,0,0): ..."}
+    assert _launch_reply(dict(ok)) == ok
+    for bad in ("x" * 513, b"bytes", 7):
+        with pytest.raises(WireError, match="note"):
+            _launch_reply({**ok, "note": bad})
+
+
 def test_a_forged_crash_report_is_named(k):
     y = np.zeros(1, np.float32)
     with pytest.raises(errors.SandboxViolation, match="arg=99 is not an array argument"):

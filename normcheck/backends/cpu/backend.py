@@ -694,9 +694,15 @@ def _signatures_reply(n):
     return check
 
 
+def _note(v):
+    """A launch's note as the runtime writes one (undefined_read: under 320 bytes); anything
+    longer is not one."""
+    return None if isinstance(v, str) and len(v) <= 512 else "a string of at most 512 characters"
+
+
 def _launch_reply(rep):
     if rep.get("ok") is True:
-        return wire.check(rep, {"ok": (True,), "seconds": float, "note?": str},
+        return wire.check(rep, {"ok": (True,), "seconds": float, "note?": _note},
                           "the launch reply")
     return wire.check(rep, {"ok": (False,), "kind": ("deadlock", "launch", "out_of_bounds"),
                             "message": str}, "the launch reply")

@@ -232,7 +232,7 @@ def _poison_static_shared(text: str) -> str:
     """After each function-scope ``__shared__`` declaration, on its line, a
     ``::ncsimt::SharedPoison`` of each variable it declares (normcheck_simt.h): static shared
     memory starts every block as NaN bytes, as dynamic shared memory does."""
-    matches = [m for m in _SHARED.finditer(text)]
+    matches = list(_SHARED.finditer(text))
     if not matches:
         return text
     inside = _function_scope(text, [m.start() for m in matches])
