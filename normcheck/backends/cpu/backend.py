@@ -98,8 +98,9 @@ DEFAULT_TIMEOUT = 60.0
 GUARDS = ("end", "start", "both")
 # -fstack-clash-protection: a frame larger than a page probes each page, so deep recursion or a
 # large local array meets its fiber stack's guard page (a named stack overflow) instead of
-# stepping over it into other memory
-_CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
+# stepping over it into other memory; -g1: line tables only (no compile time measured on a
+# kernel module, ~120 KiB), so a fault names the line of the user's file (source_line)
+_CXX_FLAGS = ["-std=c++17", "-O2", "-g1", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
               "-fstack-clash-protection",
               "-fno-fast-math", "-fno-strict-aliasing", "-fvisibility=hidden", "-fno-gnu-unique",
               "-mtls-dialect=gnu2"]
@@ -636,6 +637,7 @@ _REPORT_KEYS = {
     "before_start_bytes": _INT, "size_bytes": _INT, "itemsize": r"\d{1,3}", "syscall": _INT,
     "block": r"\d{1,10},\d{1,10},\d{1,10}", "thread": r"\d{1,10},\d{1,10},\d{1,10}",
     "detail": r"[a-z_]{1,40}", "stack_bytes": _INT, "call": r"[A-Za-z_]\w{0,40}\(\)",
+    "pc": r"0x[0-9a-f]{1,16}",
 }
 _REPORT_INTS = {"signal", "bytes", "arg", "elem_offset_bytes", "past_end_bytes", "ptx",
                 "before_start_bytes", "size_bytes", "itemsize", "syscall", "stack_bytes"}
@@ -769,6 +771,59 @@ def _layout(args, guard, params=None):
     return records + hidden, layout, size, hidden_names
 
 
+_LINE = re.compile(r"^(.+?):(\d+)(?: \(discriminator \d+\))?$")
+_lines_cache: dict = {}
+
+
+def source_line(module: Module, pc: str) -> str | None:
+    """The line of the user's code at offset ``pc`` (hex) of the module: "file.cu:47" (the file
+    as the user named it; a header of theirs by its path), read from the module's line table
+    (it is built with -g1) by binutils' addr2line, run confined like the compiler.  The
+    innermost inlined frame in a file of the user's is taken (the shim's and CUDA's headers
+    are skipped: a fault inside __ldg or a PTX helper is reported at the kernel's line that
+    called it).  None where there is no such line (addr2line missing, a fault in normcheck's
+    own code)."""
+    key = (module.path, pc)
+    if key in _lines_cache:
+        return _lines_cache[key]
+    out = None
+    tool = _addr2line()
+    if tool:
+        try:
+            r = confine.run_compiler([tool, "-e", module.path, "-i", pc], "reading a line table",
+                                     read=[*confine.toolchain_roots(tool),
+                                           str(Path(module.path).parent)], write=[os.devnull])
+            lines = r.stdout.splitlines() if r.returncode == 0 else []
+        except CompileError:
+            lines = []
+        skip = (str(SHIM_DIR), *(str(Path(d).resolve()) for d in cuda_include_dirs()),
+                "/usr/", "<")
+        for ln in lines:
+            m = _LINE.match(ln.strip())
+            if not m or m.group(1) == "??" or m.group(2) == "0":
+                continue
+            f = m.group(1)
+            if f.startswith(skip) and f != module.origin:
+                continue
+            shown = Path(f).name if f == module.origin else f
+            out = f"{shown}:{m.group(2)}"
+            break
+    _lines_cache[key] = out
+    return out
+
+
+def _addr2line() -> str | None:
+    """binutils' addr2line beside the compiler (g++ needs binutils), or on the PATH."""
+    import shutil
+
+    cxx, _ = _compiler()
+    for cand in (str(Path(shutil.which(cxx) or cxx).parent / "addr2line"), "addr2line"):
+        found = shutil.which(cand)
+        if found:
+            return found
+    return None
+
+
 class CpuKernel:
     """A compiled entry; call it as ``kernel(grid, block, args, shared_mem=0)``."""
 
@@ -817,10 +872,16 @@ class CpuKernel:
             raise invalid("fill", fill, "a byte, 0 to 255", "e.g. fill=0 for zeros")
         fill = int(fill)
         if guard == "both":
-            # a second launch with every array's start against a guard page, on copies
-            self._launch(g, b, shm, [_copy(a) for a in args],
-                         names, float(timeout), schedule, workers, int(seed), "start", fill)
-            guard = "end"
+            # the launch with every array's end against its guard (an access past the end, by
+            # far the commoner, faults at the first element past it), then a second one on
+            # copies with every array's start against it
+            copies = [_copy(a) for a in args]
+            note = self(g, b, args, shm, names=names, timeout=timeout, schedule=schedule,
+                        workers=workers, seed=seed, guard="end", fill=fill)
+            self._launch(g, b, shm, copies, names, float(timeout), schedule, workers, int(seed),
+                         "start", fill)
+            self.last_note = note
+            return note
         if guard == "end" and not self.needs_alignment and \
                 any(arr.nbytes % 16 for arr in _arrays(args)):
             # an array whose size is not a multiple of 16 bytes first ends exactly at its guard
@@ -836,7 +897,8 @@ class CpuKernel:
         return self._launch(g, b, shm, args, names, float(timeout), schedule, workers,
                             int(seed), guard, fill)
 
-    def _launch(self, g, b, shm, args, names, timeout, schedule, workers, seed, guard, fill):
+    def _launch(self, g, b, shm, args, names, timeout, schedule, workers, seed, guard, fill,
+                locate=True):
         records, layout, size, hidden = _layout(args, guard, self.params)
         self._hidden = hidden
         threads = b[0] * b[1] * b[2]
@@ -856,12 +918,17 @@ class CpuKernel:
                                       cpu_need=timeout * min(workers, max(1, g[0] * g[1] * g[2])))
                 if isinstance(rep, tuple):
                     self._raise_dead(rep, args, names, timeout, threads)
-                if not rep["ok"]:
-                    self._raise_failed(rep, args, names)
-                for a, off, region, start in layout:
-                    a.reshape(-1).view(np.uint8)[:] = view[off + start:off + start + a.nbytes]
+                if rep["ok"]:
+                    for a, off, region, start in layout:
+                        a.reshape(-1).view(np.uint8)[:] = view[off + start:off + start + a.nbytes]
             finally:
                 del view
+        if not rep["ok"]:
+            def relaunch(layout_guard):
+                return self._launch(g, b, shm, [_copy(a) for a in args], names, timeout,
+                                    schedule, workers, seed, layout_guard, fill, locate=False)
+
+            self._raise_failed(rep, args, names, relaunch if locate else None)
         self.last_seconds = rep["seconds"]
         self.last_note = rep.get("note")
         return self.last_note
@@ -943,6 +1010,9 @@ class CpuKernel:
         where = ""
         if "block" in info:
             where = f" in block ({info['block']}), thread ({info.get('thread', '?')})"
+        line = source_line(self.module, info["pc"]) if "pc" in info else None
+        if line:
+            where += f" at {line}"
         kind = info.get("kind")
         own = _worker.messages()
         extra = f"\n{own}" if own else ""
@@ -1011,15 +1081,32 @@ class CpuKernel:
         raise KernelCrash(f"{self.entry}: the worker process died (exit code {rc}){extra}",
                           signal=0)
 
-    def _raise_failed(self, rep, args, names):
+    def _raise_failed(self, rep, args, names, relaunch=None):
         if rep["kind"] == "deadlock":
             raise KernelDeadlock(f"{self.entry}: {rep['message'][:2000]}")
         if rep["kind"] == "out_of_bounds":
+            # a canary around an array was overwritten: found after the launch, so which thread
+            # wrote is not known -- the launch runs again (on copies) with that side of every
+            # array against its inaccessible margin, where the same write faults and names its
+            # block, thread and line
             try:
                 info = parse_report(rep["message"], args)
             except wire.WireError as e:
                 raise self._malformed(str(e)) from None
-            raise self._oob(info, args, names)
+            if info.get("kind") != "out_of_bounds":
+                raise self._malformed("an out-of-bounds reply of another kind")
+            if relaunch is not None:
+                side = "tight" if "past_end_bytes" in info else "start"
+                try:
+                    relaunch(side)
+                except OutOfBounds as located:
+                    if " in block (" in str(located):
+                        raise
+                except KernelError:
+                    pass
+            raise self._oob(info, args, names,
+                            " (found in the bytes beside the array after the launch; run "
+                            "again, the write did not fault, so the thread is not known)")
         raise KernelError(f"{self.entry}: {rep['message'][:2000]}")
 
 

@@ -65,6 +65,8 @@ class LaunchParams(ctypes.Structure):
         ("report", ctypes.c_char_p),
         ("report_len", ctypes.c_int),
         ("fill", ctypes.c_int),
+        ("buf_lo", ctypes.POINTER(ctypes.c_ulonglong)),
+        ("buf_hi", ctypes.POINTER(ctypes.c_ulonglong)),
     ]
 
 
@@ -82,18 +84,31 @@ _ARENA = -1
 _report = None  # (address, mapping length) of the report page
 
 
+#: The largest inaccessible margin kept on each side of an array.
+GUARD_MAX = 64 << 20
+
+
+def guard_bytes(length: int) -> int:
+    """The inaccessible margin on each side of an array of ``length`` bytes (a multiple of the
+    page): as large as the array, at least a page, at most GUARD_MAX -- so an access up to one
+    array's length before or past it faults there and is named as that array's, rather than
+    landing in another mapping (another array's data, say)."""
+    return min(max(_PAGE, -(-length // _PAGE) * _PAGE), GUARD_MAX)
+
+
 def _map_guarded(offset: int, length: int) -> int:
-    """Map arena[offset, offset+length) with an inaccessible page on each side; returns the
-    address of the data (the whole reservation starts one page before it)."""
-    total = length + 2 * _PAGE
+    """Map arena[offset, offset+length) with an inaccessible margin (guard_bytes) on each side;
+    returns the address of the data (the whole reservation starts one margin before it)."""
+    g = guard_bytes(length)
+    total = length + 2 * g
     base = _libc.mmap(None, total, _PROT_NONE, _MAP_PRIVATE | _MAP_ANON | _MAP_NORESERVE, -1, 0)
     if base in (None, _MAP_FAILED):
         return 0
-    d = _libc.mmap(base + _PAGE, length, _PROT_RW, _MAP_SHARED | _MAP_FIXED, _ARENA, offset)
+    d = _libc.mmap(base + g, length, _PROT_RW, _MAP_SHARED | _MAP_FIXED, _ARENA, offset)
     if d in (None, _MAP_FAILED):
         _libc.munmap(base, total)
         return 0
-    return base + _PAGE
+    return base + g
 
 
 def _report_page():
@@ -143,7 +158,8 @@ def launch(req):
                     return {"ok": False, "kind": "launch",
                             "message": f"could not map {nbytes} bytes for argument {i}"}
                 ptr = rbase + start
-                buffers.append((ptr, nbytes, rbase - _PAGE, region + 2 * _PAGE, i, itemsize,
+                g = guard_bytes(region)
+                buffers.append((ptr, nbytes, rbase - g, region + 2 * g, i, itemsize,
                                 rbase, region))
                 addresses[i] = ptr
                 holder = ctypes.c_void_p(ptr)
@@ -182,6 +198,8 @@ def launch(req):
         argi = (ctypes.c_int * max(nb, 1))(*[b[4] for b in buffers])
         items = (ctypes.c_int * max(nb, 1))(*[b[5] for b in buffers])
         p.buf_begin, p.buf_end, p.buf_arg, p.buf_itemsize = begins, ends, argi, items
+        p.buf_lo = (ctypes.c_ulonglong * max(nb, 1))(*[b[2] for b in buffers])
+        p.buf_hi = (ctypes.c_ulonglong * max(nb, 1))(*[b[2] + b[3] for b in buffers])
         p.report = ctypes.cast(_report_page(), ctypes.c_char_p)
         p.report_len = REPORT_BYTES
         t0 = time.perf_counter()
@@ -190,8 +208,9 @@ def launch(req):
         if rc != 0:
             kind = "deadlock" if rc == 1 and err.value.startswith(b"deadlock") else "launch"
             return {"ok": False, "kind": kind, "message": err.value.decode(errors="replace")}
-        # writes into the canary bytes around an array (just before it, or within the last
-        # 16-byte granule after it) are out of bounds too
+        # writes into the canary bytes around an array (just before it, or after its end
+        # within its pages) are out of bounds too: a report in the crash report's words, with
+        # detail=canary (found after the launch: which thread wrote is not known here)
         for ptr, nbytes, _b, _l, i, itemsize, rstart, region in buffers:
             before = ptr - rstart
             if before > 0:
@@ -199,16 +218,18 @@ def launch(req):
                 if raw.count(0xA5) != before:
                     k = min(j for j in range(before) if raw[j] != 0xA5)
                     return {"ok": False, "kind": "out_of_bounds",
-                            "message": f"arg={i} access=write before_start_bytes={before - k} "
-                                       f"size_bytes={nbytes} itemsize={itemsize}"}
+                            "message": f"kind=out_of_bounds access=write arg={i} "
+                                       f"before_start_bytes={before - k} size_bytes={nbytes} "
+                                       f"itemsize={itemsize} detail=canary"}
             after = rstart + region - (ptr + nbytes)
             if after > 0:
                 raw = ctypes.string_at(ptr + nbytes, after)
                 if raw.count(0xA5) != after:
                     k = min(j for j in range(after) if raw[j] != 0xA5)
                     return {"ok": False, "kind": "out_of_bounds",
-                            "message": f"arg={i} access=write past_end_bytes={k} "
-                                       f"size_bytes={nbytes} itemsize={itemsize}"}
+                            "message": f"kind=out_of_bounds access=write arg={i} "
+                                       f"past_end_bytes={k} size_bytes={nbytes} "
+                                       f"itemsize={itemsize} detail=canary"}
         rep = {"ok": True, "seconds": seconds}
         if err.value:  # a note of a launch that completed (an undefined shuffle read)
             rep["note"] = err.value.decode(errors="replace")

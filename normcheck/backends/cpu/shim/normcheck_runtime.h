@@ -3,8 +3,10 @@
 // unit, after the user's kernels (see normcheck_simt.h for the model).
 #pragma once
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <ucontext.h>
+#include <unwind.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -370,10 +372,14 @@ extern "C" void ncsimt_fiber_main() {
 //   kind=out_of_bounds|misaligned|stack_overflow|null_pointer|sandbox|abort|trap|arithmetic|crash
 //   signal= addr= access=read|write bytes= arg= elem_offset_bytes= past_end_bytes=
 //   before_start_bytes= size_bytes= itemsize= syscall= block=x,y,z thread=x,y,z
+//   pc=0x... (the faulting instruction's offset in this module, or of the innermost frame of
+//   this module when the fault is in a library function it called: the parent maps it to a
+//   line of the user's file)
 // Everything here is async-signal-safe (no allocation, no stdio).
 // ------------------------------------------------------------------------------------------------
 struct Buffer {
   uintptr_t begin, end;  // the data
+  uintptr_t lo, hi;      // the inaccessible reservation around it: [lo, begin) and [end, hi)
   int arg;
   int itemsize;
 };
@@ -449,6 +455,73 @@ static uintptr_t sse_operand(const ucontext_t* uc, int* is_store) {
   return addr;
 }
 
+// This module's load address, found once; an address is this module's when the dynamic loader
+// names this module for it (dladdr: its load address is ours).
+static uintptr_t g_mod_lo = 0;
+
+static void find_module_span() {
+  if (g_mod_lo) return;
+  Dl_info d;
+  if (dladdr((void*)&find_module_span, &d) && d.dli_fbase) g_mod_lo = (uintptr_t)d.dli_fbase;
+}
+
+static bool in_module(uintptr_t pc) {
+  Dl_info d;
+  return g_mod_lo && pc >= g_mod_lo && dladdr((void*)pc, &d) &&
+         (uintptr_t)d.dli_fbase == g_mod_lo;
+}
+
+// The innermost frame of this module at the fault: the faulting instruction itself, or the
+// return address of the first module frame above a library function (memcpy, ...) it called.
+struct PcWalk {
+  uintptr_t rip;  // the faulting instruction (in a library): frames above it are the handler's
+  bool past;      // the walk has reached it
+  uintptr_t pc;
+  int frames;
+};
+
+static _Unwind_Reason_Code pc_walk_cb(struct _Unwind_Context* ctx, void* data) {
+  PcWalk* w = (PcWalk*)data;
+  int before = 0;
+  uintptr_t ip = (uintptr_t)_Unwind_GetIPInfo(ctx, &before);
+  if (++w->frames > 64) return _URC_END_OF_STACK;
+  if (!w->past) {
+    if (ip == w->rip) w->past = true;
+    return _URC_NO_REASON;
+  }
+  if (ip && in_module(ip)) {
+    w->pc = before ? ip : ip - 1;
+    return _URC_END_OF_STACK;
+  }
+  return _URC_NO_REASON;
+}
+
+static void put_pc(Out& o, const ucontext_t* uc) {
+  if (!uc) return;
+  uintptr_t rip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+  uintptr_t pc = 0;
+  if (in_module(rip)) {
+    pc = rip;
+  } else {
+    // a library function faulted: unwind from the handler through the signal frame
+    PcWalk w{rip, false, 0, 0};
+    _Unwind_Backtrace(pc_walk_cb, &w);
+    pc = w.pc;
+  }
+  if (pc) {
+    o.put(" pc=");
+    o.x(pc - g_mod_lo);
+  }
+}
+
+// A fault the runtime raises itself (not a signal): the line of the call into it.
+static void put_return(Out& o, uintptr_t ret) {
+  if (ret && in_module(ret)) {
+    o.put(" pc=");
+    o.x(ret - 1 - g_mod_lo);
+  }
+}
+
 static int buffer_of(uintptr_t addr) {
   for (int i = 0; i < g_nbuffers; ++i)
     if (addr >= g_buffers[i].begin && addr < g_buffers[i].end) return i;
@@ -490,6 +563,7 @@ static void describe_buffer(Out& o, int i, uintptr_t addr) {
   Out o;
   o.put("kind=unsupported detail=");
   o.put(detail);
+  put_return(o, (uintptr_t)__builtin_return_address(0));
   where(o);
   finish(o);
 }
@@ -497,6 +571,7 @@ static void describe_buffer(Out& o, int i, uintptr_t addr) {
   Out o;
   o.put("kind=unsupported");
   o.kv("ptx", index);
+  put_return(o, (uintptr_t)__builtin_return_address(0));
   where(o);
   finish(o);
 }
@@ -517,6 +592,13 @@ void fault_misaligned(unsigned long long addr, int bytes, int store) {
   o.put(store ? " access=write" : " access=read");
   int i = buffer_of((uintptr_t)addr);
   if (i >= 0) describe_buffer(o, i, (uintptr_t)addr);
+  put_return(o, (uintptr_t)__builtin_return_address(0));
+  where(o);
+  finish(o);
+}
+
+static void finish_at(Out& o, const ucontext_t* uc) {
+  put_pc(o, uc);
   where(o);
   finish(o);
 }
@@ -546,8 +628,7 @@ static void on_fatal(int sig, siginfo_t* info, void* ctx) {
         o.put(" detail=general_protection");
         if (a) { o.put(" addr="); o.x(a); }
       }
-      where(o);
-      finish(o);
+      finish_at(o, uc);
     }
     // the guard page of a fiber stack; or, for code built without stack-clash protection, a
     // stack pointer that has run below one
@@ -559,30 +640,29 @@ static void on_fatal(int sig, siginfo_t* info, void* ctx) {
         o.put("kind=stack_overflow");
         o.kv("signal", sig);
         o.kv("stack_bytes", (long long)stack_size());
-        where(o);
-        finish(o);
+        finish_at(o, uc);
       }
+    // an address in the inaccessible reservation around an array (as large as the array, up
+    // to 64 MiB, on each side): the array's own out-of-bounds access, near or far
     for (int i = 0; i < g_nbuffers; ++i) {
       const Buffer& b = g_buffers[i];
-      if (addr >= b.end && addr < b.end + page) {
+      if (addr >= b.end && addr < b.hi) {
         o.put("kind=out_of_bounds");
         o.put(write ? " access=write" : " access=read");
         o.kv("arg", b.arg);
         o.kv("past_end_bytes", (long long)(addr - b.end));
         o.kv("size_bytes", (long long)(b.end - b.begin));
         o.kv("itemsize", b.itemsize);
-        where(o);
-        finish(o);
+        finish_at(o, uc);
       }
-      if (addr < b.begin && addr + 2 * page >= b.begin) {
+      if (addr < b.begin && addr >= b.lo) {
         o.put("kind=out_of_bounds");
         o.put(write ? " access=write" : " access=read");
         o.kv("arg", b.arg);
         o.kv("before_start_bytes", (long long)(b.begin - addr));
         o.kv("size_bytes", (long long)(b.end - b.begin));
         o.kv("itemsize", b.itemsize);
-        where(o);
-        finish(o);
+        finish_at(o, uc);
       }
     }
     o.put(addr < page ? "kind=null_pointer" : "kind=crash");
@@ -607,8 +687,7 @@ static void on_fatal(int sig, siginfo_t* info, void* ctx) {
     o.put("kind=crash");
     o.kv("signal", sig);
   }
-  where(o);
-  finish(o);
+  finish_at(o, uc);
 }
 
 // Installed at every launch: several kernel modules live in one worker, each with its own copy
@@ -674,6 +753,8 @@ struct LaunchParams {
   char* report;
   int report_len;
   int fill;  // the byte undefined values are made of (0xFF: NaN); worker.py's LaunchParams
+  unsigned long long* buf_lo;  // each array's inaccessible reservation: [lo, begin), [end, hi)
+  unsigned long long* buf_hi;
 };
 
 static void ranges(std::string& out, const std::vector<int>& ids) {
@@ -900,6 +981,7 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
 }
 
 static int launch(Thunk thunk, LaunchParams* p) {
+  find_module_span();
   install_handlers();
   alt_stack();
   g_report = p->report;
@@ -908,6 +990,8 @@ static int launch(Thunk thunk, LaunchParams* p) {
   for (int i = 0; i < g_nbuffers; ++i) {
     g_buffers[i].begin = (uintptr_t)p->buf_begin[i];
     g_buffers[i].end = (uintptr_t)p->buf_end[i];
+    g_buffers[i].lo = p->buf_lo ? (uintptr_t)p->buf_lo[i] : g_buffers[i].begin;
+    g_buffers[i].hi = p->buf_hi ? (uintptr_t)p->buf_hi[i] : g_buffers[i].end;
     g_buffers[i].arg = p->buf_arg[i];
     g_buffers[i].itemsize = p->buf_itemsize[i];
   }
