@@ -30,10 +30,10 @@
 //   rmsnorm_e4m3_tensor_flashinfer_*  y in float, × fl(1/scale), clamp ±448
 //   rmsnorm_e4m3_tensor_te_*          y in float, × scale, satfinite; amax of y before scaling
 //   rmsnorm_e4m3_token_vllm_*         y twice; s = max(A/448, 1/(448·512)); ÷ s; clamp
-//   rmsnorm_e4m3_token_trtllm_*       y once; A from 1e-6; × min(448/A, 448·512); satfinite
+//   rmsnorm_e4m3_token_trtllm_*       y once; A from T(1e-6f); × min(448/A, 448·512); satfinite
 //   rmsnorm_e4m3_group128_vllm_*      per 128 columns, as the per-token vLLM contract
 //   rmsnorm_int8_token_vllm_*         y twice; s = max(A/127, FLT_EPSILON); × fl(1/s); rni.sat
-//   rmsnorm_int8_token_trtllm_*       y once; A from 1e-6; × fl(127/A); rni.sat
+//   rmsnorm_int8_token_trtllm_*       y once; A from T(1e-6f); × fl(127/A); rni.sat
 //   rmsnorm_e4m3_mx_te_*              y in float; e8m0 = ⌈A·(1/448)⌉ (power of two); × 2^-e
 //   rmsnorm_e2m1_nvfp4_te_*           y in float; ue4m3 block scale from S_enc; e2m1 satfinite
 //   add_rmsnorm_e4m3_tensor_vllm_*    fused: statistics of the sum rounded to T
@@ -106,6 +106,7 @@ struct VllmTensor {
   static constexpr bool RESIDUAL_STORED = true, AMAX_FP32 = false;
   static constexpr int GROUP = 0;
   static constexpr float AMAX_FLOOR = 0.0f, SCALE_FLOOR = 0.0f, CAP = 0.0f;
+  static constexpr bool FLOOR_IN_T = false;
 };
 // TensorRT-LLM static (cpp/tensorrt_llm/kernels/rmsnormKernels.cu)
 struct TrtllmTensor {
@@ -113,6 +114,7 @@ struct TrtllmTensor {
   static constexpr bool RESIDUAL_STORED = false, AMAX_FP32 = false;
   static constexpr int GROUP = 0;
   static constexpr float AMAX_FLOOR = 0.0f, SCALE_FLOOR = 0.0f, CAP = 0.0f;
+  static constexpr bool FLOOR_IN_T = false;
 };
 // FlashInfer RMSNormQuantKernel (include/flashinfer/norm.cuh)
 struct FlashinferTensor {
@@ -120,6 +122,7 @@ struct FlashinferTensor {
   static constexpr bool RESIDUAL_STORED = false, AMAX_FP32 = true;
   static constexpr int GROUP = 0;
   static constexpr float AMAX_FLOOR = 0.0f, SCALE_FLOOR = 0.0f, CAP = 0.0f;
+  static constexpr bool FLOOR_IN_T = false;
 };
 // TransformerEngine fp8 forward (normalization/*_fwd_kernels.cuh): × scale, amax before it
 struct TeTensor {
@@ -127,6 +130,7 @@ struct TeTensor {
   static constexpr bool RESIDUAL_STORED = false, AMAX_FP32 = true;
   static constexpr int GROUP = 0;
   static constexpr float AMAX_FLOOR = 0.0f, SCALE_FLOOR = 0.0f, CAP = 0.0f;
+  static constexpr bool FLOOR_IN_T = false;
 };
 // vLLM dynamic per token / per group (fused_kernels/layernorm_utils.cuh)
 template <int G, int APPLY_, int SAT_, int FLOOR_KIND>
@@ -135,16 +139,18 @@ struct VllmDynamic {
   static constexpr bool RESIDUAL_STORED = false, AMAX_FP32 = false;
   static constexpr int GROUP = G;
   static constexpr float AMAX_FLOOR = 0.0f, CAP = 0.0f;
+  static constexpr bool FLOOR_IN_T = false;
   static constexpr float SCALE_FLOOR = FLOOR_KIND == 0 ? 1.0f / (448.0f * 512.0f)
                                                        : 1.1920928955078125e-07f;  // FLT_EPSILON
 };
-// TensorRT-LLM per token: amax from 1e-6f, × min(qmax/amax, cap), scale max(amax/qmax, floor)
+// TensorRT-LLM per token: amax from T(1e-6f), × min(qmax/amax, cap), scale max(amax/qmax, floor)
 template <bool FP8>
 struct TrtllmToken {
   static constexpr int Y = Y_ONCE, GRAN = G_TOKEN, APPLY = APPLY_QMAX_OVER_AMAX, SAT = SAT_FINITE;
   static constexpr bool RESIDUAL_STORED = false, AMAX_FP32 = false;
   static constexpr int GROUP = 0;
   static constexpr float AMAX_FLOOR = 1e-6f;
+  static constexpr bool FLOOR_IN_T = true;  // TensorRT-LLM: `T_scalar amax = 1e-6f`, the floor held in T
   static constexpr float SCALE_FLOOR = FP8 ? 1.0f / (448.0f * 512.0f) : 0.0f;
   static constexpr float CAP = FP8 ? 448.0f * 512.0f : 0.0f;
 };
@@ -154,6 +160,7 @@ struct TeMx {
   static constexpr bool RESIDUAL_STORED = false, AMAX_FP32 = false;
   static constexpr int GROUP = 32;
   static constexpr float AMAX_FLOOR = 0.0f, SCALE_FLOOR = 0.0f, CAP = 0.0f;
+  static constexpr bool FLOOR_IN_T = false;
 };
 // TransformerEngine NVFP4 (cast/nvfp4/core_nvfp4.cuh)
 struct TeNvfp4 {
@@ -161,6 +168,7 @@ struct TeNvfp4 {
   static constexpr bool RESIDUAL_STORED = false, AMAX_FP32 = false;
   static constexpr int GROUP = 16;
   static constexpr float AMAX_FLOOR = 0.0f, SCALE_FLOOR = 0.0f, CAP = 0.0f;
+  static constexpr bool FLOOR_IN_T = false;
 };
 // normcheck's exact contract with y rounded once (per token, per group); s >= 2^-126
 template <int G>
@@ -169,6 +177,7 @@ struct ExactOnce {
   static constexpr bool RESIDUAL_STORED = false, AMAX_FP32 = false;
   static constexpr int GROUP = G;
   static constexpr float AMAX_FLOOR = 0.0f, SCALE_FLOOR = 1.17549435e-38f, CAP = 0.0f;
+  static constexpr bool FLOOR_IN_T = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -220,9 +229,15 @@ __device__ __forceinline__ float y_value(float v, float mean, float rstd, const 
   return yf;
 }
 
-template <class C, class Q>
+// the floor amax starts at: the float constant, or its value in the storage type T
+template <typename T, class C>
+__device__ __forceinline__ float amax_floor() {
+  return C::FLOOR_IN_T ? in_storage<T>(C::AMAX_FLOOR) : C::AMAX_FLOOR;
+}
+
+template <typename T, class C, class Q>
 __device__ __forceinline__ float stored_scale(float A) {
-  if (C::AMAX_FLOOR > 0.0f) A = fmaxf(A, C::AMAX_FLOOR);
+  if (C::AMAX_FLOOR > 0.0f) A = fmaxf(A, amax_floor<T, C>());
   float s = A / Q::QMAX;
   if (C::SCALE_FLOOR > 0.0f) s = fmaxf(s, C::SCALE_FLOOR);
   return s;
@@ -292,10 +307,10 @@ __device__ void quant_norm_row(unsigned char* __restrict__ q, void* __restrict__
       a = fmaxf(a, fabsf(y_value<T, CENTRED, C>(row_value<T, FUSED, C>(xr, rr, j), mean, rstd,
                                                 gamma, beta, j, yf)));
     a = block_max(a);
-    const float s = stored_scale<C, Q>(a);
+    const float s = stored_scale<T, C, Q>(a);
     float m = 1.0f / s;
     if (C::APPLY == APPLY_QMAX_OVER_AMAX) {
-      m = Q::QMAX / fmaxf(a, C::AMAX_FLOOR);
+      m = Q::QMAX / fmaxf(a, amax_floor<T, C>());
       if (C::CAP > 0.0f) m = fminf(m, C::CAP);
     }
     if (threadIdx.x == 0) reinterpret_cast<float*>(scales)[row] = s;
@@ -333,7 +348,7 @@ __device__ void quant_norm_row(unsigned char* __restrict__ q, void* __restrict__
       m = fminf(1.0f / (s * (1.0f / s_enc)), 3.402823466e+38f);
       if (lane == 0) reinterpret_cast<unsigned char*>(scales)[(size_t)row * groups + g] = code;
     } else {
-      s = stored_scale<C, Q>(a);
+      s = stored_scale<T, C, Q>(a);
       m = 1.0f / s;
       if (lane == 0) reinterpret_cast<float*>(scales)[(size_t)row * groups + g] = s;
     }

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["check_junit", "check_summary", "report_junit", "report_summary", "write"]
+__all__ = ["check_junit", "check_summary", "report_junit", "report_summary", "write",
+           "error_result", "error_junit", "error_summary"]
 
 
 def write(path, text: str) -> Path:
@@ -120,6 +121,36 @@ def check_summary(result: dict) -> str:
     if result.get("replay"):
         lines.append(f"\nReplay: `{result['replay']}`")
     return "\n".join(lines) + "\n"
+
+
+def error_result(what: str, message: str, kind: str) -> dict:
+    """The result of a check that could not judge (exit 2), in the layout of a verdict's JSON:
+    ``verdict`` "error", ``error`` the message, ``error_kind`` the error's class (a
+    CompileError, an InvalidArgument, an internal error ...)."""
+    return {"verdict": "error", "kernel": what, "error": message, "error_kind": kind,
+            "failures": [], "warnings": [], "families": []}
+
+
+def error_junit(result: dict) -> str:
+    """JUnit XML of a check that could not judge: one errored test case with the message (a
+    CI reader shows an error, never an empty report)."""
+    from junitparser import Error, TestCase, TestSuite
+
+    kern = str(result.get("kernel"))
+    suite = TestSuite(f"normcheck check {kern}")
+    tc = TestCase("check", classname=f"normcheck.{kern}")
+    e = Error(f"normcheck could not judge: {result.get('error_kind')}",
+              str(result.get("error_kind")))
+    e.text = str(result.get("error"))
+    tc.result = [e]
+    suite.add_testcase(tc)
+    return _xml([suite])
+
+
+def error_summary(result: dict) -> str:
+    """Markdown job summary of a check that could not judge."""
+    return (f"### ⛔ normcheck check {result.get('kernel')}: could not judge "
+            f"({result.get('error_kind')})\n\n```\n{result.get('error')}\n```\n")
 
 
 def _n(v) -> str:

@@ -286,12 +286,35 @@ def _ci_files(args, result):
         ci_formats.write(args.summary, ci_formats.check_summary(d))
 
 
+def _cannot_judge(args, message: str, kind: str):
+    """A check that cannot judge (exit 2) still writes what CI reads: ``--json`` prints
+    {"verdict": "error", "error": ...}, ``--junit`` one errored test case, ``--summary`` what
+    went wrong.  Never raises: the error itself is what the user must see."""
+    if getattr(args, "func", None) is not _check:
+        return
+    from normcheck import ci_formats
+    from normcheck.metrics import to_json
+
+    what = args.entry or args.spec or args.source or "kernel"
+    d = ci_formats.error_result(str(what), message, kind)
+    try:
+        if args.junit:
+            ci_formats.write(args.junit, ci_formats.error_junit(d))
+        if args.summary:
+            ci_formats.write(args.summary, ci_formats.error_summary(d))
+    except (OSError, NormcheckError) as e:
+        print(f"normcheck: could not write the CI files: {e}", file=sys.stderr)
+    if args.json:
+        print(to_json(d))
+
+
 def _replay(args) -> int:
     from normcheck import replay
 
-    print(replay.replay(args.case, backend=args.backend, variant=args.variant,
-                        run_embedded=args.run_embedded_source))
-    return 0
+    out = replay.replay(args.case, backend=args.backend, variant=args.variant,
+                        run_embedded=args.run_embedded_source)
+    print(out)
+    return out.exit_code
 
 
 def _cache(args) -> int:
@@ -397,6 +420,7 @@ def main(argv=None) -> int:
         return args.func(args)
     except NormcheckError as e:
         print(f"normcheck: error: {e}", file=sys.stderr)
+        _cannot_judge(args, str(e), type(e).__name__)
         return 2
     except KeyboardInterrupt:
         print("normcheck: interrupted", file=sys.stderr)
@@ -414,4 +438,5 @@ def main(argv=None) -> int:
             raise
         print(f"normcheck: internal error: {type(e).__name__}: {e} (set NORMCHECK_DEBUG=1 for "
               "the traceback, and please report it)", file=sys.stderr)
+        _cannot_judge(args, f"normcheck's own error: {type(e).__name__}: {e}", "internal")
         return 2

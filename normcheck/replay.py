@@ -3,6 +3,12 @@
 The file holds data, never code to run; a user kernel is found by the *path* of its source and
 spec (and the file says when they have changed since, by their SHA-256); a case saved from a
 kernel given as text runs only behind ``--run-embedded-source``.
+
+A replay judges as the check judged: the saved rows run again, measured against the sound bound
+(forward), the sound backward bound (each output) or the contract (quantised), and the result
+carries the verdict and the check's exit code (0 pass, 1 fail).  "mismatches" counts the
+elements beyond the bound; a fault (the case of a launch that faulted) fails under its own
+name.
 """
 
 from __future__ import annotations
@@ -13,7 +19,18 @@ from normcheck import formats
 from normcheck.cases import EMBEDDED_FLAG, command, load_case, save_case
 from normcheck.errors import invalid
 
-__all__ = ["replay", "save_case", "load_case", "command", "EMBEDDED_FLAG"]
+__all__ = ["replay", "Replayed", "save_case", "load_case", "command", "EMBEDDED_FLAG"]
+
+
+class Replayed(str):
+    """What a replay printed (a str), with its ``verdict`` ("pass" or "fail") and
+    ``exit_code`` (the check's: 0 pass, 1 fail)."""
+
+    def __new__(cls, text: str, verdict: str):
+        o = str.__new__(cls, text.rstrip("\n") + f"\nverdict: {verdict.upper()}")
+        o.verdict = verdict
+        o.exit_code = 1 if verdict == "fail" else 0
+        return o
 
 
 def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
@@ -32,6 +49,7 @@ def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
     E = cb.backward_bounds(n, c, bw["mode"], ref, case["eps"])
     scale = cb.term_scales(n, c, bw["mode"], case["eps"])
     refs = {"dx": ref.dx, "d_residual": ref.dx, "dgamma": ref.dgamma, "dbeta": ref.dbeta}
+    failed = False
     lines = [f"case {path}: {x.shape[0]} row(s) of {x.shape[1]}, backward ({bw['stats']} "
              f"statistics{', x̂ from y' if bw['mode'] == 'y' else ''})"
              + (f" -- {case['note']}" if case["note"] else "")] + [f"note: {n_}" for n_ in notes]
@@ -44,9 +62,10 @@ def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
         lines.append(f"  {role}: max {st['max_ulp']:.4g} ulp, p99 {st['p99_ulp']:.4g}, "
                      f"{st['max_scaled']:.4g} ulp of the terms, {st['of_bound']:.3g}x the sound "
                      f"bound" + (f" -- {f.detail}" if f else ""))
+        failed |= f is not None
         if f is not None and f.cause:
             lines.append(f"      likely cause: {f.cause}")
-    return "\n".join(lines)
+    return Replayed("\n".join(lines), "fail" if failed else "pass")
 
 
 def _replay_quant(case, path, target, norm, contract, backend, notes) -> str:
@@ -63,7 +82,7 @@ def _replay_quant(case, path, target, norm, contract, backend, notes) -> str:
             f"contract {contract.describe()}" + (f" -- {case['note']}" if case["note"] else ""))
     lines = [head] + [f"note: {n}" for n in notes]
     if m is None:
-        return "\n".join(lines + [f"  [{f.kind}] {f.detail}" for f in fails])
+        return Replayed("\n".join(lines + [f"  [{f.kind}] {f.detail}" for f in fails]), "fail")
     v = m.counts
     lines.append(f"replay of {target.label} ({backend} backend): {v.n} values, {v.exact} exact, "
                  f"{v.order} order flips, {v.contract} contract flips"
@@ -76,53 +95,78 @@ def _replay_quant(case, path, target, norm, contract, backend, notes) -> str:
                      f"y={float(m.ref.y[i, j])!r})")
     for f in fails:
         lines.append(f"  [{f.kind}] {f.detail}")
-    return "\n".join(lines)
+    return Replayed("\n".join(lines), "fail" if fails else "pass")
 
 
-def replay(path, backend="cpu", variant=None, run_embedded=False) -> str:
-    """Rerun a saved case on its kernel (or on the built-in ``variant``) and describe the
-    comparison with the oracle."""
-    from normcheck import kernels, launch, metrics, oracle
+def replay(path, backend="cpu", variant=None, run_embedded=False) -> Replayed:
+    """Rerun a saved case on its kernel (or on the built-in ``variant``), judge it under the
+    check's rule and describe the comparison with the oracle (module docstring)."""
+    from normcheck import kernels, launch
+    from normcheck.check.judge import Judge
 
     case = load_case(path)
     k = {"variant": variant} if variant else case["kernel"]
     x, g, b, r, eps = case["x"], case["gamma"], case["beta"], case["residual"], case["eps"]
     notes = []
+    c = launch.Case(x=x, gamma=g, beta=b, residual=r, eps=eps)
     if "variant" in k:
         v = kernels.get(k["variant"])
         if v.fmt.dtype != x.dtype:
             raise invalid("--variant", v.name, f"a {formats.of_dtype(x.dtype).name} variant "
                           "(the case's rows)")
-        y = kernels.run_case(v, launch.Case(x=x, gamma=g, beta=b, residual=r, eps=eps),
-                             backend)["output"]
-        ref, _ = kernels.reference(v, x, g, b, eps=eps, residual=r)
-        label = v.name
+        target, label = kernels.target(v, backend), v.name
+        norm, fmt, out = kernels.oracle_norm(v), v.fmt, v.fmt
+        convention = v.convention or "exact"
     elif k.get("source") or k.get("source_text"):
         from normcheck.check.resolve import resolve_case
 
-        r = resolve_case(k, path, backend, run_embedded, notes)
-        target, spec, norm = r.target, r.spec, r.norm
+        res = resolve_case(k, path, backend, run_embedded, notes)
+        target, spec, norm = res.target, res.spec, res.norm
         if k.get("backward"):
             return _replay_backward(case, path, target, spec, norm, k["backward"], backend,
                                     notes)
         if target.quant is not None:
             return _replay_quant(case, path, target, norm, target.quant, backend, notes)
-        c = launch.Case(x=x, gamma=g, beta=b, residual=r, eps=eps)
-        y = target(c)["output"]
-        ref = oracle.for_norm(norm, x, g, b, residual=r, eps=eps,
-                              convention=spec.convention or "exact", out=target.out)
-        label = target.label
+        label, fmt, out = target.label, formats.of_dtype(x.dtype), target.out
+        convention = spec.convention or "exact"
     else:
         raise invalid("case", str(path), "a case of a built-in variant or a CUDA kernel",
                       f"a Python callable ({k.get('callable')}) cannot be replayed from a file; "
                       "call it on the saved rows (normcheck.replay.load_case)")
-    c = metrics.compare(ref, y)
-    s = metrics.summarize(c)
-    bad = c.ulp >= max(s.max_ulp, 1e-300) if np.isfinite(s.max_ulp) else ~np.isfinite(c.ulp)
     head = (f"case {path}: {x.shape[0]} row(s) of {x.shape[1]}, eps={float(eps)!r}"
             + (f" -- {case['note']}" if case["note"] else ""))
-    body = metrics.failure_message(f"replay of {label}", f"{label} ({backend} backend)", ref, y,
-                                   bad, x=x, limit="at the worst error")
-    return "\n".join([head] + [f"note: {n}" for n in notes] + [body]) + \
-        f"\n  summary    max {s.max_ulp:.4g} ulp, p99 {s.p99_ulp:.4g}, " \
-        f"mean {s.mean_ulp:.4g}, non-finite {s.nonfinite}"
+    judge = Judge(target, norm, fmt, out, convention=convention, eps=eps, backend=backend)
+    m, fails = judge.measure("replay", c)
+    lines = [head] + [f"note: {n}" for n in notes]
+    if m is None:  # the launch failed: a fault, under its own name
+        lines += [f"  [{f.kind}] {f.detail}" for f in fails]
+        return Replayed("\n".join(lines), "fail")
+    mm = m.full()
+    with np.errstate(invalid="ignore"):
+        beyond = (mm.ratio > 1.0) | ~np.isfinite(mm.ulp)
+    lines.append(metrics_message(label, backend, m, x, beyond))
+    for f in fails:
+        lines.append(f"  [{f.kind}] {f.detail}")
+    if fails:
+        cause = judge.diagnose(c, m)
+        if cause:
+            lines.append(f"  likely cause: {cause}")
+    finite = mm.ulp[np.isfinite(mm.ulp)]
+    lines.append(f"  summary    max {float(np.max(mm.ulp)) if mm.ulp.size else 0.0:.4g} ulp, "
+                 f"p99 {float(np.percentile(finite, 99)) if finite.size else 0.0:.4g}, "
+                 f"mean {float(finite.mean()) if finite.size else 0.0:.4g}, "
+                 f"{float(mm.ratio.max()) if mm.ratio.size else 0.0:.3g}x the sound bound, "
+                 f"non-finite {int((~np.isfinite(mm.ulp)).sum())}")
+    return Replayed("\n".join(lines), "fail" if fails else "pass")
+
+
+def metrics_message(label, backend, m, x, beyond) -> str:
+    """The fixed failure layout (metrics.failure_message) with "mismatches" the elements beyond
+    the sound bound (or non-finite), the worst one first."""
+    from normcheck import metrics
+
+    if not beyond.any():
+        return (f"normcheck: replay of {label} ({backend} backend)\n  mismatches 0/"
+                f"{beyond.size} elements beyond the sound bound")
+    return metrics.failure_message(f"replay of {label}", f"{label} ({backend} backend)", m.ref,
+                                   m.y, beyond, x=x, limit="beyond the sound bound")

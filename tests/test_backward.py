@@ -237,6 +237,7 @@ def _spec(tmp_path, entry, roles, grid="rows", dtypes=None, name="s.toml"):
 
 FUSED = ["dx", "dgamma", "dbeta", "dy", "input", "gamma", "mean", "rstd", "rows", "cols"]
 PARAMS = ["dgamma", "dbeta", "dy", "input", "mean", "rstd", "rows", "cols"]
+PARAMS_GAMMA = ["dgamma", "dbeta", "dy", "input", "gamma", "mean", "rstd", "rows", "cols"]
 
 
 def test_sound_backward_kernels_pass():
@@ -261,12 +262,20 @@ def test_an_llmc_style_fused_backward_passes_and_its_atomics_are_measured(tmp_pa
      "dbeta summed in fp16"),
     ("ln_dparams_wrong_axis", PARAMS, "ceil_div(cols, 256)", None,
      "dgamma summed over the wrong axis"),
+    ("ln_dparams_gamma_inside", PARAMS_GAMMA, "ceil_div(cols, 256)", None, "dγ with γ in it"),
 ])
-def test_planted_backward_bugs_fail_with_their_cause(tmp_path, entry, roles, grid, dtypes, cause):
-    r = check_backward(spec=_spec(tmp_path, entry, roles, grid, dtypes), examples=8, orders=0)
+def test_planted_backward_bugs_fail_with_their_cause(tmp_path, monkeypatch, entry, roles, grid,
+                                                      dtypes, cause):
+    monkeypatch.chdir(tmp_path)
+    # at the default --orders: the dγ/dβ kernels are also run in seeded block orders (a reused
+    # loop variable there once crashed every failing dγ/dβ check with an AttributeError)
+    r = check_backward(spec=_spec(tmp_path, entry, roles, grid, dtypes), examples=8)
     assert r.verdict == "fail", r.render()
     assert any(f.kind == "accuracy" and f.cause and cause in f.cause for f in r.failures), \
         r.render()
+    assert r.extra["backward"]["orders"] == 8 and (
+        not {"dgamma", "dbeta"} & set(roles) or r.extra["backward"]["races_ulp"])
+    assert r.counterexample and Path(r.counterexample).is_file()
 
 
 def test_cli_backward_exit_codes(tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from headline_support import assert_headline_agrees
 from normcheck import check
 from normcheck.oracle import backward as oracle_backward
 from normcheck import spec as specs
@@ -118,10 +119,11 @@ PLANTED = {
 def test_planted_backward_bugs_are_named(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     make, verdict, cause = PLANTED[name]
-    r = check_backward(spec=make(), examples=16, orders=0,
-                       families=("gaussian", "offset", "small_var"))
+    # the default block orders: a failing dγ/dβ kernel is also run in them
+    r = check_backward(spec=make(), examples=16, families=("gaussian", "offset", "small_var"))
     assert r.verdict == verdict, r.render()
     assert r.cause and cause in r.cause, r.render()
+    assert_headline_agrees(r)
 
 
 def test_a_storage_second_stage_fails_or_warns_on_many_tiles(tmp_path, monkeypatch):
@@ -178,6 +180,7 @@ def test_a_backward_counterexample_replays(tmp_path, monkeypatch):
     assert r.verdict == "fail" and r.counterexample
     text = replay.replay(r.counterexample)
     assert "dx:" in text and "sound bound" in text and "γ where Gemma" in text
+    assert text.verdict == "fail" and text.exit_code == 1
 
 
 # ------------------------------------------------------------------------------------------------
@@ -217,5 +220,6 @@ def test_forward_causes(entry, norm, dtype, block, cause, absent, tmp_path, monk
     monkeypatch.chdir(tmp_path)
     r = check.check_kernel(FWD, entry, norm, dtype, block=block, examples=16, search=0)
     assert r.verdict == "fail" and r.cause and cause in r.cause, r.render()
+    assert_headline_agrees(r)
     if absent:
         assert absent not in r.cause

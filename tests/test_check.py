@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from headline_support import assert_headline_agrees
 from normcheck import check, errors
 from normcheck.kernels import CUDA_SRC
 
@@ -85,6 +86,7 @@ def test_planted_bugs_fail_with_their_cause(entry, norm, dtype, kinds, family, c
     assert r.counterexample and Path(r.counterexample).is_file()
     if cause:
         assert r.cause and cause in r.cause, r.render()
+    assert_headline_agrees(r)
 
 
 def test_the_one_pass_bf16_kernel_fails_as_accuracy():
@@ -263,7 +265,27 @@ def test_replay_reruns_the_counterexample():
     r = run("rms_rstd_in_fp16", "rmsnorm", "fp16", search=0)
     out = subprocess.run([sys.executable, "-m", "normcheck", "replay", r.counterexample],
                          capture_output=True, text=True)
-    assert out.returncode == 0 and "rms_rstd_in_fp16" in out.stdout and "ULP" in out.stdout
+    # the replay judges as the check did: the same fail, exit 1, mismatches beyond the bound
+    assert out.returncode == 1 and "rms_rstd_in_fp16" in out.stdout and "ULP" in out.stdout
+    assert "verdict: FAIL" in out.stdout and "beyond the sound bound" in out.stdout
+    assert "likely cause: rstd rounded to the storage format" in out.stdout
+
+
+def test_replay_counts_the_elements_beyond_the_bound_and_exits_as_the_check(tmp_path):
+    from normcheck import replay
+
+    r = run("rms_rstd_in_fp16", "rmsnorm", "fp16", search=0,
+            save_counterexample=tmp_path / "c.npz")
+    text = replay.replay(tmp_path / "c.npz")
+    n = int(text.split("mismatches ")[1].split("/")[0])
+    w = r.worst
+    beyond = sum(1 for e in w.first if e["ulp"] > 1.0)  # the saved row's worst five
+    assert text.verdict == "fail" and text.exit_code == 1 and n >= beyond >= 1
+    # a sound kernel's row replays as a pass
+    ok = run("rms_good_fp16", "rmsnorm", "fp16", search=0, save_counterexample=tmp_path / "g.npz")
+    assert ok.verdict == "pass"
+    good = replay.replay(tmp_path / "g.npz")
+    assert good.verdict == "pass" and good.exit_code == 0 and "mismatches 0/" in good
 
 
 def test_check_a_python_callable():
@@ -384,3 +406,25 @@ def test_a_quant_that_is_no_contract_is_named():
     src = 'extern "C" __global__ void k(float* y, const float* x) {}'
     with pytest.raises(errors.InvalidArgument, match=r"quant=5: expected a table of contract"):
         check.check_kernel(src, "k", "rmsnorm", "fp16", quant=5)
+
+
+def test_a_check_that_cannot_judge_still_writes_json_junit_and_summary(tmp_path):
+    """Exit 2 (here a compile error) writes what CI reads: --json prints the error as a verdict
+    of its own, --junit one errored test case, --summary what went wrong."""
+    import junitparser
+
+    bad = tmp_path / "bad.cu"
+    bad.write_text("this is not CUDA C\n")
+    junit, summary = tmp_path / "j.xml", tmp_path / "s.md"
+    out = subprocess.run([sys.executable, "-m", "normcheck", "check", str(bad), "--entry", "k",
+                          "--norm", "rmsnorm", "--dtype", "fp32", "--json", "--junit",
+                          str(junit), "--summary", str(summary)], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    d = json.loads(out.stdout)
+    assert d["verdict"] == "error" and d["error_kind"] == "CompileError"
+    assert "expected unqualified-id" in d["error"]
+    xml = junitparser.JUnitXml.fromfile(str(junit))
+    cases = [c for s in xml for c in s]
+    assert len(cases) == 1 and isinstance(cases[0].result[0], junitparser.Error)
+    assert "could not judge (CompileError)" in summary.read_text()

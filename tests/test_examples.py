@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from headline_support import assert_headline_agrees
 from normcheck import check
 from normcheck.kernels import CUDA_SRC
 
@@ -66,6 +67,7 @@ def test_example_verdict(name):
         assert not r.failures, r.render()
     if cause:
         assert r.cause and cause in r.cause, r.render()
+    assert_headline_agrees(r)
     if r.extra.get("quant"):
         from normcheck.check.quantised import FAMILIES
 

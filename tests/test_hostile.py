@@ -253,7 +253,7 @@ def test_replay_does_not_run_code_from_a_case_file(tmp_path):
     out = _cli("replay", str(tmp_path / "c.npz"))
     assert out.returncode == 2 and "--run-embedded-source" in out.stderr
     out = _cli("replay", str(tmp_path / "c.npz"), "--run-embedded-source")
-    assert out.returncode == 0 and "embedded" in out.stdout
+    assert out.returncode == 1 and "embedded" in out.stdout  # it replays the failure
     # a case of a file on disk names the file, and says when it changed
     src = tmp_path / "k.cu"
     src.write_text(text)
@@ -264,7 +264,7 @@ def test_replay_does_not_run_code_from_a_case_file(tmp_path):
         case["kernel"]
     src.write_text(text + "\n// edited\n")
     out = _cli("replay", str(tmp_path / "d.npz"))
-    assert out.returncode == 0 and "has changed since the case was saved" in out.stdout
+    assert out.returncode == 1 and "has changed since the case was saved" in out.stdout
 
 
 def test_concurrent_failing_checks_keep_their_counterexamples(tmp_path):

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from headline_support import assert_headline_agrees
+
 from normcheck import check, formats, kernels, norms, spec as specs
 from normcheck.errors import InvalidArgument, SpecError
 from normcheck.launch import Case
@@ -420,6 +422,7 @@ def _planted(entry, quant, folder):
              "scale" if not c.dynamic else "null", "eps", "rows", "cols"]
     table = ", ".join(f"{k} = {v!r}".replace("'", '"') for k, v in quant.items())
     text = (f'source = "{PLANTED}"\nentry = "{entry}"\nnorm = "rmsnorm"\ndtype = "bf16"\n'
+            + ("cols_multiple_of = 32\n" if c.granularity == "mx" else "") +
             f"quant = {{ {table} }}\n[launch]\ngrid = \"rows\"\nblock = \"256\"\n"
             + "".join(f'[[args]]\nrole = "{r}"\n' for r in roles))
     path = Path(folder) / "planted.toml"
@@ -438,12 +441,24 @@ _TOKEN = {"contract": "vllm", "granularity": "per_token"}
     ("vllm_token<4>", _TOKEN, "amax from the float32 value"),
     ("vllm_token<5>", _TOKEN, "scale floor missing"),
     ("vllm_token<6>", _TOKEN, "the scales of row i written at row i ± 1"),
+    ("vllm_token<7>", _TOKEN, "x̂ rounded to bf16 before ×γ and the product not rounded"),
+    ("vllm_token<8>", _TOKEN, "amax taken over x̂, before ×γ"),
     ("trtllm_token<0>", {"contract": "trtllm", "granularity": "per_token"}, None),
     ("trtllm_token<1>", {"contract": "trtllm", "granularity": "per_token"},
      "TensorRT-LLM #14464"),
+    ("trtllm_token_int8<0>", {"contract": "trtllm", "granularity": "per_token",
+                              "format": "int8"}, None),
+    ("trtllm_token_int8<1>", {"contract": "trtllm", "granularity": "per_token",
+                              "format": "int8"}, "amax starting at the float32 1e-06"),
     ("vllm_static<0>", {"contract": "vllm", "granularity": "per_tensor"}, None),
     ("vllm_static<1>", {"contract": "vllm", "granularity": "per_tensor"}, "no clamp"),
     ("vllm_group<0>", {"contract": "vllm", "granularity": "per_group"}, None),
+    ("vllm_group<1>", {"contract": "vllm", "granularity": "per_group"},
+     "each group's amax over 129 columns"),
+    ("vllm_group<2>", {"contract": "vllm", "granularity": "per_group"},
+     "groups of 64 columns instead of 128"),
+    ("mx_block<0>", {"contract": "te", "granularity": "mx"}, None),
+    ("mx_block<1>", {"contract": "te", "granularity": "mx"}, "the e8m0 scale rounded down"),
     ("flashinfer_static<0>", {"contract": "flashinfer", "granularity": "per_tensor"}, None),
     ("flashinfer_static<1>", {"contract": "flashinfer", "granularity": "per_tensor"},
      "y rounded to bf16 before the quantiser"),
@@ -456,6 +471,7 @@ def test_planted_kernels(entry, quant, cause, tmp_path):
     else:
         assert r.verdict == "fail", r.render()
         assert cause in (r.cause or ""), r.render()
+        assert_headline_agrees(r)
 
 
 def test_skipped_rounding_flips_about_three_percent(tmp_path):
@@ -469,7 +485,7 @@ def test_skipped_rounding_flips_about_three_percent(tmp_path):
     from normcheck import replay
 
     text = replay.replay(tmp_path / "ce.npz")
-    assert "contract flips" in text and "trtllm" in text
+    assert "contract flips" in text and "trtllm" in text and text.verdict == "fail"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -506,3 +522,65 @@ def test_cli_quant(tmp_path):
     assert main(["check", "--spec", str(spec), "--examples", "2"]) == 0
     assert main(["check", "--spec", str(spec), "--examples", "2", "--quant",
                  "granularity=per_token"]) == 2  # the spec has no scales: cannot judge
+
+
+# ------------------------------------------------------------------------------------------------
+# The presets' constants, each against the line of the upstream file it cites (read for this)
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("preset, granularity, fmt, fields, where", [
+    # vLLM csrc/quantization/fused_kernels/layernorm_utils.cuh:
+    #   scale = max(scale / qmax, min_scaling_factor<scalar_out_t>::val());
+    # csrc/quantization/utils.cuh: min_scaling_factor<fp8> = 1 / (FP8_E4M3_MAX * 512.f),
+    #   min_scaling_factor<int8_t> = std::numeric_limits<float>::epsilon()
+    # quant_conversions.cuh: float_to_fp8 clamps fmax(-FP8_E4M3_MAX, fmin(x, FP8_E4M3_MAX));
+    #   int8 is cvt.rni.sat.s8.f32 of x * scale (inverted) or x / scale
+    ("vllm", "per_token", "e4m3", dict(scale_floor=1 / (448 * 512), amax_floor=0.0,
+                                       saturation="clamp", apply="div", y_rounding="twice"),
+     "layernorm_utils.cuh, utils.cuh, quant_conversions.cuh"),
+    ("vllm", "per_token", "int8", dict(scale_floor=2.0**-23, amax_floor=0.0,
+                                       saturation="satfinite", apply="mul_inv"),
+     "utils.cuh: FLT_EPSILON; cvt.rni.sat.s8.f32"),
+    # TensorRT-LLM cpp/tensorrt_llm/kernels/rmsnormKernels.cu (generalRmsNorm):
+    #   T_scalar amax = 1e-6f;                       -> the floor, held in the storage type T
+    #   dynamic_per_token_scale = hasFp8MinScaling ? fminf(MAX_QUANT_VAL / abs_max_f,
+    #       MIN_SCALING_FACTOR_RCP) : (MAX_QUANT_VAL / abs_max_f);
+    #   scale_orig_quant_per_token = hasFp8MinScaling ? cuda_max(abs_max_f / MAX_QUANT_VAL,
+    #       MIN_SCALING_FACTOR) : abs_max_f / MAX_QUANT_VAL;
+    # quantTypeUtils.cuh: fp8 MIN_SCALING_FACTOR = 1 / (448 * 512), its RCP 448 * 512
+    ("trtllm", "per_token", "e4m3", dict(amax_floor=float(np.float32(1e-6)),
+                                         amax_floor_in="storage", scale_floor=1 / (448 * 512),
+                                         multiplier_cap=448.0 * 512, apply="mul_qmax_over_amax",
+                                         y_rounding="once"),
+     "rmsnormKernels.cu: T_scalar amax = 1e-6f; MIN_SCALING_FACTOR(_RCP)"),
+    ("trtllm", "per_token", "int8", dict(amax_floor=float(np.float32(1e-6)),
+                                         amax_floor_in="storage", scale_floor=0.0,
+                                         multiplier_cap=None),
+     "rmsnormKernels.cu: no min scaling for int8 (hasFp8MinScaling false)"),
+    #   per tensor: cuda_cast<QuantT>(cuda_cast<float>(val) * scale_orig_quant)
+    ("trtllm", "per_tensor", "e4m3", dict(apply="mul", y_rounding="once",
+                                          saturation="satfinite"),
+     "rmsnormKernels.cu: val * scale_orig_quant"),
+    # TransformerEngine rmsnorm_fwd_mxfp8 / core: float_to_e8m0(amax * (1/448)) rounded up,
+    #   v = y * exp2f_rcp(e), a satfinite cvt
+    ("te", "mx", "e4m3", dict(pow2="ceil", scale="amax*rcp_qmax", apply="mul_inv",
+                              saturation="satfinite"),
+     "TransformerEngine float_to_e8m0, exp2f_rcp"),
+])
+def test_preset_constants_follow_their_sources(preset, granularity, fmt, fields, where):
+    c = qc.preset(preset, granularity, fmt)
+    for k, v in fields.items():
+        got = getattr(c, k)
+        assert (got == v) if not isinstance(v, float) else math.isclose(got, v, rel_tol=1e-15), \
+            f"{preset} {granularity} {fmt}: {k} = {got!r}, the source ({where}) says {v!r}"
+
+
+def test_trtllm_all_zero_rows_store_the_storage_types_floor():
+    """TensorRT-LLM's amax starts at the storage type's 1e-6 (bf16: 9.98e-07), so an all-zero
+    int8 row stores s = 9.98e-07 / 127 = 7.861e-09, not the float 1e-6's 7.874e-09."""
+    from normcheck.quant.oracle import stored_scale
+
+    c = qc.preset("trtllm", "per_token", "int8").for_storage(formats.BF16)
+    s = stored_scale(c, np.zeros((1, 1)))[0, 0]
+    assert f"{s:.4g}" == "7.861e-09"
+    f = qc.preset("trtllm", "per_token", "int8").for_storage(formats.FP32)
+    assert f"{stored_scale(f, np.zeros((1, 1)))[0, 0]:.4g}" == "7.874e-09"

@@ -64,7 +64,8 @@ def test_user_kernels_sit_beside_the_built_ins(user_report):
     case = out / bad.worst["file"]
     r = subprocess.run([sys.executable, "-m", "normcheck", "replay", str(case)],
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and "rms_norm_kernel" in r.stdout
+    # the worst row of an unsafe kernel replays as the fail it is
+    assert r.returncode == 1 and "rms_norm_kernel" in r.stdout and "verdict: FAIL" in r.stdout
 
 
 def test_report_junit_and_summary(user_report, tmp_path):

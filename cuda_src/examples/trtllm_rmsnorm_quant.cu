@@ -3,7 +3,7 @@
 // memory, blockReduceSum / blockReduceMax over warps, rsqrtf; y = (T)(x · s_variance · γ) rounded
 // once to T, then
 //  - per tensor: q = cvt(float(y) · scale_orig_quant), the satfinite conversion of __nv_fp8_e4m3;
-//  - per token: amax over |y| starting from 1e-6f, the multiplier qmax / amax (capped at 448·512
+//  - per token: amax over |y| starting from 1e-6f as T holds it (bf16 9.98e-7), the multiplier qmax / amax (capped at 448·512
 //    for fp8), the stored scale max(amax / qmax, 1/(448·512)) (fp8) or amax / qmax (int8), and
 //    int8 by cvt.rni.sat.s8.f32.
 #include <cuda_bf16.h>
@@ -96,7 +96,7 @@ __global__ void generalRmsNorm(const T* input, const T* gamma, const float eps, 
   float variance = blockReduceSum(local_var_sum);
   if (threadIdx.x == 0) s_variance = rsqrtf(variance / hidden_dim + eps);
   __syncthreads();
-  float amax = 1e-6f;
+  float amax = static_cast<float>(static_cast<T>(1e-6f));  // T_scalar amax = 1e-6f: T's value
   for (int i = tidx; i < hidden_dim; i += blockDim.x) {
     const T out = static_cast<T>(static_cast<float>(shmem[i]) * s_variance *
                                  static_cast<float>(gamma[i]));

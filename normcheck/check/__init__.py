@@ -32,6 +32,7 @@ from normcheck.backends import get_backend
 from normcheck.check.judge import (CHECK_FAMILIES, FATAL, Baseline, Failure, FamilyResult, Judge,
                                    Worst)
 from normcheck.check.resolve import (LIMITS, check_cols, check_counts, long_run, resolve)
+from normcheck.causes import headline
 from normcheck.check.result import CheckResult
 from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance, Verdict
 from normcheck.errors import invalid
@@ -85,16 +86,20 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
             seen.add((f.kind, f.family))
             uniq.append(f)
     verdict = Verdict.of(uniq, warnings)
-    cause = next((f.cause for f in uniq + warnings if f.cause), None)
+    cause = headline([(f.family, f.cause) for f in uniq + warnings])
     ce = None
-    if worst is not None and worst.case is not None and (verdict == "fail" or
-                                                         save_counterexample):
-        c = worst.case
+    if judge.fault is not None:  # a fault is replayed on the very launch that faulted
+        fam, c, f = judge.fault
+        note = f"the launch that faulted in normcheck check ({fam}, {f.kind})"
+    elif worst is not None and worst.case is not None:
+        c, note = worst.case, f"worst row of normcheck check ({worst.family})"
+    else:
+        c = None
+    if c is not None and (verdict == "fail" or save_counterexample):
         path = Path(save_counterexample) if save_counterexample else None
         ce = str(cases.save_case(
             path, kernel=kernel_desc, x=c.x, gamma=c.gamma, beta=c.beta, residual=c.residual,
-            eps=c.eps, note=f"worst row of normcheck check ({worst.family})",
-            label=label, exclusive=save_counterexample is None))
+            eps=c.eps, note=note, label=label, exclusive=save_counterexample is None))
     be = get_backend(backend)
     return CheckResult(
         kernel=label, norm=norm.name, norm_desc=norm.describe(), reference=norm.reference,

@@ -10,9 +10,14 @@ Every output the kernel writes is compared with :func:`normcheck.oracle.backward
   rounding, never below 1 ulp), non-finite where the exact value is finite, never written, or a
   crash / hang / out-of-bounds access / exception; each accuracy failure tested against the usual
   causes (γ left out, the mean term missing, the x̂ term missing, sums in the storage format,
-  sums over the wrong axis) and the one that explains the output named;
-* **pass** otherwise.  Backward verdicts have no warn: there is no yardstick of the same
-  definition for every kernel shape (a dx kernel, a dγ kernel, both).
+  sums over the wrong axis ...) and the one that explains the output named, as a
+  :class:`normcheck.causes.Cause` with its key (the candidate's key in :func:`_candidates`; the
+  per-block-size partial reductions are one key, ``partial_reduction``);
+* **warn** — within that bound, but an output's largest scaled error (in ulps of the terms it
+  sums) more than k × the larger of the built-in sound strategies' on the same rows (two block
+  reductions for dx; float atomics, and float partials with a float second stage, for dγ, dβ),
+  k and the floor from :mod:`normcheck.check.tolerances`, its cause named where one fits;
+* **pass** otherwise.
 
 Kernels with dγ or dβ outputs are also run with the blocks (and warps) in several seeded orders
 on the cpu backend: atomics then arrive in different orders, and the spread of dγ across runs
@@ -29,6 +34,7 @@ from normcheck import bounds, formats, kernels, launch, metrics, norms, oracle
 from normcheck.oracle import backward as oracle_backward
 from normcheck import families as families_mod
 from normcheck import measure as measure_mod
+from normcheck.causes import Cause, headline
 from normcheck.check.judge import FATAL, Failure, FamilyResult, odd_rows, with_notes
 from normcheck.check.resolve import check_counts, resolve
 from normcheck.check.tolerances import TOLERANCES, Verdict
@@ -275,7 +281,22 @@ def _candidates(norm, case, role, fmt, eps):
     return out
 
 
+def _key(candidate: str) -> str:
+    """A candidate's stable key: the per-block-size partial reductions are one cause."""
+    return "partial_reduction" if candidate.startswith("partial_") else candidate
+
+
 def _explain(norm, case, role, got, ref, limit, fmt, eps):
+    """A :class:`~normcheck.check.diagnose.Cause` (see _find), or None."""
+    found = _find(norm, case, role, got, ref, limit, fmt, eps)
+    if found is None:
+        return None
+    key, desc, kind = found
+    return Cause(desc, _key(key), "formula" if kind == "formula" else "stat",
+                 desc.split(" (")[0])
+
+
+def _find(norm, case, role, got, ref, limit, fmt, eps):
     """The cause that explains the kernel's output, better than every other candidate: a
     formula reproduced within the sound limit (4x), unambiguously (the next best at least twice
     as far); else an order-dependent cause whose emulation lands nearer the kernel than the
@@ -284,8 +305,8 @@ def _explain(norm, case, role, got, ref, limit, fmt, eps):
     t = ref.exact
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if np.all(y == 0) and np.any(t != 0):
-            return ("never written: the output still holds the zeros its buffer started as "
-                    "(fill = \"zero\"); nothing was added to it")
+            return ("never_written", "never written: the output still holds the zeros its "
+                    "buffer started as (fill = \"zero\"); nothing was added to it", "formula")
         off = np.abs(y - t) > limit
         fits = []
         for key, desc, cand, kind in _candidates(norm, case, role, fmt, eps):
@@ -315,19 +336,19 @@ def _explain(norm, case, role, got, ref, limit, fmt, eps):
     if role in ("dx", "d_residual") and off.any():
         sig = _affine_signature(norm, case, y, t, off, fmt, eps)
         if sig is not None:
-            fits.append((7.5, "signature", sig, "order"))
+            fits.append((7.5, *sig, "order"))
     if not fits:
         return None
     fits.sort(key=lambda f: f[0])
     form = [f for f in fits if f[3] == "formula"]
     if form and form[0][0] <= 4.0:
         if len(form) > 1 and form[1][0] < 2 * form[0][0] and \
-                form[1][2].split(":")[0] != form[0][2].split(":")[0]:
+                _key(form[1][1]) != _key(form[0][1]):
             return None  # two formulas fit as well: no single cause
-        return form[0][2]
+        return form[0][1:]
     order = [f for f in fits if f[3] == "order"]
     if order:
-        return order[0][2]
+        return order[0][1:]
     return None
 
 
@@ -369,13 +390,13 @@ def _affine_signature(norm, case, y, t, off, fmt, eps):
     rel_m, kap_m = float(np.median(rel)), float(np.median(kap))
     S = formats.of_dtype(case.x.dtype)
     if S.precision < 24 and 2.0 ** -S.precision / 8 <= rel_m <= 64 * 2.0 ** -S.precision:
-        return (f"the row sums Σdy·γ and Σdy·γ·x̂ accumulated in {S.name} (the error of each "
-                f"failing row is affine in x̂, the sums' relative error {rel_m:.2g}, of the "
-                f"order of {S.name}'s unit roundoff)")
+        return ("row_sums_storage", f"the row sums Σdy·γ and Σdy·γ·x̂ accumulated in {S.name} "
+                f"(the error of each failing row is affine in x̂, the sums' relative error "
+                f"{rel_m:.2g}, of the order of {S.name}'s unit roundoff)")
     if base.centred and kap_m >= 100:
-        return ("dx = rstd·g + b·x + c with b, c from Σg·x and Σg (PyTorch 1.x's formula, x "
-                "not centred before the sums): b·x and c cancel on offset rows (the error of "
-                f"each failing row is affine in x; κ ≈ {kap_m:.3g})")
+        return ("old_formula", "dx = rstd·g + b·x + c with b, c from Σg·x and Σg (PyTorch "
+                "1.x's formula, x not centred before the sums): b·x and c cancel on offset rows "
+                f"(the error of each failing row is affine in x; κ ≈ {kap_m:.3g})")
     return None
 
 
@@ -495,21 +516,21 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
     for f in fams:
         if f not in families_mod.BACKWARD_FAMILIES:
             raise invalid("families", f, f"some of {', '.join(families_mod.BACKWARD_FAMILIES)}")
-    r = resolve(source, entry, norm, dtype, spec=spec, block=block, backend=backend,
+    res = resolve(source, entry, norm, dtype, spec=spec, block=block, backend=backend,
                 defines=defines, timeout=timeout, backward=True)
-    spec, n, fmt, target = r.spec, r.norm, r.fmt, r.target
+    spec, n, fmt, target = res.spec, res.norm, res.fmt, res.target
     mode = "y" if spec.has("y") else "x"
     reads_gamma = spec.has("gamma")
     fm = target.formats
-    eps = r.eps
+    eps = res.eps
     stats = "saved" if mode == "y" else (spec.stats or "recomputed")
-    roles = [r for r in ("dx", "d_residual", "dgamma", "dbeta") if spec.has(r)]
+    roles = [role for role in ("dx", "d_residual", "dgamma", "dbeta") if spec.has(role)]
     t0 = time.perf_counter()
     results, failures, warnings = [], [], []
     races = {}
     lo, hi = spec.cols
     m = max(1, spec.cols_multiple_of)
-    be = r.backend
+    be = res.backend
     worst_case = None
     for fi, (fam, (_, (fam_rows, widths))) in enumerate(families_mod.BACKWARD_FAMILIES.items()):
         if fam not in fams:
@@ -526,6 +547,8 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
             except KernelError as e:
                 failures.append(Failure(e.kind, fam, str(e)))
                 fr.failures[e.kind] = fr.failures.get(e.kind, 0) + 1
+                if worst_case is None:
+                    worst_case = (fam, case)  # a replay runs the launch that faulted
                 break
             ref = backward_reference(n, case, mode, stats, fm, fmt, eps)
             E = backward_bounds(n, case, mode, ref, eps)
@@ -534,7 +557,8 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
             fr.cols.append(cols)
             refs = {"dx": ref.dx, "d_residual": ref.dx, "dgamma": ref.dgamma,
                     "dbeta": ref.dbeta}
-            base = _baseline(n, case, [r for r in roles if r in outs], refs, fm, be, mode)
+            base = _baseline(n, case, [role for role in roles if role in outs], refs, fm, be,
+                             mode)
             for role in roles:
                 r_ref = refs[role]
                 if r_ref is None or role not in outs:
@@ -557,15 +581,15 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                         fr.cause = f.cause
                     if worst_case is None:
                         worst_case = (fam, case)
-            if orders and any(r in outs for r in ("dgamma", "dbeta")) and \
+            if orders and any(out in outs for out in ("dgamma", "dbeta")) and \
                     be.name == "cpu" and fam in ("gaussian", "tall", "tiles"):
-                runs = {r: [] for r in ("dgamma", "dbeta") if r in outs}
+                runs = {out: [] for out in ("dgamma", "dbeta") if out in outs}
                 for s_ in range(orders):  # every order seeded: the spread is reproducible
                     o = target(case, schedule="random", seed=seed * 1000 + s_ + 1, workers=1)
-                    for r in runs:
-                        runs[r].append(o[r])
-                for r, vals in runs.items():
-                    races[f"{r} {fam} {rows}x{cols}"] = _spread(
+                    for out in runs:
+                        runs[out].append(o[out])
+                for out, vals in runs.items():
+                    races[f"{out} {fam} {rows}x{cols}"] = _spread(
                         vals, formats.of_dtype(np.asarray(vals[0]).dtype))
             if any(f.kind in FATAL for f in failures):
                 break
@@ -614,7 +638,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
     label = target.label
     ce = None
     if worst_case is not None and (verdict != "pass" or save_counterexample):
-        ce = _save(worst_case, target, r.desc, stats, mode,
+        ce = _save(worst_case, target, res.desc, stats, mode,
                    save_counterexample)
     return CheckResult(
         kernel=label, norm=n.name, norm_desc=n.describe() + " backward", reference="exact",
@@ -628,7 +652,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                       "(normcheck.bounds.sound_backward); warn beyond k x the built-in "
                       "strategies' on the same rows; statistics " + stats
                       + ("; x̂ from y" if mode == "y" else ""),
-        cause=next((f.cause for f in uniq + warnings if f.cause), None),
+        cause=headline([(f.family, f.cause) for f in uniq + warnings]),
         provenance=be.provenance(),
         extra={"backward": {"outputs": roles, "stats": stats, "mode": mode,
                             "races_ulp": races, "orders": orders, "seed": seed}})

@@ -23,22 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from normcheck import formats
+from normcheck.causes import EVIDENCE, Cause, headline
 
-__all__ = ["Cause", "explain", "CAUSES"]
-
-#: The causes tested, by key: (description, kind).
-class Cause(str):
-    """A cause as a sentence (what it is, and the evidence), with ``key`` its stable name in
-    :data:`CAUSES` (e.g. "xhat_storage"): tests and tools match the key, people read the text."""
-
-    def __new__(cls, text: str, key: str | None = None):
-        o = str.__new__(cls, text)
-        o.key = key
-        return o
-
-    def __reduce__(self):
-        return (Cause, (str(self), self.key))
-
+__all__ = ["Cause", "EVIDENCE", "explain", "headline", "CAUSES", "ORDERS", "order_text"]
 
 CAUSES = {
     "rstd_storage": ("rstd rounded to the storage format before use", "bit"),
@@ -60,7 +47,28 @@ CAUSES = {
     "one_pass": ("one-pass variance E[x²] - E[x]²: catastrophic cancellation, error grows as κ²",
                  "stat"),
     "storage_sums": ("sums accumulated in the storage format", "stat"),
+    "undefined_values": ("the output depends on undefined values (shared memory read before it "
+                         "is written, a shuffle from a lane not taking part)", "undefined"),
 }
+
+#: The summation orders the diagnosis emulates (one element of a row per term, every addition
+#: rounded): one thread; B threads striding the row, then a warp butterfly and the warps'
+#: partials through a second one (normcheck's built-ins, most block-per-row kernels); CUB's
+#: BlockReduce (shfl_down by 1, 2, ..., 16 in each warp, then thread 0 adds the warps' totals
+#: in order); a halving tree over the row padded to a power of two (a shared-memory tree, a
+#: Triton tl.sum over one program's block).
+ORDERS = (("sequential",), *(("block", B) for B in (32, 64, 128, 256, 512, 1024)),
+          *(("cub", B) for B in (128, 256, 512, 1024)), ("tree",))
+
+
+def order_text(order) -> str:
+    if order[0] == "sequential":
+        return "one thread summing the row"
+    if order[0] == "block":
+        return f"{order[1]} threads, warp butterflies"
+    if order[0] == "cub":
+        return f"cub::BlockReduce of {order[1]} threads"
+    return "a pairwise tree over the row (a shared-memory tree, tl.sum)"
 
 
 def _models(norm, fmt, out, x, g, b, mean, var, eps):
@@ -79,8 +87,12 @@ def _models(norm, fmt, out, x, g, b, mean, var, eps):
 
         m["rstd_storage"] = y_of(S.round_array(r))
         xh = S.round_array(d * r)
-        m["xhat_storage"] = ("rounded", out.round_array(S.round_array(ge * xh) + b)
-                             if norm.centred else out.round_array(ge * xh))
+        # x̂ rounded, then γ·x̂ + β in float rounded once; and, LayerNorm, Apex's half path:
+        # γ·x̂ rounded to the storage format, then + β rounded again (three roundings)
+        m["xhat_storage"] = ("rounded", out.round_array(ge * xh + b))
+        if norm.centred:
+            m[("xhat_storage", "three")] = ("rounded", out.round_array(S.round_array(ge * xh)
+                                                                       + b))
         if norm.centred or norm.has_gamma:
             m["affine_separate"] = ("rounded", out.round_array(out.round_array(ge * d * r) + b))
         if D > 1:
@@ -113,6 +125,15 @@ def _models(norm, fmt, out, x, g, b, mean, var, eps):
                 else:
                     v_p[:, sel] = (x[:, sel] ** 2).sum(axis=1, keepdims=True) / D
             m[("partial_reduction", B)] = ge * (x - mu_p) / np.sqrt(v_p + eps) + b
+        # sums in the storage format (and, for LayerNorm, the one-pass variance) in each of the
+        # usual orders: the statistics emulated, the rest exact
+        if fmt.precision < 24 or norm.centred:
+            for order in ORDERS:
+                if order[0] in ("block", "cub") and order[1] >= 2 * D and order[1] > 32:
+                    continue  # the same additions as a narrower block
+                for (key, _o), (mu_o, v_o) in _statistics(norm, fmt, x, order).items():
+                    mo = mu_o[:, None] if mu_o is not None else 0.0
+                    m[(key, order)] = ge * (x - mo) / np.sqrt(v_o[:, None] + eps) + b
     return m
 
 
@@ -155,9 +176,16 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
         return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad) or \
             _nonfinite(norm, fmt, x, mean, var, eps, yk, ref, bad)
     d_exact = _distance(out, yk, ref.rounded.astype(np.float64))
+    # bit for bit where the output has 16 bits or fewer: the float arithmetic of a kernel moves
+    # its values by ~2^-24 relative, far below half a unit of fp16/bf16, so the model of its
+    # cause lands on the very same values (a cause one unit off everywhere would match any
+    # output within 1 ulp of correct); within 1 ulp for fp32 outputs, where the kernel's own
+    # float error shows
+    low = out.precision < 24
     best, best_key = None, None
     models = _models(norm, fmt, out, x, g, b, mean, var, eps)
     keys = [k for k in CAUSES if k in models] + [k for k in models if isinstance(k, tuple)]
+    e_mean = float(np.mean(np.where(np.isfinite(d_exact[fin]), d_exact[fin], 1e300)))
     for rank, key in enumerate(keys):
         model = models[key]
         if isinstance(model, tuple):
@@ -166,79 +194,125 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
             with np.errstate(invalid="ignore", over="ignore"):
                 pred = out.round_array(model)
         dist = _distance(out, yk, pred)
-        score = float(np.mean(dist[fin] <= 1.0))
+        score = float(np.mean(dist[fin] == 0.0 if low else dist[fin] <= 1.0))
         mean_d = float(np.mean(np.where(np.isfinite(dist[fin]), dist[fin], 1e300)))
-        better = mean_d < float(np.mean(np.where(np.isfinite(d_exact[fin]), d_exact[fin],
-                                                 1e300)))
         # the most elements explained, then the closest, then the most specific cause
         k = (score, -mean_d, -rank)
-        if score >= 0.9 and better and (best_key is None or k > best_key):
+        if score >= 0.9 and mean_d < e_mean and (best_key is None or k > best_key):
             best, best_key = key, k
-    best_score = best_key[0] if best_key else 0.0
     if best is not None:
+        best_score = best_key[0]
         n = int(fin.sum())
-        if isinstance(best, tuple):
-            what = (f"{CAUSES[best[0]][0]} (a block of {best[1]} threads: warp w holds the "
+        name = best[0] if isinstance(best, tuple) else best
+        if isinstance(best, tuple) and name == "partial_reduction":
+            what = (f"{CAUSES[name][0]} (a block of {best[1]} threads: warp w holds the "
                     "columns j with (j mod blockDim)/32 = w)")
+        elif best == ("xhat_storage", "three"):
+            what = ("x̂ rounded to the storage format, then γ·x̂ and + β each rounded to it "
+                    "(three roundings, as a half-precision epilogue does)")
+        elif isinstance(best, tuple):
+            what = f"{CAUSES[name][0]} (summed by {order_text(best[1])})"
         elif best == "xhat_storage" and norm.centred:
             what = "x̂ rounded to the storage format before ×γ + β"  # hf is RMSNorm's only
         else:
             what = CAUSES[best][0]
-        return Cause(f"{what} (reproduces the kernel to within 1 ulp on "
-                     f"{int(round(best_score * n))}/{n} of the elements off)",
-                     best[0] if isinstance(best, tuple) else best)
+        hit = int(round(best_score * n))
+        how = "bit for bit" if low else "to within 1 ulp"
+        return Cause(f"{what} (reproduces the kernel {how} on {hit}/{n} of the elements off)",
+                     name, "exact" if hit == n else "bit", what)
     return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad) or \
         _nonfinite(norm, fmt, x, mean, var, eps, yk, ref, bad)
 
 
 def _sum(vals, rnd, order):
-    """Row sums of ``vals`` (R, D) with every addition rounded by ``rnd``, in one of the usual
-    orders: "sequential" (one thread), or "block" (256 threads striding the row, a warp
-    butterfly, then the warps' partials through a second butterfly, as normcheck's built-in
-    kernels and most block-per-row kernels reduce)."""
+    """Row sums of ``vals`` (R, D) with every addition rounded by ``rnd`` in ``order`` (one of
+    :data:`ORDERS`, or "sequential" / "block" for the first and the 256-thread one)."""
+    if isinstance(order, str):
+        order = ("sequential",) if order == "sequential" else ("block", 256)
     R, D = vals.shape
-    if order == "sequential":
+    if order[0] == "sequential":
         acc = np.zeros(R)
         for j in range(D):
             acc = rnd(acc + vals[:, j])
         return acc
-    T = 256
+    if order[0] == "tree":
+        P = 1
+        while P < D:
+            P *= 2
+        acc = np.zeros((R, P))
+        acc[:, :D] = vals
+        h = P // 2
+        while h:
+            acc = rnd(acc[:, :h] + acc[:, h:2 * h])
+            h //= 2
+        return acc[:, 0]
+    T = order[1]
     acc = np.zeros((R, T))
     for j0 in range(0, D, T):
         w = min(T, D - j0)
         acc[:, :w] = rnd(acc[:, :w] + vals[:, j0:j0 + w])
-    acc = acc.reshape(R, T // 32, 32)
+    W = max(T // 32, 1)
+    acc = acc.reshape(R, W, 32) if T >= 32 else np.pad(acc, ((0, 0), (0, 32 - T))).reshape(
+        R, 1, 32)
+    lane = np.arange(32)
+    if order[0] == "cub":
+        for o in (1, 2, 4, 8, 16):  # shfl_down: lane i adds lane i + o (where it exists)
+            src = np.where(lane + o < 32, lane + o, lane)
+            acc = np.where(lane + o < 32, rnd(acc + acc[:, :, src]), acc)
+        tot = acc[:, 0, 0]
+        for w in range(1, W):
+            tot = rnd(tot + acc[:, w, 0])
+        return tot
     for o in (16, 8, 4, 2, 1):
-        acc = rnd(acc + acc[:, :, np.arange(32) ^ o])
+        acc = rnd(acc + acc[:, :, lane ^ o])
     part = np.zeros((R, 32))
-    part[:, :T // 32] = acc[:, :, 0]
+    part[:, :W] = acc[:, :, 0]
     for o in (16, 8, 4, 2, 1):
-        part = rnd(part + part[:, np.arange(32) ^ o])
+        part = rnd(part + part[:, lane ^ o])
     return part[:, 0]
 
 
-def _variances(norm, fmt, x, eps):
-    """{(cause, order): variance per row} of the order-dependent causes, in both usual orders,
-    and {("sound", order): ...} of a float two-pass kernel for comparison."""
+def _statistics(norm, fmt, x, order):
+    """{(cause, order): (mean or None, variance)} per row of the order-dependent causes in one
+    order: one-pass (float sums of x and x², E[x²] - E[x]², LayerNorm only) and sums in the
+    storage format (its squares rounded to it too, as a kernel that squares in it does); none
+    where the storage format is float32."""
     D = x.shape[1]
     f32 = formats.FP32.round_array
     S = fmt.round_array
     out = {}
-    for order in ("block", "sequential"):
+    with np.errstate(invalid="ignore", over="ignore"):
         if norm.centred:
             m1 = f32(_sum(x, f32, order) / D)
             m2 = f32(_sum(f32(x * x), f32, order) / D)
-            out[("one_pass", order)] = f32(m2 - f32(m1 * m1))
+            out[("one_pass", order)] = (m1, f32(m2 - f32(m1 * m1)))
+            if fmt.precision < 24:
+                mS = S(S(_sum(x, S, order)) / D)
+                dS = S(x - mS[:, None])
+                out[("storage_sums", order)] = (mS, S(_sum(S(dS * dS), S, order)) / D)
+        elif fmt.precision < 24:
+            out[("storage_sums", order)] = (None, S(_sum(S(x * x), S, order)) / D)
+    return out
+
+
+def _variances(norm, fmt, x, eps):
+    """{(cause, order): variance per row} of the order-dependent causes in every order of
+    :data:`ORDERS`, and {("sound", order): ...} of a float two-pass (or RMS) kernel in the
+    sequential and 256-thread orders for comparison."""
+    D = x.shape[1]
+    f32 = formats.FP32.round_array
+    out = {}
+    for order in ORDERS:
+        if order[0] in ("block", "cub") and order[1] >= 2 * D and order[1] > 32:
+            continue
+        out.update({k: v for k, (_m, v) in _statistics(norm, fmt, x, order).items()})
+    for order in (("sequential",), ("block", 256)):
+        if norm.centred:
+            m1 = f32(_sum(x, f32, order) / D)
             d = f32(x - m1[:, None])
             out[("sound", order)] = f32(_sum(f32(d * d), f32, order) / D)
-            if fmt.precision < 24:
-                mS = S(S(_sum(x, lambda v: S(S(v)), order)) / D)
-                dS = S(x - mS[:, None])
-                out[("storage_sums", order)] = S(_sum(S(dS * dS), S, order)) / D
         else:
             out[("sound", order)] = f32(_sum(f32(x * x), f32, order) / D)
-            if fmt.precision < 24:
-                out[("storage_sums", order)] = S(_sum(S(x * x), S, order)) / D
     return out
 
 
@@ -320,7 +394,7 @@ def _statistical(norm, fmt, x, g, b, mean, var, eps, y, bad):
     n = votes[key]
     return Cause(f"{CAUSES[key][0]} (the variance each row's output implies is off by what "
                  f"that cause leaves, more than 30x what float sums leave: {n}/{idx.size} rows "
-                 "off)", key)
+                 "off)", key, "stat", CAUSES[key][0])
 
 
 def _nonfinite(norm, fmt, x, mean, var, eps, y, ref, bad):
@@ -350,4 +424,4 @@ def _nonfinite(norm, fmt, x, mean, var, eps, y, ref, bad):
     where = f"offset rows, κ ≈ {float(np.median(kap)):.3g}" if kap.size else "constant rows"
     return Cause(f"{CAUSES['one_pass'][0]} (on the {where} answered by NaN, E[x²] - E[x]² "
                  f"evaluated in float comes out negative: {int(neg.sum())}/{rows.size} rows)",
-                 "one_pass")
+                 "one_pass", "stat", CAUSES["one_pass"][0])

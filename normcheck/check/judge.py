@@ -248,7 +248,11 @@ class Judge:
         self.formats = dict(getattr(target, "formats", {}) or {})
         self.baselines, self.baseline_note = self._baselines()
         self.timed_out = False
-        self.probed_undefined = False  # undefined_dependence tried (once a check: two launches)
+        self.fault = None  # (family, Case, Failure): the first launch that faulted
+        # the families whose first failing launch was run again with other undefined values
+        # (undefined_dependence: two launches), and the cause where the output depended on them
+        self.probed_undefined = set()
+        self.undefined = {}
 
     # what runs as the yardstick -------------------------------------------------------------------
     def _baselines(self):
@@ -383,12 +387,16 @@ class Judge:
                 f"width {x.shape[1]}, " + element_text(i, j, x, y, ref.exact) +
                 f", {float(mm.ulp[i, j]):.4g} ulp where the sound bound allows {lim_ulp:.4g} "
                 f"({float(mm.ratio[i, j]):.3g}x)"))
-        if not self.probed_undefined and any(f.kind in ("accuracy", "nonfinite")
-                                             for f in fails):
-            self.probed_undefined = True  # the first failing launch: its two runs are enough
+        if family not in self.probed_undefined and any(f.kind in ("accuracy", "nonfinite")
+                                                       for f in fails):
+            self.probed_undefined.add(family)  # a family's first failing launch is enough
             note = undefined_dependence(self.target, case)
-            if note and isinstance(outs, launch.Outputs):
-                outs.notes.append(note)
+            if note:
+                # the strongest evidence there is: the family's cause, and the headline's
+                self.undefined[family] = diagnose.Cause(
+                    note, "undefined_values", "undefined", diagnose.CAUSES["undefined_values"][0])
+                if isinstance(outs, launch.Outputs):
+                    outs.notes.append(note)
         return measured, with_notes(fails, outs)
 
     def _check_h(self, family, h, ref):
@@ -445,6 +453,8 @@ class Judge:
                     break  # a kernel that hung once is not launched again
                 case = self.case(fam, per, cols, seed=[self.seed, fi, k])
                 m, fails = self.measure(fam, case)
+                if m is None and self.fault is None and any(f.kind in FATAL for f in fails):
+                    self.fault = (fam, case, fails[0])  # what a replay must run again
                 fr.rows += per
                 fr.cols.append(cols)
                 fam_fails += fails
@@ -482,7 +492,9 @@ class Judge:
             if fam_fails:
                 fr.verdict = Verdict.FAIL
                 acc = [f for f in fam_fails if f.kind in ("accuracy", "nonfinite")]
-                if acc and fam_worst is not None:
+                if acc and fam in self.undefined:
+                    fr.cause = acc[0].cause = self.undefined[fam]
+                elif acc and fam_worst is not None:
                     fr.cause = acc[0].cause = self.diagnose(fam_worst[1], fam_worst[2])
             elif fr.baseline is not None:
                 fr.warn_at = max(self.tol.warn_floor, self.tol.warn_k * fr.baseline.max_scaled)

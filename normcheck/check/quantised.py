@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from normcheck.backends import get_backend
+from normcheck.causes import headline
 from normcheck.check.tolerances import TOLERANCES, Verdict
 from normcheck.quant import families as qfamilies
 from normcheck.quant.judge import QCounts, QuantJudge
@@ -41,22 +42,28 @@ def judge_quantised(target, *, label, norm, storage, contract, eps, backend, exa
             seen.add((f.kind, f.family))
             uniq.append(f)
     verdict = Verdict.of(uniq, [])
-    cause = next((f.cause for f in uniq if f.cause), None)
+    cause = headline([(f.family, f.cause) for f in uniq])
     total_q, total_s, total_a = QCounts(), QCounts(), QCounts()
     for fr in results:
         total_q.add(fr.q)
         total_s.add(fr.scales)
         total_a.add(fr.amax)
     ce = None
-    if worst is not None and worst.case is not None and (verdict == "fail" or save_counterexample):
-        c = worst.case
+    if judge.fault is not None:  # a fault is replayed on the very launch that faulted
+        fam, c, f = judge.fault
+        note = f"the launch that faulted in normcheck check ({fam}, {f.kind}, quantised)"
+    elif worst is not None and worst.case is not None:
+        c, note = worst.case, f"worst row of normcheck check ({worst.family}, quantised)"
+    else:
+        c = None
+    if c is not None and (verdict == "fail" or save_counterexample):
         from pathlib import Path
 
         ce = str(cases.save_case(
             Path(save_counterexample) if save_counterexample else None,
             kernel={**kernel_desc, "quant": contract.as_dict()}, x=c.x, gamma=c.gamma,
             beta=c.beta, residual=c.residual, eps=c.eps,
-            note=f"worst row of normcheck check ({worst.family}, quantised)", label=label,
+            note=note, label=label,
             exclusive=save_counterexample is None,
             **({"scale": _f32_array(c.extra["scale"])} if "scale" in c.extra else {})))
     be = get_backend(backend)

@@ -8,10 +8,13 @@ choice, so that one exact result exists per contract and a kernel is judged by i
                                           sum rounded to T -- ``residual``)
     y        = t | round_T(t) | round_T(round_T(x̂)·γ)          ``y_rounding`` none | once | twice
     A        = max |y| over the group     (``amax_from`` "y"; "fp32": over t, before rounding)
-    A'       = min(max(A, amax_floor), amax_cap)
+    A'       = min(max(A, amax_floor), amax_cap)   (``amax_floor_in`` "storage": the floor
+                                          rounded to T, a kernel's ``T amax = 1e-6f``)
     s        = max(fl32(A'/qmax), scale_floor)        ``scale`` "amax/qmax"
                max(fl32(A'·fl32(1/qmax)), scale_floor) ``scale`` "amax*rcp_qmax"
-               then, with ``pow2`` "ceil", the next power of two up (an e8m0 scale)
+               then, with ``pow2`` "ceil", the next power of two up (an e8m0 scale); "floor"
+               the power of two at or below (the OCP MX rule 2^(floor(log2 amax) - emax) with
+               qmax = 2^emax)
     v        = fl32(y / s)                            ``apply`` "div"
                fl32(y · fl32(1/s))                    ``apply`` "mul_inv"
                fl32(y · s)                            ``apply`` "mul" (a static multiplier)
@@ -54,7 +57,8 @@ _CHOICES = {
     "y_rounding": ("none", "once", "twice"),
     "amax_from": ("y", "fp32"),
     "scale": ("amax/qmax", "amax*rcp_qmax"),
-    "pow2": ("none", "ceil"),
+    "pow2": ("none", "ceil", "floor"),
+    "amax_floor_in": ("fp32", "storage"),
     "apply": ("div", "mul_inv", "mul", "mul_qmax_over_amax"),
     "saturation": ("clamp", "satfinite", "none"),
     "scale_layout": ("row_major", "col_major"),
@@ -78,6 +82,7 @@ class Contract:
     scale: str = "amax/qmax"
     qmax: float | None = None          # default: the format's largest value
     amax_floor: float = 0.0
+    amax_floor_in: str = "fp32"        # "storage": amax starts at the floor rounded to T
     amax_cap: float | None = None      # vLLM's scale_ub
     scale_floor: float = 0.0
     pow2: str = "none"
@@ -125,6 +130,14 @@ class Contract:
     def replace(self, **kw) -> "Contract":
         return _checked(dataclasses.replace(self, **kw))
 
+    def for_storage(self, storage) -> "Contract":
+        """The contract with every constant as a kernel of storage format ``storage`` holds
+        it: a floor kept in T (``amax_floor_in`` "storage") rounded to T."""
+        if self.amax_floor_in != "storage":
+            return self
+        floor = float(storage.round_array(np.array([self.amax_floor]))[0])
+        return dataclasses.replace(self, amax_floor=floor, amax_floor_in="fp32")
+
     def describe(self) -> str:
         """One line: every field that decides a value."""
         parts = [f"{self.format} {self.granularity}"
@@ -135,7 +148,8 @@ class Contract:
             if self.amax_from != "y":
                 s += f" (amax of {self.amax_from})"
             if self.amax_floor:
-                s += f", amax >= {self.amax_floor:.3g}"
+                s += f", amax >= {self.amax_floor:.3g}" + (
+                    " (in T)" if self.amax_floor_in == "storage" else "")
             if self.amax_cap is not None:
                 s += f", amax <= {self.amax_cap:.3g}"
             if self.scale_floor:
@@ -181,8 +195,10 @@ def _checked(c: Contract) -> Contract:
                       "e5m2fnuz, int8, e2m1)", f"{fmt.name} is a scale format")
     if c.granularity == "nvfp4" and fmt.name != "e2m1":
         raise invalid("quant.format", c.format, "e2m1 for granularity nvfp4")
-    if c.granularity == "mx" and c.pow2 != "ceil":
-        raise invalid("quant.pow2", c.pow2, '"ceil" for granularity mx (an e8m0 scale)')
+    if c.granularity == "mx" and c.pow2 == "none":
+        raise invalid("quant.pow2", c.pow2, '"ceil" or "floor" for granularity mx (an e8m0 '
+                      'scale)', 'pow2 = "ceil" (TransformerEngine) or "floor" with qmax = '
+                      '2^emax (the OCP MX rule)')
     if c.granularity == "per_tensor" and c.apply == "mul_qmax_over_amax":
         raise invalid("quant.apply", c.apply, "div, mul_inv or mul with a static scale")
     if c.amax_from == "fp32" and c.y_rounding == "none":
@@ -232,13 +248,17 @@ def _trtllm(granularity, fmt):
                     notes=("y = round_T(x·s_var·γ) once", "q = cvt(float(y)·scale), satfinite"))
     if granularity == "per_token":
         fp8 = f.kind != "int"
-        return dict(y_rounding="once", amax_floor=_F32_1E6, scale="amax/qmax",
-                    scale_floor=1.0 / (448.0 * 512.0) if fp8 else 0.0,
+        return dict(y_rounding="once", amax_floor=_F32_1E6, amax_floor_in="storage",
+                    scale="amax/qmax", scale_floor=1.0 / (448.0 * 512.0) if fp8 else 0.0,
                     apply="mul_qmax_over_amax",
                     multiplier_cap=448.0 * 512.0 if fp8 else None, saturation="satfinite",
                     source=_TRT,
-                    notes=("amax starts at 1e-6f", "multiplier qmax/amax (capped at 448·512 "
-                           "for fp8)", "stored scale max(amax/qmax, 1/(448·512)) for fp8"))
+                    notes=("amax starts at T(1e-6f): `T_scalar amax = 1e-6f;`, the storage "
+                           "type's value (bf16 9.98e-7, fp16 1.01e-6)",
+                           "amax = max(|y|) over y rounded to T",
+                           "multiplier qmax/amax (capped at 448·512 for fp8 row-wise: "
+                           "MIN_SCALING_FACTOR_RCP)",
+                           "stored scale max(amax/qmax, 1/(448·512)) for fp8"))
     return None
 
 

@@ -20,6 +20,13 @@ residual_*                    statistics of x + r exactly, or of the sum rounded
 group_size                    groups of another size
 groups_across_rows            groups counted over the flattened tensor
 scales_wrong_rows             row i's scales written at row i ± 1
+xhat_rounded_y_not            x̂ rounded to T before ×γ, the product not rounded (only the last
+                              rounding skipped: TensorRT-LLM #14464's shape on a twice contract)
+amax_before_weight            amax over x̂, before ×γ (+β) (vLLM- and TransformerEngine-style)
+group_amax_wide               each group's amax over one column more than the group
+pow2_floor / pow2_ceil        the e8m0 scale rounded down where the contract rounds it up, or up
+group_size                    groups of half or twice the contract's size (also named from the
+                              number of scales a row gets, and from a write past the scales)
 ============================= ===================================================================
 """
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from normcheck.causes import Cause
 from normcheck.quant.contract import Contract
 from normcheck.quant.oracle import contract_result
 
@@ -86,6 +94,15 @@ def variants(c: Contract, norm, storage) -> list:
         else:
             out.append(("saturation_added", f"values beyond ±{fmt.max_finite:g} saturate "
                         "(the contract gives NaN or inf)", c.replace(saturation="satfinite")))
+    if c.dynamic and c.amax_floor:
+        if c.amax_floor_in == "storage":
+            out.append(("amax_floor_fp32", f"amax starting at the float32 {c.amax_floor:.4g} "
+                        f"(the contract starts it at that value in {T}, as `T amax = ...` "
+                        "does)", c.replace(amax_floor_in="fp32")))
+        else:
+            out.append(("amax_floor_storage", f"amax starting at {c.amax_floor:.4g} rounded to "
+                        f"{T} (the contract starts it at the float32 value)",
+                        c.replace(amax_floor_in="storage")))
     if c.dynamic and (c.scale_floor or c.amax_floor) and c.granularity != "nvfp4":
         out.append(("scale_floor_missing", "scale floor missing: a zero row or group gives "
                     "s = 0, and 0/0 = NaN", c.replace(scale_floor=0.0, amax_floor=0.0)))
@@ -107,12 +124,27 @@ def variants(c: Contract, norm, storage) -> list:
     if c.dynamic:
         out.append(("scales_wrong_rows", "the scales of row i written at row i ± 1",
                     "shifted"))
+    out.append(("xhat_rounded_y_not", f"x̂ rounded to {T} before ×γ and the product not "
+                f"rounded (the last rounding skipped; the contract: y {rn[c.y_rounding]})",
+                "xhat_only"))
+    if c.dynamic and c.granularity != "nvfp4":
+        out.append(("amax_before_weight", "amax taken over x̂, before ×γ" +
+                    (" + β" if norm.centred else "") + " (the contract: over y)",
+                    "amax_xhat"))
+    if c.granularity == "per_group":
+        out.append(("group_amax_wide", f"each group's amax over {c.group_size + 1} columns, "
+                    f"one more than its {c.group_size}", "amax_wide"))
+    if c.pow2 != "none":
+        other = "floor" if c.pow2 == "ceil" else "ceil"
+        out.append((f"pow2_{other}", f"the e8m0 scale rounded {'down' if other == 'floor' else 'up'}"
+                    f" (the contract rounds it {'up' if other == 'floor' else 'down'})",
+                    c.replace(pow2=other)))
     return out
 
 
-def explain(judge, case, m) -> str | None:
+def explain(judge, case, m) -> Cause | None:
     """The cause that explains the kernel's output on ``case`` (its QMeasured ``m``), or None."""
-    c = m.ref.contract
+    c = judge.contract  # as declared (the reference holds it resolved for the storage)
     o = judge.oracle(case)
     q_k, s_k = m.q, m.scales
     off = m.cls != 0
@@ -140,7 +172,8 @@ def explain(judge, case, m) -> str | None:
     if best is None:
         return None
     share, key, desc, hit = best
-    return f"{desc} ({hit}/{n_off} of the values that break the contract match it bit for bit)"
+    return Cause(f"{desc} ({hit}/{n_off} of the values that break the contract match it bit "
+                 "for bit)", key, "exact" if hit == n_off else "bit", desc)
 
 
 def _agree(a, b):
@@ -149,11 +182,39 @@ def _agree(a, b):
 
 
 def _variant_result(o, c: Contract, v, m):
-    """(q, scales) of a variant: a Contract, "flattened" or "shifted"."""
+    """(q, scales) of a variant: a Contract, or "flattened", "shifted", "xhat_only",
+    "amax_xhat", "amax_wide"."""
     if isinstance(v, Contract):
         r = o.reference(v)
         return r.q, (r.s if v.dynamic else None)
     ref = m.ref
+    if v in ("xhat_only", "amax_xhat", "amax_wide"):
+        case = o.case
+        g = np.ones(ref.y.shape[1]) if case.gamma is None else case.gamma.astype(np.float64)
+        if o.norm.gemma:
+            g = 1.0 + g
+        b = 0.0 if (case.beta is None or not o.norm.centred) else case.beta.astype(np.float64)
+        sc = o.scale
+        if v == "xhat_only":  # round_T(x̂)·γ (+ β), the product itself quantised
+            y = o.xhat(True, c.residual) * g + b
+            q, _A, s, _ = contract_result(c.replace(y_rounding="none"), y, scale=sc,
+                                          s_enc=o.s_enc)
+            return q, (s if c.dynamic else None)
+        if v == "amax_xhat":  # the scale from amax over x̂ (as the contract rounds it)
+            xh = o.xhat(c.y_rounding == "twice", c.residual)
+            q, _A, s, _ = contract_result(c, ref.y, ref.t, scale=sc, s_enc=o.s_enc,
+                                          amax_of=xh)
+            return q, s
+        # amax_wide: group k's amax over its columns and the next one
+        a = np.abs(ref.y if c.amax_from == "y" else ref.t)
+        G = c.group_size
+        R, D = a.shape
+        n = -(-D // G)
+        A = np.zeros((R, n))
+        for k in range(n):
+            A[:, k] = a[:, k * G:min(D, (k + 1) * G + 1)].max(axis=1)
+        q, _A, s, _ = contract_result(c, ref.y, ref.t, scale=sc, s_enc=o.s_enc, A=A)
+        return q, s
     if v == "shifted":
         s_k = m.scales
         if s_k is None or s_k.shape[0] < 2:

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from normcheck import formats, launch, norms
+from normcheck.causes import Cause
 from normcheck.check.judge import FATAL, Failure, check_h, undefined_dependence, with_notes
 from normcheck.check.tolerances import Verdict
 from normcheck.errors import KernelError, KernelRaised, invalid
@@ -295,7 +296,9 @@ class QuantJudge:
         self.cols_range = tuple(cols_range)
         self.multiple_of = int(cols_multiple_of)
         self.timed_out = False
-        self.probed_undefined = False  # undefined_dependence tried (once a check)
+        self.fault = None  # (family, Case, Failure): the first launch that faulted
+        self.probed_undefined = set()  # families whose failing launch ran undefined_dependence
+        self.undefined = {}  # family -> Cause, where the output depended on undefined values
 
     # -- one batch --------------------------------------------------------------------------------
     def run_target(self, family, case, alternate=False):
@@ -305,9 +308,27 @@ class QuantJudge:
         except KernelError as e:
             if e.kind == "timeout":
                 self.timed_out = True
-            return Failure(e.kind, family, str(e))
+            return Failure(e.kind, family, str(e), cause=self._oob_cause(e, case))
         finally:
             self.target.alternate_poison = False
+
+    def _oob_cause(self, e, case):
+        """A write past the end of the scales of a per-group contract: more scales a row than
+        the contract's -- groups narrower than its G (a kernel built for G/2 writes twice as
+        many)."""
+        c = self.contract
+        if e.kind != "out_of_bounds" or c.granularity != "per_group" or \
+                e.details.get("access") != "write" or e.details.get("name") != "scales":
+            return None
+        G = c.group_size
+        have = c.groups(case.cols)
+        for g2 in (G // 2, G // 4):
+            if g2 >= 1 and -(-case.cols // g2) > have:
+                return Cause(f"groups of {g2} columns instead of {G} (the kernel writes past "
+                             f"the {have} scales a row of {case.cols} columns has under the "
+                             f"contract: {-(-case.cols // g2)} a row, as groups of {g2} give)",
+                             "group_size", "stat", f"groups of {g2} columns instead of {G}")
+        return None
 
     def oracle(self, case) -> QOracle:
         sc = case.extra.get("scale")
@@ -385,12 +406,15 @@ class QuantJudge:
         if "h" in outs and ref.norm_ref is not None and getattr(ref.norm_ref, "h", None) is not None:
             fails += check_h(family, outs["h"], ref.norm_ref)
         fails += self._failures(family, case, m)
-        if not self.probed_undefined and any(f.kind in ("contract", "scale", "amax", "nonfinite")
-                                             for f in fails):
-            self.probed_undefined = True
+        if family not in self.probed_undefined and any(
+                f.kind in ("contract", "scale", "amax", "nonfinite") for f in fails):
+            self.probed_undefined.add(family)  # a family's first failing launch is enough
             note = undefined_dependence(self.target, case)
-            if note and isinstance(outs, launch.Outputs):
-                outs.notes.append(note)
+            if note:
+                self.undefined[family] = Cause(note, "undefined_values", "undefined",
+                                               "the output depends on undefined values")
+                if isinstance(outs, launch.Outputs):
+                    outs.notes.append(note)
         return m, with_notes(fails, outs)
 
     def _shape_failure(self, family, case, e: ScaleShape) -> Failure:
@@ -401,9 +425,10 @@ class QuantJudge:
             for g2 in range(1, case.cols + 1):
                 if -(-case.cols // g2) == per_row and g2 != c.group_size and \
                         g2 in (c.group_size // 2, c.group_size * 2, case.cols):
-                    cause = (f"groups of {g2} columns instead of {c.group_size}" if
-                             g2 != case.cols else "one scale per row (per token) instead of "
-                             f"groups of {c.group_size}")
+                    cause = (Cause(f"groups of {g2} columns instead of {c.group_size}",
+                                   "group_size", "formula") if g2 != case.cols else
+                             Cause(f"one scale per row (per token) instead of groups of "
+                                   f"{c.group_size}", "per_token_not_group", "formula"))
                     break
         return Failure("scale", family, f"the kernel wrote {per_row} scales per row where the "
                        f"contract has {e.want[1]} ({c.granularity}, width {case.cols})",
@@ -468,6 +493,8 @@ class QuantJudge:
                                       seed=[self.seed, fi, k], eps=self.eps,
                                       weights_seed=self.seed)
                 m, fails = self.measure(fam, case)
+                if m is None and self.fault is None and any(f.kind in FATAL for f in fails):
+                    self.fault = (fam, case, fails[0])  # what a replay must run again
                 fr.rows += per
                 fr.cols.append(cols)
                 fam_fails += fails
@@ -490,8 +517,12 @@ class QuantJudge:
                 fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
             if fam_fails:
                 fr.verdict = Verdict.FAIL
-                if fam_worst is not None and any(f.kind in ("contract", "scale", "amax")
-                                                 for f in fam_fails):
+                if fam in self.undefined:
+                    fr.cause = self.undefined[fam]
+                    for f in fam_fails:
+                        f.cause = f.cause or fr.cause
+                elif fam_worst is not None and any(f.kind in ("contract", "scale", "amax")
+                                                   for f in fam_fails):
                     _, case, m, _ = fam_worst
                     fr.cause = diagnose.explain(self, case, m)
                     for f in fam_fails:

@@ -31,6 +31,7 @@ contract writes it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -105,6 +106,16 @@ def _e8m0_up(s) -> np.ndarray:
     return np.where(np.isnan(s), np.nan, r)
 
 
+def _e8m0_down(s) -> np.ndarray:
+    """The power of two at or below s (2^-127 for 0 and tiny values, 2^127 at most)."""
+    s = np.asarray(s, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        m, e = np.frexp(s)
+        k = np.clip(np.where(s > 0, e - 1, -127), -127, 127).astype(np.float64)
+        r = np.ldexp(1.0, k.astype(np.int64))
+    return np.where(np.isnan(s), np.nan, r)
+
+
 def stored_scale(c: Contract, A, s_enc=None) -> np.ndarray:
     """The scale the contract stores for amax values ``A`` (float64 arrays of float32 values, or
     of exact reals where y is not rounded)."""
@@ -130,6 +141,8 @@ def stored_scale(c: Contract, A, s_enc=None) -> np.ndarray:
             s = np.maximum(s, _f32(c.scale_floor))
         if c.pow2 == "ceil":
             s = _e8m0_up(s)
+        elif c.pow2 == "floor":
+            s = _e8m0_down(s)
     return s
 
 
@@ -183,14 +196,19 @@ def quantise(c: Contract, y, op, m, real=False) -> np.ndarray:
     return saturate(c, v)
 
 
-def contract_result(c: Contract, y, t=None, *, scale=None, s_enc=None, groups=None):
+def contract_result(c: Contract, y, t=None, *, scale=None, s_enc=None, groups=None,
+                    amax_of=None, A=None):
     """The contract's values on given rows y (its y: rounded, or t itself) -- q, A, s and
     (op, multiplier) per group -- from float32 operations as the contract states them
     (module docstring).  ``t``: the values before rounding (amax_from "fp32"); ``groups``:
-    another column→group map (the diagnosis's misplaced groups)."""
+    another column→group map (the diagnosis's misplaced groups); ``amax_of``: the values amax
+    is taken over instead (the diagnosis's amax before the weight); ``A``: amax per group
+    given (the diagnosis's groups one column too wide)."""
     y = np.asarray(y, np.float64)
     R, D = y.shape
     src = y if (c.amax_from == "y" or t is None) else t
+    if amax_of is not None:
+        src = np.asarray(amax_of, np.float64)
     with np.errstate(invalid="ignore"):
         a = np.abs(src)
     if c.granularity == "per_tensor":
@@ -200,7 +218,9 @@ def contract_result(c: Contract, y, t=None, *, scale=None, s_enc=None, groups=No
                           "(a spec arg with role scale)")
         s = np.array([[float(np.float32(scale))]])
     else:
-        if groups is None:
+        if A is not None:
+            A = np.asarray(A, np.float64)
+        elif groups is None:
             A = group_max(a, c)
         else:
             n = int(groups.max()) + 1
@@ -330,7 +350,23 @@ class QOracle:
         return self._y[key]
 
     # -- the reference ----------------------------------------------------------------------------
+    def xhat(self, rounded: bool, residual: str = "exact") -> np.ndarray:
+        """The normalised rows without γ and β (float64): correctly rounded to T, or exact
+        (to float32 resolution) -- the diagnosis's x̂."""
+        key = ("xhat", rounded, residual)
+        if key not in self._y:
+            n, case, T = self.norm, self.case, self.storage
+            conv = residual if n.fused else "exact"
+            plain = dataclasses.replace(n, gemma=False, has_gamma=False, has_beta=False,
+                                        reference="exact")
+            ref = oracle.for_norm(plain, case.x, None, None, residual=case.residual,
+                                  eps=case.eps, convention=conv,
+                                  out=T if rounded else formats.FP32)
+            self._y[key] = ref.rounded.astype(np.float64) if rounded else ref.exact
+        return self._y[key]
+
     def reference(self, c: Contract) -> QReference:
+        c = c.for_storage(self.storage)
         ref, rows, t, E, y, y_lo, y_hi = self._y_of(c.y_rounding, c.residual)
         R, D = y.shape
         t_amax = t

@@ -93,3 +93,20 @@ extern "C" __global__ void ln_dparams_wrong_axis(float* dgamma, float* dbeta, co
   dgamma[j] = ag;
   dbeta[j] = ab;
 }
+
+// dγ with γ inside the sum: Σ dy·γ·x̂, the dx term g = dy·γ reused for dweight (a planted bug)
+extern "C" __global__ void ln_dparams_gamma_inside(float* dgamma, float* dbeta, const float* dy,
+                                                   const float* x, const float* gamma,
+                                                   const float* mean, const float* rstd,
+                                                   int rows, int cols) {
+  int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  float ag = 0.f, ab = 0.f;
+  for (int i = 0; i < rows; ++i) {
+    float d = dy[(size_t)i * cols + j];
+    ag += d * gamma[j] * (x[(size_t)i * cols + j] - mean[i]) * rstd[i];
+    ab += d;
+  }
+  dgamma[j] = ag;
+  dbeta[j] = ab;
+}

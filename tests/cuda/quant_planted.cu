@@ -9,11 +9,19 @@
 //                    (thread 0 adds the block's partial sums in turn); the bugs:
 //                    1 y not rounded before the cast, 2 x̂ not rounded before ×γ,
 //                    3 × (1/s) instead of ÷ s, 4 amax of the float y, 5 no scale floor,
-//                    6 the scale written at row + 1
-//   trtllm_token<B>  the TensorRT-LLM per-token fp8 contract; 1: the bf16 rounding of y skipped
-//                    before the fp8 cast (TensorRT-LLM #14464)
+//                    6 the scale written at row + 1, 7 x̂ rounded and y not (only the last
+//                    rounding skipped), 8 amax of x̂ (before ×γ)
+//   trtllm_token<B>  the TensorRT-LLM per-token fp8 contract, amax starting at the bf16 value of
+//                    1e-6f as the source's `T_scalar amax = 1e-6f`; 1: the bf16 rounding of y
+//                    skipped before the fp8 cast (TensorRT-LLM #14464)
+//   trtllm_token_int8<B> its int8 per-token form (× 127/amax, cvt.rni.sat.s8); 1: amax starting
+//                    at the float 1e-6f, not its bf16 value (all-zero rows: s = 7.874e-09, where
+//                    the source stores 7.861e-09)
 //   vllm_static<B>   the vLLM static fp8 contract; 1: no clamp (NaN above 464)
-//   vllm_group<B>    the vLLM per-group (128) fp8 contract, every thread a whole group
+//   vllm_group<B>    the vLLM per-group (128) fp8 contract, every thread a whole group; 1: each
+//                    group's amax over 129 columns; 2: built for groups of 64 (twice the scales)
+//   mx_block<B>      an MXFP8 RMSNorm (TransformerEngine's contract: e8m0 of amax·(1/448)
+//                    rounded up, v = y·2^-e); 1: the e8m0 scale rounded down
 //   flashinfer_static<B> FlashInfer's static fp8 contract; 1: y rounded to bf16 first
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -82,6 +90,8 @@ __global__ void vllm_token(unsigned char* q, float* scales, const __nv_bfloat16*
     float v = __bfloat162float(xr[j]), g = __bfloat162float(w[j]);
     if (BUG == 1 || (BUG == 4 && for_amax)) return v * r * g;
     if (BUG == 2) return bf(v * r * g);
+    if (BUG == 7) return bf(v * r) * g;
+    if (BUG == 8 && for_amax) return bf(v * r);
     return bf(bf(v * r) * g);
   };
   float a = 0.0f;
@@ -104,7 +114,7 @@ __global__ void trtllm_token(unsigned char* q, float* scales, const __nv_bfloat1
   const int row = blockIdx.x;
   const __nv_bfloat16* xr = x + (size_t)row * cols;
   const float r = rstd_of(xr, cols, eps, false);
-  float a = 1e-6f;
+  float a = bf(1e-6f);  // the source: __nv_bfloat16 amax = 1e-6f
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
     float y = __bfloat162float(xr[j]) * r * __bfloat162float(w[j]);
     a = fmaxf(a, fabsf(BUG == 1 ? y : bf(y)));
@@ -139,18 +149,19 @@ __global__ void vllm_group(unsigned char* q, float* scales, const __nv_bfloat16*
                            const __nv_bfloat16* w, const float* scale, float eps, int rows,
                            int cols) {
   const int row = blockIdx.x;
-  const int groups = (cols + 127) / 128;
+  constexpr int G = BUG == 2 ? 64 : 128;
+  const int groups = (cols + G - 1) / G;
   const __nv_bfloat16* xr = x + (size_t)row * cols;
   const float r = rstd_of(xr, cols, eps, false);
   // every thread takes whole groups (thread g: group g)
   for (int g = threadIdx.x; g < groups; g += blockDim.x) {
-    int start = g * 128, end = min(start + 128, cols);
+    int start = g * G, end = min(start + G + (BUG == 1 ? 1 : 0), cols);
     float a = 0.0f;
     for (int j = start; j < end; ++j)
       a = fmaxf(a, fabsf(bf(bf(__bfloat162float(xr[j]) * r) * __bfloat162float(w[j]))));
     float s = fmaxf(a / 448.0f, 1.0f / (448.0f * 512.0f));
     scales[(size_t)row * groups + g] = s;
-    for (int j = start; j < min(start + 128, cols); ++j) {
+    for (int j = start; j < min(start + G, cols); ++j) {
       float y = bf(bf(__bfloat162float(xr[j]) * r) * __bfloat162float(w[j]));
       q[(size_t)row * cols + j] = fp8_clamped(y / s);
     }
@@ -169,5 +180,59 @@ __global__ void flashinfer_static(unsigned char* q, float* scales, const __nv_bf
     float y = __bfloat162float(xr[j]) * r * __bfloat162float(w[j]);
     if (BUG == 1) y = bf(y);
     q[(size_t)row * cols + j] = fp8_clamped(y * inv);
+  }
+}
+
+// e8m0 of a positive float: its exponent, rounded up (TransformerEngine's float_to_e8m0) or,
+// BUG 1, down (the exponent field as it is)
+template <int BUG>
+__device__ __forceinline__ unsigned char e8m0_of(float v) {
+  if (v == 0.0f) return 0;
+  unsigned u = __float_as_uint(v);
+  unsigned char e = (unsigned char)(u >> 23);
+  if (BUG == 0 && (u & 0x7FFFFF) && e != 0xFE) ++e;
+  return e;
+}
+
+template <int BUG>
+__global__ void mx_block(unsigned char* q, unsigned char* scales, const __nv_bfloat16* x,
+                         const __nv_bfloat16* w, const float* scale, float eps, int rows,
+                         int cols) {
+  const int row = blockIdx.x;
+  const int blocks = cols / 32;
+  const __nv_bfloat16* xr = x + (size_t)row * cols;
+  const float r = rstd_of(xr, cols, eps, false);
+  for (int b = threadIdx.x; b < blocks; b += blockDim.x) {
+    float a = 0.0f;
+    for (int j = 32 * b; j < 32 * b + 32; ++j)
+      a = fmaxf(a, fabsf(__bfloat162float(xr[j]) * r * __bfloat162float(w[j])));
+    const unsigned char e = e8m0_of<BUG>(a * (1.0f / 448.0f));
+    scales[(size_t)row * blocks + b] = e;
+    const float m = e == 0 ? 1.f : __int_as_float((254 - (int)e) << 23);
+    for (int j = 32 * b; j < 32 * b + 32; ++j) {
+      const float y = __bfloat162float(xr[j]) * r * __bfloat162float(w[j]);
+      q[(size_t)row * cols + j] = __nv_cvt_float_to_fp8(y * m, __NV_SATFINITE, __NV_E4M3);
+    }
+  }
+}
+
+template <int BUG>
+__global__ void trtllm_token_int8(signed char* q, float* scales, const __nv_bfloat16* x,
+                                  const __nv_bfloat16* w, const float* scale, float eps, int rows,
+                                  int cols) {
+  const int row = blockIdx.x;
+  const __nv_bfloat16* xr = x + (size_t)row * cols;
+  const float r = rstd_of(xr, cols, eps, false);
+  float a = BUG == 1 ? 1e-6f : bf(1e-6f);  // the source: T_scalar amax = 1e-6f
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    a = fmaxf(a, fabsf(bf(__bfloat162float(xr[j]) * r * __bfloat162float(w[j]))));
+  a = max_all(a);
+  const float m = 127.0f / a;
+  if (threadIdx.x == 0) scales[row] = a / 127.0f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float y = bf(__bfloat162float(xr[j]) * r * __bfloat162float(w[j]));
+    int v;
+    asm("cvt.rni.sat.s8.f32 %0, %1;" : "=r"(v) : "f"(y * m));
+    q[(size_t)row * cols + j] = (signed char)v;
   }
 }

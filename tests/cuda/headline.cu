@@ -1,0 +1,164 @@
+// Kernels whose headline cause must agree with the evidence (tests/test_headline.py), in the
+// default ABI -- (y, x, γ[, β], eps, rows, cols), a block per row -- each in the style of a
+// public kernel family (our own code).
+//
+// INDEX
+//   rms_no_cross_warp_fp16     each warp's sum of squares used as the row's: the cross-warp step
+//                              dropped (256 threads)
+//   rms_sync_in_branch_fp32    the warps' partials combined after a __syncthreads() that only
+//                              warp 0 reaches: the others read shared memory not yet written
+//   ln_trt_one_pass_fp16       TensorRT-LLM's diff-of-squares LayerNorm: Σx and Σx² in one pass,
+//                              var = E[x²] − E[x]² clamped at 0
+//   ln_ds_two_pass_lanes_fp16  DeepSpeed-style two-pass, but the cross-warp step reads all 32
+//                              slots of the partials though only blockDim/32 were written
+//   rms_tl_bf16_squares        Triton-style RMSNorm: x² in bf16, summed by a pairwise tree
+//                              (tl.sum over a power-of-two block) in float: sound
+//   rms_tl_bf16_tree_sum       the same with the tree's sums in bf16 (tl.sum of a bf16 tensor
+//                              without dtype=tl.float32)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+__device__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// a sound block sum: warp butterflies, the warps' partials through shared memory
+__device__ float block_sum(float v) {
+  __shared__ float part[32];
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  float t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
+  if (threadIdx.x < 32) t = warp_sum(t);
+  __shared__ float total;
+  if (threadIdx.x == 0) total = t;
+  __syncthreads();
+  return total;
+}
+
+extern "C" __global__ void rms_no_cross_warp_fp16(__half* y, const __half* x, const __half* g,
+                                                  float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    float v = __half2float(xr[j]);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);  // the warps' partials are never combined
+  const float r = rsqrtf(ss / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = __float2half(__half2float(xr[j]) * r * __half2float(g[j]));
+}
+
+extern "C" __global__ void rms_sync_in_branch_fp32(float* y, const float* x, const float* g,
+                                                   float eps, int rows, int cols) {
+  const float* xr = x + (size_t)blockIdx.x * cols;
+  __shared__ float part[32];
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) ss += xr[j] * xr[j];
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+  float t = 0.f;
+  if (threadIdx.x < 32) {
+    __syncthreads();  // reached by warp 0 only
+    t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) part[0] = t;
+  }
+  const float r = rsqrtf(part[0] / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = xr[j] * r * g[j];
+}
+
+extern "C" __global__ void ln_trt_one_pass_fp16(__half* y, const __half* x, const __half* g,
+                                                const __half* b, float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f, q = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    float v = __half2float(xr[j]);
+    s += v;
+    q += v * v;
+  }
+  const float mean = block_sum(s) / cols;
+  const float var = fmaxf(block_sum(q) / cols - mean * mean, 0.f);
+  const float r = rsqrtf(var + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = __float2half(
+        (__half2float(xr[j]) - mean) * r * __half2float(g[j]) + __half2float(b[j]));
+}
+
+// the cross-warp step reads every slot: those no warp wrote hold whatever shared memory held
+__device__ float block_sum_all_slots(float v) {
+  __shared__ float part[32];
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  float t = threadIdx.x < 32 ? part[threadIdx.x] : 0.f;
+  if (threadIdx.x < 32) t = warp_sum(t);
+  __shared__ float total;
+  if (threadIdx.x == 0) total = t;
+  __syncthreads();
+  float out = total;
+  __syncthreads();
+  return out;
+}
+
+extern "C" __global__ void ln_ds_two_pass_lanes_fp16(__half* y, const __half* x, const __half* g,
+                                                     const __half* b, float eps, int rows,
+                                                     int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) s += __half2float(xr[j]);
+  const float mean = block_sum_all_slots(s) / cols;
+  float q = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    float d = __half2float(xr[j]) - mean;
+    q += d * d;
+  }
+  const float r = rsqrtf(block_sum_all_slots(q) / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = __float2half(
+        (__half2float(xr[j]) - mean) * r * __half2float(g[j]) + __half2float(b[j]));
+}
+
+extern "C" __global__ void rms_tl_bf16_squares(__nv_bfloat16* y, const __nv_bfloat16* x,
+                                               const __nv_bfloat16* g, float eps, int rows,
+                                               int cols) {
+  // one program a row: BLOCK = next power of two >= cols, masked lanes hold 0
+  __shared__ float sq[8192];
+  const __nv_bfloat16* xr = x + (size_t)blockIdx.x * cols;
+  int block = 1;
+  while (block < cols) block <<= 1;
+  for (int j = threadIdx.x; j < block; j += blockDim.x)
+    sq[j] = j < cols ? __bfloat162float(__hmul(xr[j], xr[j])) : 0.f;  // x*x in bf16
+  __syncthreads();
+  for (int h = block / 2; h > 0; h >>= 1) {  // tl.sum: a pairwise tree
+    for (int j = threadIdx.x; j < h; j += blockDim.x) sq[j] += sq[j + h];
+    __syncthreads();
+  }
+  const float r = rsqrtf(sq[0] / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] =
+        __float2bfloat16(__bfloat162float(xr[j]) * r * __bfloat162float(g[j]));
+}
+
+extern "C" __global__ void rms_tl_bf16_tree_sum(__nv_bfloat16* y, const __nv_bfloat16* x,
+                                                const __nv_bfloat16* g, float eps, int rows,
+                                                int cols) {
+  __shared__ __nv_bfloat16 sq[8192];
+  const __nv_bfloat16* xr = x + (size_t)blockIdx.x * cols;
+  int block = 1;
+  while (block < cols) block <<= 1;
+  for (int j = threadIdx.x; j < block; j += blockDim.x)
+    sq[j] = j < cols ? __hmul(xr[j], xr[j]) : __float2bfloat16(0.f);
+  __syncthreads();
+  for (int h = block / 2; h > 0; h >>= 1) {  // tl.sum in bf16: every partial sum rounded
+    for (int j = threadIdx.x; j < h; j += blockDim.x) sq[j] = __hadd(sq[j], sq[j + h]);
+    __syncthreads();
+  }
+  const float r = rsqrtf(__bfloat162float(sq[0]) / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] =
+        __float2bfloat16(__bfloat162float(xr[j]) * r * __bfloat162float(g[j]));
+}

@@ -1,0 +1,88 @@
+"""One headline cause that agrees with the evidence: a cause whose model reproduces the output
+beats a statistical one, undefined values beat any accuracy cause, summation orders include
+trees, CUB and butterflies at any block size, and families that disagree are named
+(tests/cuda/headline.cu: kernels in the styles where the headline used to be wrong)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headline_support import assert_headline_agrees
+from normcheck import check
+from normcheck.check.diagnose import Cause, headline
+
+SRC = Path(__file__).parent / "cuda" / "headline.cu"
+
+
+@pytest.mark.parametrize("entry,norm,dtype,key,evidence,text", [
+    # the cross-warp step dropped: the partial reduction reproduces every element off
+    ("rms_no_cross_warp_fp16", "rmsnorm", "fp16", "partial_reduction", "exact",
+     "a block of 256 threads"),
+    # a __syncthreads() only warp 0 reaches: the others read partials not yet written
+    ("rms_sync_in_branch_fp32", "rmsnorm", "fp32", "undefined_values", "undefined",
+     "the output depends on undefined values"),
+    # TensorRT-LLM's diff of squares: the one-pass variance, emulated bit for bit
+    ("ln_trt_one_pass_fp16", "layernorm", "fp16", "one_pass", None, "one-pass variance"),
+    # a two-pass kernel reading 32 slots of partials: undefined values, not one-pass
+    ("ln_ds_two_pass_lanes_fp16", "layernorm", "fp16", "undefined_values", "undefined",
+     "the output depends on undefined values"),
+    # tl.sum in bf16: sums in the storage format, in a tree, not "rstd rounded"
+    ("rms_tl_bf16_tree_sum", "rmsnorm", "bf16", "storage_sums", None, "storage format"),
+])
+def test_the_headline_names_what_the_evidence_shows(entry, norm, dtype, key, evidence, text,
+                                                     tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(SRC, entry, norm, dtype, examples=16, search=0, timeout=30)
+    assert r.verdict == "fail", r.render()
+    assert r.cause.key == key, r.render()
+    if evidence:
+        assert r.cause.evidence == evidence
+    assert text in r.cause
+    assert_headline_agrees(r)
+    d = json.loads(r.to_json())
+    assert d["cause_key"] == key and d["cause"] == str(r.cause)
+
+
+def test_a_tree_sum_in_bf16_is_named_with_its_order(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(SRC, "rms_tl_bf16_tree_sum", "rmsnorm", "bf16", examples=16,
+                           search=0, timeout=30)
+    assert "pairwise tree" in r.cause and "bit for bit" in r.cause, r.cause
+    assert "rstd rounded" not in r.cause and "x̂ rounded" not in r.cause
+
+
+def test_a_sound_triton_style_kernel_with_bf16_squares_passes(tmp_path, monkeypatch):
+    # x² rounded to bf16 but summed in float: within the bound (the rounding errors average)
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(SRC, "rms_tl_bf16_squares", "rmsnorm", "bf16", examples=16,
+                           search=0, timeout=30)
+    assert r.verdict == "pass", r.render()
+
+
+def test_the_headline_ranks_evidence_then_families():
+    stat = Cause("sums in storage (stat)", "storage_sums", "stat", "sums in storage")
+    bit = Cause("partial (bit)", "partial_reduction", "exact", "a partial reduction")
+    und = Cause("undefined", "undefined_values", "undefined", "undefined values")
+    h = headline([("gaussian", stat), ("offset", stat), ("tiny", bit)])
+    assert h.key == "partial_reduction" and "on tiny" in h
+    assert "elsewhere: sums in storage on gaussian, offset" in h
+    assert headline([("a", bit), ("b", und)]).key == "undefined_values"
+    assert headline([("a", stat), ("b", stat)]) == stat
+    assert headline([("a", None)]) is None
+
+
+def test_the_cli_verdict_line_json_junit_and_summary_share_the_headline(tmp_path):
+    junit, summary = tmp_path / "j.xml", tmp_path / "s.md"
+    out = subprocess.run([sys.executable, "-m", "normcheck", "check", str(SRC), "--entry",
+                          "rms_no_cross_warp_fp16", "--norm", "rmsnorm", "--dtype", "fp16",
+                          "--search", "0", "--examples", "8", "--junit", str(junit),
+                          "--summary", str(summary)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=600)
+    assert out.returncode == 1, out.stderr
+    verdict = [ln for ln in out.stdout.splitlines() if ln.startswith("verdict:")][0]
+    assert "a partial reduction" in verdict and "storage format" not in verdict
+    assert "a partial reduction" in junit.read_text()
+    assert "a partial reduction" in summary.read_text()
