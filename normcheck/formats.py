@@ -112,6 +112,26 @@ class Format:
                 return _bf16_bits(v).view(self.dtype)
         return self.round_array(v).astype(self.dtype)
 
+    def round_toward_zero(self, v) -> np.ndarray:
+        """Round float64 values toward zero (truncate) to this format: the correctly rounded
+        value, one step nearer zero where it is farther from zero than v (beyond the largest
+        finite value: the largest finite); float64 results.  What __float2bfloat16_rz, a
+        bit-shift truncation and cvt.rz give."""
+        v = np.asarray(v, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = self.round_array(v)
+            r = np.where(np.isinf(r) & np.isfinite(v), np.copysign(self.max_finite, v), r)
+            away = np.isfinite(v) & (np.abs(r) > np.abs(v))
+            if away.any():
+                step = self.ulp_array(np.abs(r))
+                # one value down: the spacing below |r| is half the spacing at |r| where |r| is
+                # a power of two (the binade below is finer), else the spacing at |r|
+                m, _e = np.frexp(np.abs(r))
+                below = np.where((m == 0.5) & (np.abs(r) > self.ulp_array(0.0) *
+                                              2 ** (self.precision - 1)), step / 2, step)
+                r = np.where(away, np.copysign(np.abs(r) - below, r), r)
+        return r
+
     def round_pair(self, hi, lo) -> np.ndarray:
         """Correctly round the exact sums hi + lo (float64 pairs with |lo| <= ½ulp(hi), as TwoSum
         gives) to this format; float64 results.  Only a hi exactly on a rounding midpoint needs lo

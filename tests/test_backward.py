@@ -1,6 +1,7 @@
 """The backward: the exact gradients against mpmath (ties included), the built-in backward kernels,
 planted backward bugs that must fail with their cause, and the atomics' run-to-run spread."""
 
+import json
 import subprocess
 import sys
 from fractions import Fraction
@@ -290,3 +291,11 @@ def test_cli_backward_exit_codes(tmp_path):
     wrong = subprocess.run(base + ["--entry", "layernorm_backward_dx_stable_fp16", "--rows",
                                    "10"], capture_output=True, text=True)
     assert wrong.returncode == 2 and "--rows=10" in wrong.stderr
+    # a failing dγ/dβ kernel at the default --orders: a fail with its cause, not a crash
+    spec = _spec(tmp_path, "ln_dparams_wrong_axis", PARAMS, "ceil_div(cols, 256)")
+    axis = subprocess.run([sys.executable, "-m", "normcheck", "check", "--backward", "--spec",
+                           str(spec), "--examples", "4", "--json"], capture_output=True,
+                          text=True, cwd=tmp_path)
+    assert axis.returncode == 1, axis.stderr
+    d = json.loads(axis.stdout)
+    assert d["cause_key"] == "dgamma_axis" and d["backward"]["orders"] == 8
