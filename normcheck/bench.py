@@ -7,6 +7,10 @@
 * ``normcheck bench check``   — from one run, per format: the oracle alone, the kernel alone
   and the whole long check (rows generated, run, the exact results, the sound bound, the
   measurement) at D = 4096, for a built-in kernel on the cpu backend and a numpy callable.
+* ``normcheck bench bias``    — the rounding-bias rule (normcheck.check.tolerances.BIAS) over
+  a long run of sound built-in kernels: each batch judged alone (the false-alarm rate per
+  trial), the largest |mean| and z met, and the whole run's mean; beside them a
+  round-toward-zero store of the same rows (what the rule must catch).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 from normcheck import formats, oracle
 
 __all__ = ["numpy_layernorm", "numpy_rmsnorm", "oracle_benchmark", "backend_benchmark",
-           "cub_benchmark", "check_benchmark"]
+           "cub_benchmark", "check_benchmark", "bias_benchmark"]
 
 
 def _best(fn, repeats):
@@ -242,3 +246,53 @@ def cub_benchmark(repeats=2, echo=print) -> dict:
     ratio = times["cub::BlockReduce"][0] / times["warp shuffles"][0]
     echo(f"CUB / shuffles: {ratio:.2f}x")
     return {"seconds": {k: v[0] for k, v in times.items()}, "ratio": ratio}
+
+
+def bias_benchmark(rows=1_000_000, cols=256, fmts=("fp16", "bf16"), echo=print) -> list[dict]:
+    """The rounding-bias rule over ``rows`` rows of the long run's batches (every family of
+    Judge.long_batches in turn) for the sound built-in RMSNorm of each format, and for the
+    same outputs re-stored toward zero: batches judged alone, false alarms, the largest |mean|
+    signed error and z = |mean|/stderr, and the verdict on the whole run."""
+    from normcheck import kernels, launch, measure, norms
+    from normcheck.check.judge import Judge
+    from normcheck.check.tolerances import BIAS
+
+    n = norms.get("rmsnorm")
+    out = []
+    echo(f"rounding bias over {rows:,} rows of {cols} (the long run's batches; rule: |mean| > "
+         f"{BIAS.max_mean} ulp and > {BIAS.z:g} standard errors, at >= {BIAS.min_elements:,} "
+         "elements)")
+    echo(f"{'store':34} {'batches':>8} {'alarms':>7} {'max |mean|':>11} {'max z':>8} "
+         f"{'run mean':>9} {'run z':>8} {'run verdict':>12} {'s':>6}")
+    for name in fmts:
+        fmt = formats.get(name)
+        v = kernels.get(f"rmsnorm_rms_{name}_upcast_square")
+        target = kernels.target(v, "cpu")
+        j = Judge(target, n, fmt, fmt)
+        stats = {"rn": [measure.Bias(), 0, 0, 0.0, 0.0], "rz": [measure.Bias(), 0, 0, 0.0, 0.0]}
+        t0 = time.perf_counter()
+        for fam, case in j.long_batches(rows, cols):
+            y = target(case, guard="end")["output"]
+            ref = j.reference(case)
+            rz = fmt.cast(fmt.round_toward_zero(ref.exact))
+            for key, yy in (("rn", y), ("rz", rz)):
+                s_, c_ = measure.signed_rows(ref, yy, launch.poison_bits(yy.dtype))
+                b = measure.Bias().add(s_, c_)
+                st = stats[key]
+                st[0].merge(b)
+                st[1] += 1
+                st[2] += int(BIAS.fails(name, b))
+                st[3] = max(st[3], abs(b.mean))
+                st[4] = max(st[4], abs(b.mean) / b.stderr if b.stderr > 0 else 0.0)
+        secs = time.perf_counter() - t0
+        for key, label in (("rn", v.name), ("rz", f"{name} exact rounded toward zero")):
+            b, nb, alarms, mm, mz = stats[key]
+            z = abs(b.mean) / b.stderr if b.stderr > 0 else 0.0
+            verdict = "fail" if BIAS.fails(name, b) else "pass"
+            row = {"store": label, "format": name, "rows": rows, "cols": cols, "batches": nb,
+                   "alarms": alarms, "max_abs_mean": mm, "max_z": mz, "run_mean": b.mean,
+                   "run_z": z, "run_verdict": verdict, "seconds": secs}
+            out.append(row)
+            echo(f"{label:34} {nb:8d} {alarms:7d} {mm:11.4f} {mz:8.2f} {b.mean:+9.4f} "
+                 f"{z:8.2f} {verdict:>12} {secs:6.0f}")
+    return out

@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     sf.set_defaults(func=_surface)
 
     b = sub.add_parser("bench", help="print performance figures (oracle, backend, check, gpu)")
-    b.add_argument("what", choices=("oracle", "backend", "check", "gpu", "cub"),
+    b.add_argument("what", choices=("oracle", "backend", "check", "gpu", "cub", "bias"),
                    help="what to measure")
     b.add_argument("--cols", type=int, nargs="+", default=None,
                    help="widths (oracle, backend: 1024 4096; check: 4096)")
@@ -182,6 +182,8 @@ def _bench(args) -> int:
                                   builtin_rows=args.rows or 1023)
     elif args.what == "cub":
         bench.cub_benchmark()
+    elif args.what == "bias":
+        bench.bias_benchmark(rows=args.rows or 1_000_000, cols=(args.cols or (256,))[0])
     else:
         from normcheck.report import gpu as gpu_section
 

@@ -44,6 +44,10 @@ class FailureKind(StrEnum):
     CONTRACT = "contract"            # a quantised value no sound kernel of the contract writes
     SCALE = "scale"                  # quantisation scales outside the contract (or misshapen)
     AMAX = "amax"                    # an amax output outside its sound range
+    ROUNDING_BIAS = "rounding_bias"  # a mean signed error no round-to-nearest store gives
+    NONDETERMINISTIC = "nondeterministic"  # the output changes with the block order
+    OVERLAPPING_WRITES = "overlapping_writes"  # two blocks write one element
+    STRIDE = "stride"                # padded rows: the stride ignored, or the padding written
     WARN = "warn"                    # not a failure: a warning (within the bound, well above
                                      # the best built-in order), reported in the same form
     ERROR = "error"                  # a Python callable raised

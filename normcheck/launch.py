@@ -138,8 +138,33 @@ class KernelTarget:
                                       quant=quant)
         self.alternate_poison = False  # quantised codes: the second poison byte
         self.label = label or ", ".join(dict.fromkeys(spec.entries))
+        self._pad = None  # the padded run under way: extra elements a row of strided buffers
+
+    @property
+    def strided(self) -> set:
+        """The roles of the row buffers whose pitch the kernel is told (a ``stride`` on the
+        argument, or a stride role naming them): the ones a padded run pads."""
+        out = set()
+        for a in self.spec.args:
+            if a.stride:
+                out.update(a.roles)
+            if a.role == "stride":
+                out.update(a.of)
+        return out
+
+    def _pitch(self, role, rows, cols):
+        """The row pitch of the buffer of ``role`` (its argument's stride expression, else
+        cols; cols + the pad in a padded run)."""
+        if self._pad and role in self.strided:
+            return cols + self._pad
+        for a in self.spec.args:
+            if role in a.roles and a.stride:
+                return self._stride(a, rows, cols)
+        return cols
 
     def _stride(self, a, rows, cols):
+        if self._pad and set(a.roles) & self.strided:
+            return cols + self._pad
         if not a.stride:
             return cols
         s = specs.evaluate(a.stride, rows, cols, f"args.{a.label}.stride")
@@ -227,6 +252,9 @@ class KernelTarget:
             return specs.scalar_type(a)(rows)
         if a.role == "cols":
             return specs.scalar_type(a)(cols)
+        if a.role == "stride":
+            t = specs.scalar_type(a) if a.type else np.int32
+            return t(self._pitch(a.of[0], rows, cols))
         if a.role == "scale" and a.type is not None:  # the static scale by value
             return specs.scalar_type(a)(case.extra.get("scale"))
         if a.role == "const":
@@ -279,10 +307,19 @@ class KernelTarget:
         (``fill=``: the cpu backend's), to see whether the outputs depend on them."""
         return all(hasattr(k, "last_note") for k in self.kernels.values())
 
-    def __call__(self, case: Case, guard=None, **launch) -> dict:
+    def __call__(self, case: Case, guard=None, pad=None, raw=False, **launch) -> dict:
         """The outputs by role; ``launch`` goes to every launch (the cpu backend's schedule,
         seed and workers: the block order atomics arrive in; its fill byte of undefined
-        values)."""
+        values; ``blocks``, a subset of the blocks).  ``pad``: the strided row buffers get
+        that many extra elements a row (a padded run); ``raw``: the outputs are the whole
+        buffers by role (padding included), inputs too."""
+        self._pad = pad
+        try:
+            return self._run(case, guard, raw, launch)
+        finally:
+            self._pad = None
+
+    def _run(self, case, guard, raw, launch):
         rows, cols = case.rows, case.cols
         buffers = {}
         notes = []
@@ -306,6 +343,10 @@ class KernelTarget:
             if isinstance(note, str):  # the cpu backend's (its launches return their note)
                 notes.append(note if len(self.spec.launches) == 1 else f"{ln.entry}: {note}")
         out = Outputs(notes=notes)
+        if raw:
+            for a, buf in buffers.values():
+                out["+".join(a.roles)] = buf
+            return out
         for a, buf in buffers.values():
             last = a.roles[-1]  # an in-place buffer is read as its exit role
             if last == "output" and self.quant is not None:

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from normcheck import formats
-from normcheck.measure_lib import KINDS, Job, library, pointer, sound_bound, threads
+from normcheck.measure_lib import KINDS, Job, SignedJob, library, pointer, sound_bound, threads
 from normcheck.metrics import CLASSES, StreamStats
 
 __all__ = ["Measurement", "measure", "library", "ELEMENTS", "merge", "accumulate",
-           "sound_bound", "Rows", "mismatch"]
+           "sound_bound", "Rows", "mismatch", "signed_rows", "Bias"]
 
 #: The per-element arrays a measurement can keep.
 ELEMENTS = ("ulp", "cls", "scaled", "ratio")
@@ -60,6 +60,17 @@ class Measurement:
     #: rows whose sound bound is inf somewhere (no float kernel can promise anything there);
     #: None without a bound
     unbounded_rows: int | None = None
+    #: per row, the sum of the signed error toward zero in ulps over its finite written
+    #: elements, and their count (:func:`signed_rows`); None for a 1-D batch
+    row_signed: np.ndarray | None = field(default=None, repr=False)
+    row_count: np.ndarray | None = field(default=None, repr=False)
+
+    def bias(self) -> "Bias":
+        """The rounding bias of this batch (:class:`Bias`)."""
+        b = Bias()
+        if self.row_signed is not None:
+            b.add(self.row_signed, self.row_count)
+        return b
 
     @property
     def max_bits(self) -> float | None:
@@ -83,6 +94,94 @@ class Measurement:
 
     def p99(self) -> float:
         return self.stream().stats()[1]
+
+
+@dataclass
+class Bias:
+    """The mean signed error toward zero, in ulps, over many rows, and its standard error from
+    the spread of the row means (a row's elements share its statistics' error, so rows, not
+    elements, are the independent draws): round to nearest gives a mean near 0, a truncating
+    or round-toward-zero store about +0.5.  Merge batches with :meth:`add`."""
+
+    total: float = 0.0     # Σ signed error
+    n: int = 0             # elements
+    rows: int = 0          # rows with at least one element
+    sum_rm: float = 0.0    # Σ row means
+    sum_rm2: float = 0.0   # Σ row means²
+
+    def add(self, row_sum, row_count):
+        row_sum = np.asarray(row_sum, np.float64)
+        row_count = np.asarray(row_count, np.int64)
+        ok = row_count > 0
+        rm = row_sum[ok] / row_count[ok]
+        self.total += float(row_sum[ok].sum())
+        self.n += int(row_count[ok].sum())
+        self.rows += int(ok.sum())
+        self.sum_rm += float(rm.sum())
+        self.sum_rm2 += float((rm * rm).sum())
+        return self
+
+    def merge(self, other: "Bias") -> "Bias":
+        self.total += other.total
+        self.n += other.n
+        self.rows += other.rows
+        self.sum_rm += other.sum_rm
+        self.sum_rm2 += other.sum_rm2
+        return self
+
+    @property
+    def mean(self) -> float:
+        """Mean signed error toward zero per element (ulps)."""
+        return self.total / self.n if self.n else 0.0
+
+    @property
+    def stderr(self) -> float:
+        """The standard error of the mean of the row means (inf below two rows)."""
+        if self.rows < 2:
+            return float("inf")
+        m = self.sum_rm / self.rows
+        var = max(self.sum_rm2 / self.rows - m * m, 0.0) * self.rows / (self.rows - 1)
+        return float(np.sqrt(var / self.rows))
+
+    def as_dict(self) -> dict:
+        return {"mean_signed_ulp": self.mean, "stderr_ulp": self.stderr, "elements": self.n,
+                "rows": self.rows}
+
+
+def signed_rows(ref, actual, poison=None):
+    """(sum, count) per row of the signed error toward zero in ulps (measure.cpp's
+    nc_signed_rows: (t - a)·sign(t)/ulp(t) over finite t and a, the poison skipped; numpy's
+    the fallback, the tests hold the two equal)."""
+    fmt = ref.fmt
+    t = np.asarray(ref.exact, np.float64)
+    a = np.asarray(actual)
+    R, D = t.shape
+    lib = library()
+    if lib is None:
+        return _signed_rows_numpy(fmt, t, a, poison)
+    tf = np.ascontiguousarray(t).reshape(-1)
+    af = _flat(a)
+    out_s = np.empty(R, np.float64)
+    out_c = np.empty(R, np.int64)
+    job = SignedJob(rows=R, cols=D, t=tf.ctypes.data, a=af.ctypes.data, a_kind=KINDS[af.dtype],
+                    p=fmt.precision, emin=fmt.emin, emax=fmt.emax,
+                    check_poison=int(poison is not None),
+                    poison=0 if poison is None else int(poison), sum=out_s.ctypes.data,
+                    count=out_c.ctypes.data, threads=threads())
+    lib.nc_signed_rows(ctypes.byref(job))
+    return out_s, out_c
+
+
+def _signed_rows_numpy(fmt, t, a, poison):
+    with np.errstate(invalid="ignore", over="ignore"):
+        af = a.astype(np.float64)
+        ok = np.isfinite(t) & np.isfinite(af)
+        if poison is not None:
+            ok &= np.ascontiguousarray(a).view(formats.of_dtype(a.dtype).uint) != poison
+        d = (t - af) / fmt.ulp_array(t)
+        s = np.where(t > 0, d, np.where(t < 0, -d, -np.abs(d)))
+        s = np.where(ok, s, 0.0)
+    return s.sum(axis=1), ok.sum(axis=1).astype(np.int64)
 
 
 def accumulate(stream: StreamStats, m: Measurement) -> StreamStats:
@@ -139,8 +238,11 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
     if hasattr(E, "compiled") and fused is None:
         E = E.array()
     if lib is None:
-        return _measure_numpy(ref, a, E, floor, ref.scale if beta is not None else scale,
-                              poison, keep)
+        m = _measure_numpy(ref, a, E, floor, ref.scale if beta is not None else scale,
+                           poison, keep)
+        if len(shape) == 2:
+            m.row_signed, m.row_count = signed_rows(ref, a, poison)
+        return m
     hist_on = bool(hist)
     ordinal = a.dtype == np.asarray(ref.rounded).dtype and a.dtype != np.float64
     t = _flat(ref.exact, np.float64)
@@ -182,7 +284,9 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
         max_ordinal=float(job.max_ordinal) if ordinal else None,
         unbounded_rows=(int(job.unbounded_rows) if fused is not None else
                         _unbounded(Ef, shape) if E is not None else None),
-        **{k: (None if v is None else v.reshape(shape)) for k, v in out.items()})
+        **{k: (None if v is None else v.reshape(shape)) for k, v in out.items()},
+        **(dict(zip(("row_signed", "row_count"), signed_rows(ref, a, poison)))
+           if len(shape) == 2 else {}))
 
 
 def _unbounded(E, shape) -> int:

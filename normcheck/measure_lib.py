@@ -15,7 +15,8 @@ from normcheck.metrics import CLASSES
 from normcheck.oracle import fast as oracle_fast
 from normcheck.oracle.fast import KINDS
 
-__all__ = ["library", "sound_bound", "bound_job", "KINDS", "Job", "BoundJob", "threads",
+__all__ = ["library", "sound_bound", "bound_job", "KINDS", "Job", "BoundJob", "SignedJob",
+           "threads",
            "pointer", "SOURCE", "FLAGS"]
 
 SOURCE = Path(__file__).with_name("measure.cpp")
@@ -47,6 +48,14 @@ class Job(ctypes.Structure):
                 ("bound", ctypes.c_void_p), ("h_coef", ctypes.c_double),
                 ("h_beta", ctypes.c_void_p), ("e_base", ctypes.c_long),
                 ("unbounded_rows", ctypes.c_longlong)]
+
+
+class SignedJob(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_long), ("cols", ctypes.c_long), ("t", ctypes.c_void_p),
+                ("a", ctypes.c_void_p), ("a_kind", ctypes.c_int), ("p", ctypes.c_int),
+                ("emin", ctypes.c_int), ("emax", ctypes.c_int), ("check_poison", ctypes.c_int),
+                ("poison", ctypes.c_uint32), ("sum", ctypes.c_void_p),
+                ("count", ctypes.c_void_p), ("threads", ctypes.c_int)]
 
 
 class BoundJob(ctypes.Structure):
@@ -81,6 +90,11 @@ def library():
                 raise RuntimeError("measure.cpp and measure_lib.py disagree on the bound's layout")
             lib.nc_sound_bound.argtypes = [ctypes.POINTER(BoundJob)]
             lib.nc_sound_bound.restype = None
+            if lib.nc_signed_job_size() != ctypes.sizeof(SignedJob):
+                raise RuntimeError("measure.cpp and measure_lib.py disagree on the signed "
+                                   "error's layout")
+            lib.nc_signed_rows.argtypes = [ctypes.POINTER(SignedJob)]
+            lib.nc_signed_rows.restype = None
             _lib = lib
     return _lib
 

@@ -55,7 +55,10 @@ they need a ``quant`` table: ``quant = { contract = "vllm", granularity = "per_t
 judged: ``name``, ``dtype``, ``size`` in elements; the same name is the same buffer), dy, dx,
 dgamma, dbeta (a backward kernel's), dh and d_residual (a fused add's backward: the residual
 stream's gradient in and out), y (the forward's output, read by a memory-efficient backward instead
-of x), null (a null pointer), eps (the float ε), rows, cols, const. ``role = ["input", "output"]``
+of x), null (a null pointer), eps (the float ε), rows, cols, const, stride (a row pitch in
+elements: the pitch of the row buffers ``of`` names -- default input, output, residual, h --
+which is their ``stride`` expression, else cols; such buffers are also run with padded rows,
+normcheck.check.hazards). ``role = ["input", "output"]``
 is one buffer holding x on entry and y on exit (likewise ``["residual", "h"]``). No ``gamma`` role:
 the exact function has γ = 1; no ``beta``: β = 0 (an affine-free norm). Output and scratch buffers
 start as a NaN poison; ``fill = "zero"`` starts them at zero (for kernels that accumulate into
@@ -89,7 +92,7 @@ STAT_ROLES = ("mean", "rstd")
 #: scales a dynamic quantiser writes (per token, group or block), the amax it writes.
 QUANT_ROLES = ("scale", "scales", "amax")
 BUFFER_ROLES = ROW_ROLES + VEC_ROLES + STAT_ROLES + QUANT_ROLES + ("scratch",)
-SCALAR_ROLES = ("eps", "rows", "cols", "const")
+SCALAR_ROLES = ("eps", "rows", "cols", "const", "stride")
 ROLES = BUFFER_ROLES + ("null", "stream") + SCALAR_ROLES + ("struct",)
 #: What a field of a struct argument may be: every role but a struct, and padding.
 FIELD_ROLES = tuple(r for r in ROLES if r != "struct") + ("pad",)
@@ -103,11 +106,11 @@ _SCALAR_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": 
                  "uint64": np.uint64, "float32": np.float32, "float": np.float32,
                  "float64": np.float64}
 _ARG_KEYS = {"role", "dtype", "type", "value", "stride", "name", "size", "fill", "fields",
-             "offset"}
+             "offset", "of"}
 _LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host"}
 _TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "convention", "eps", "cols",
              "cols_multiple_of", "launch", "args", "source", "defines", "include", "reference",
-             "backward", "stats", "arch", "quant"}
+             "backward", "stats", "arch", "quant", "deterministic"}
 
 
 @dataclass
@@ -123,6 +126,7 @@ class ArgSpec:
     roles: tuple = ()            # (entry role, exit role) of an in-place buffer, else (role,)
     fields: list = field(default_factory=list)  # struct: its fields, in order (ArgSpec each)
     offset: int | None = None    # a struct field: its byte offset (default: C layout rules)
+    of: tuple = ()               # a stride role: the row buffers whose pitch it is
 
     def __post_init__(self):
         if not self.roles:
@@ -165,6 +169,7 @@ class KernelSpec:
     stats: str | None = None   # backward: "saved" (mean/rstd given) or "recomputed"
     arch: str | None = None    # the architecture presented (__CUDA_ARCH__), e.g. "sm_80"
     quant: dict | None = None  # a quantised output's contract (normcheck.quant.contract)
+    deterministic: bool = True  # false: the output may differ run to run (float atomics)
     source: Path | None = None
     path: Path | None = field(default=None, repr=False)
 
@@ -374,11 +379,22 @@ def _parse_arg(a, w, in_struct=False) -> ArgSpec:
     out_offset = a.get("offset")
     if "name" in a and not isinstance(a["name"], str):
         raise _err(w, "name", a["name"], "a string")
+    of = ()
+    if "of" in a:
+        if role != "stride":
+            raise _err(w, "of", a["of"], "of only on an argument with role = \"stride\"")
+        of = tuple(a["of"]) if isinstance(a["of"], list) else (a["of"],)
+        bad = [r for r in of if r not in ROW_ROLES]
+        if bad or not of:
+            raise _err(w, "of", a["of"], f"the row buffer(s) whose pitch it is: some of "
+                       f"{', '.join(ROW_ROLES)}", 'e.g. of = "input"')
+    elif role == "stride":
+        of = ("input", "output", "residual", "h")
     return ArgSpec(role, a.get("dtype"), a.get("type"),
                    None if "value" not in a else str(a["value"]),
                    None if "stride" not in a else str(a["stride"]), a.get("name"),
                    None if "size" not in a else str(a["size"]), a.get("fill"), roles,
-                   offset=out_offset)
+                   offset=out_offset, of=of)
 
 
 def _parse_launch(tab, where, entry=None) -> LaunchSpec:
@@ -524,6 +540,11 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
         except InvalidArgument as e:
             raise SpecError(f"{where}: {e}") from None
         spec.quant = dict(q)
+    if "deterministic" in data:
+        if not isinstance(data["deterministic"], bool):
+            raise _err(where, "deterministic", data["deterministic"], "true or false",
+                       "false where the output may differ run to run (float atomics)")
+        spec.deterministic = data["deterministic"]
     if "source" in data and not isinstance(data["source"], str):
         raise _err(where, "source", data["source"], "a path to the .cu file")
     _check_roles(spec, where)
@@ -570,8 +591,8 @@ def _check_roles(spec: KernelSpec, where: str):
         seen = set()
         flat = [f for a in ln.args for f in ([a] if a.role != "struct" else a.fields)]
         for a in flat:
-            if a.role in ("scratch", "null", "stream", "const", "eps", "rows", "cols", "struct",
-                          "pad"):
+            if a.role in ("scratch", "null", "stream", "struct", "pad") or \
+                    a.role in SCALAR_ROLES:
                 continue
             for r in a.roles:
                 if r in seen:

@@ -112,7 +112,8 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
         seconds=time.perf_counter() - t0, baseline_note=judge.baseline_note,
         counterexample=ce, search=search_stats,
         provenance=be.provenance({"arch": arch} if arch else None), cause=cause,
-        extra={"peak_rss_mib": _peak_rss_mib()})
+        extra={"peak_rss_mib": _peak_rss_mib(),
+               **({"nondeterministic": judge.spreads} if judge.spreads else {})})
 
 
 def _peak_rss_mib() -> float:

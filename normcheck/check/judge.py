@@ -29,8 +29,8 @@ import numpy as np
 
 from normcheck import bounds, families, formats, kernels, launch, metrics, norms, oracle
 from normcheck import measure as measure_mod
-from normcheck.check import diagnose
-from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance, Verdict
+from normcheck.check import diagnose, hazards
+from normcheck.check.tolerances import BIAS, STATISTICS, TOLERANCES, Tolerance, Verdict
 from normcheck.errors import FATAL as FATAL_KINDS
 from normcheck.errors import FailureKind, KernelError, NormcheckError
 from normcheck.launch import Case
@@ -115,6 +115,8 @@ class FamilyResult:
     failures: dict = field(default_factory=dict)
     cause: str | None = None
     outputs: dict = field(default_factory=dict)  # backward: per output (dx, dγ, dβ) figures
+    mean_signed_ulp: float | None = None  # the mean signed error toward zero (measure.Bias)
+    bias_stderr_ulp: float | None = None  # its standard error, from the rows' means
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -249,6 +251,8 @@ class Judge:
         self.baselines, self.baseline_note = self._baselines()
         self.timed_out = False
         self.fault = None  # (family, Case, Failure): the first launch that faulted
+        self.hazards_done = False  # the grid in parts and the padded rows: once a check
+        self.spreads = {}  # family -> {role: elements}: a kernel declared nondeterministic
         # the families whose first failing launch was run again with other undefined values
         # (undefined_dependence: two launches), and the cause where the output depended on them
         self.probed_undefined = set()
@@ -448,11 +452,16 @@ class Judge:
             allu, alls = [], []
             fam_fails = []
             fam_worst = None
+            fbias = measure_mod.Bias()
             for k, cols in enumerate(ws):
                 if self.timed_out:
                     break  # a kernel that hung once is not launched again
                 case = self.case(fam, per, cols, seed=[self.seed, fi, k])
-                m, fails = self.measure(fam, case)
+                outs = self.run_target(fam, case)
+                m, fails = self.measure(fam, case, outs=outs)
+                if k == 0 and not isinstance(outs, Failure) and not any(
+                        f.kind in FATAL for f in fails):
+                    fails += self.hazards(fam, case, outs)
                 if m is None and self.fault is None and any(f.kind in FATAL for f in fails):
                     self.fault = (fam, case, fails[0])  # what a replay must run again
                 fr.rows += per
@@ -462,6 +471,7 @@ class Judge:
                     break
                 allu.append(m.ulp.ravel())
                 alls.append(m.scaled.ravel())
+                fbias.merge(m.m.bias())
                 fr.max_of_bound = max(fr.max_of_bound, float(m.ratio.max()) if m.ratio.size
                                       else 0.0)
                 fr.unbounded_rows += m.unbounded
@@ -481,6 +491,12 @@ class Judge:
             if base_max:
                 name = min(base_max, key=base_max.get)
                 fr.baseline = Baseline(name, base_max[name])
+            bias_fail = self._bias(fr, fam, fbias, fam_worst)
+            if bias_fail is not None and not any(f.kind in ("accuracy", "nonfinite")
+                                                 for f in fam_fails):
+                fam_fails.append(bias_fail)  # (beyond the bound already: that is the finding)
+            else:
+                bias_fail = None
             for f in fam_fails:
                 fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
             if fam_worst is not None:
@@ -492,10 +508,13 @@ class Judge:
             if fam_fails:
                 fr.verdict = Verdict.FAIL
                 acc = [f for f in fam_fails if f.kind in ("accuracy", "nonfinite")]
+                if bias_fail is not None and not acc:
+                    fr.cause = bias_fail.cause
                 if acc and fam in self.undefined:
                     fr.cause = acc[0].cause = self.undefined[fam]
                 elif acc and fam_worst is not None:
                     fr.cause = acc[0].cause = self.diagnose(fam_worst[1], fam_worst[2])
+                fr.cause = fr.cause or next((f.cause for f in fam_fails if f.cause), None)
             elif fr.baseline is not None:
                 fr.warn_at = max(self.tol.warn_floor, self.tol.warn_k * fr.baseline.max_scaled)
                 if fr.max_scaled > fr.warn_at:
@@ -514,6 +533,65 @@ class Judge:
             results.append(fr)
         return results, failures, warnings, worst
 
+    def hazards(self, fam, case, outs) -> list:
+        """The checks no tolerance makes (normcheck.check.hazards) on a family's first case:
+        the same case in another block order (every family), and once a check, on a case of
+        several rows, the grid run in parts (two blocks writing one element) and the rows
+        padded (a stride ignored, padding written)."""
+        spec = getattr(self.target, "spec", None)
+        det = getattr(spec, "deterministic", True)
+        found = []
+        f, spread = hazards.repeatability(self.target, case, outs, fam, self.seed, det)
+        if f is not None:
+            found.append(f)
+        elif spread:
+            self.spreads[fam] = spread
+        if not self.hazards_done and case.rows >= 2:
+            self.hazards_done = True
+            found += [f for f in (hazards.overlapping_writes(self.target, case, fam),
+                                  hazards.padding(self.target, case, outs, fam,
+                                                  self.multiple_of)) if f is not None]
+        return [Failure(f.kind, f.family, f.detail, cause=f.cause) for f in found]
+
+    def _bias(self, fr, fam, bias, worst):
+        """Record a family's rounding bias; a Failure where it is one no round-to-nearest store
+        gives (tolerances.BIAS), its cause named by the round-toward-zero model where that
+        reproduces the output bit for bit."""
+        if bias.n:
+            fr.mean_signed_ulp = bias.mean
+            fr.bias_stderr_ulp = bias.stderr if np.isfinite(bias.stderr) else None
+        if not BIAS.fails(self.out.name, bias):
+            return None
+        cause = self.rounding_cause(worst[1], worst[2]) if worst is not None else None
+        toward = "toward zero" if bias.mean > 0 else "away from zero"
+        return Failure("rounding_bias", fam, f"mean signed error {bias.mean:+.3f} ulp {toward} "
+                       f"(± {bias.stderr:.3f}, over {bias.n} elements in {bias.rows} rows): "
+                       f"round to nearest gives 0 ± 0.29/√n; beyond ±{BIAS.max_mean} and "
+                       f"{BIAS.z:g} standard errors (normcheck.check.tolerances.BIAS)",
+                       cause=cause)
+
+    def rounding_cause(self, case, m):
+        """Round toward zero, tested bit for bit: the output against the exact values rounded
+        toward zero, on the elements where that differs from rounding to nearest."""
+        ref, y = m.ref, np.asarray(m.y).astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            rz = self.out.round_toward_zero(ref.exact)
+            rn = ref.rounded.astype(np.float64)
+            tell = np.isfinite(rz) & np.isfinite(y) & (rz != rn)
+        n = int(tell.sum())
+        if n == 0:
+            return None
+        hit = int((y[tell] == rz[tell]).sum())
+        if hit >= 0.9 * n:
+            what = ("rounds toward zero (or truncates) where the format rounds to nearest: "
+                    "__float2bfloat16_rz, cvt.rz, or a conversion that shifts the bits off")
+            return diagnose.Cause(f"{what} (reproduces the kernel bit for bit on {hit}/{n} of "
+                                  "the elements where the two roundings differ)",
+                                  "round_toward_zero", "exact" if hit == n else "bit", what)
+        return diagnose.Cause("a rounding bias: the mean signed error is beyond what round to "
+                              f"nearest gives, but rounding toward zero reproduces only {hit}/{n}"
+                              " of the elements where it differs", "rounding_bias", "stat")
+
     # the long run ---------------------------------------------------------------------------------
     def run_long(self, rows: int, cols: int, progress=None):
         """``rows`` rows of width ``cols``, streamed in batches of about 2^20 elements (each batch
@@ -526,6 +604,7 @@ class Judge:
 
         fr = FamilyResult("long", cols=[cols])
         ulp = metrics.StreamStats()
+        bias = measure_mod.Bias()
         fails, worst = [], None
         t0 = last = time.perf_counter()
         done = 0
@@ -538,6 +617,7 @@ class Judge:
             fr.rows += case.rows
             if m is not None:
                 measure_mod.accumulate(ulp, m.m)
+                bias.merge(m.m.bias())
                 fr.max_scaled = max(fr.max_scaled, m.m.max_scaled)
                 fr.max_of_bound = max(fr.max_of_bound, m.m.max_ratio)
                 fr.unbounded_rows += m.unbounded
@@ -571,6 +651,11 @@ class Judge:
             if prev is not None:
                 collect(prev)
         fr.max_ulp, fr.p99_ulp, fr.mean_ulp = ulp.stats()
+        bias_fail = self._bias(fr, "long", bias, worst)
+        if bias_fail is not None and not any(f.kind in ("accuracy", "nonfinite") for f in fails):
+            fails.append(bias_fail)
+        else:
+            bias_fail = None
         for f in fails:
             fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
         if worst is not None:
@@ -581,6 +666,8 @@ class Judge:
             acc = [f for f in fails if f.kind in ("accuracy", "nonfinite")]
             if acc and worst is not None:
                 fr.cause = acc[0].cause = self.diagnose(worst[1], worst[2])
+            elif bias_fail is not None:
+                fr.cause = bias_fail.cause
         return fr, fails, None if worst is None else worst[0]
 
     def long_batches(self, rows: int, cols: int):

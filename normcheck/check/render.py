@@ -66,7 +66,7 @@ def _body(r, backward=False) -> list:
     if r.baseline_note:
         lines.append(f"note: {r.baseline_note}")
     lines.append("")
-    head = ["family", "rows", "cols", "max ulp", "p99 ulp", "max scaled", "x bound",
+    head = ["family", "rows", "cols", "max ulp", "p99 ulp", "bias", "max scaled", "x bound",
             "bound ulp", "best built-in", "verdict"]
     table = []
     if backward:
@@ -76,11 +76,12 @@ def _body(r, backward=False) -> list:
         bound = _fmt(f.bound_ulp)
         if f.unbounded_rows:
             bound += f" ({f.unbounded_rows} rows inf)"
+        bias = "-" if f.mean_signed_ulp is None else f"{f.mean_signed_ulp:+.2f}"
         table.append([f.family, str(f.rows), ",".join(map(str, f.cols)), _fmt(f.max_ulp),
-                      _fmt(f.p99_ulp), _fmt(f.max_scaled), _fmt(f.max_of_bound), bound, base,
-                      f.verdict.upper() if f.verdict != "pass" else f.verdict])
+                      _fmt(f.p99_ulp), bias, _fmt(f.max_scaled), _fmt(f.max_of_bound), bound,
+                      base, f.verdict.upper() if f.verdict != "pass" else f.verdict])
     if r.search and not backward:
-        table.append(["search", str(r.search["examples"]), "-", "-", "-", "-",
+        table.append(["search", str(r.search["examples"]), "-", "-", "-", "-", "-",
                       _fmt(r.search.get("max_of_bound")), "-", "-",
                       "FAIL" if r.search["failed"] else "pass"])
     w = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(head)]
@@ -96,6 +97,12 @@ def _body(r, backward=False) -> list:
                 if f.cause:
                     lines.append(f"      likely cause: {f.cause}")
             lines.append("")
+    spread = (r.extra or {}).get("nondeterministic")
+    if spread:
+        lines.append("run to run (declared nondeterministic): " + "; ".join(
+            f"{fam}: {', '.join(f'{n} elements of {role}' for role, n in d.items())} differ "
+            "between two block orders" for fam, d in spread.items()))
+        lines.append("")
     if r.worst:
         wst = r.worst
         lines.append(f"worst row: family {wst.family}, width {wst.cols}, row {wst.row_index}: "

@@ -39,6 +39,7 @@ class Record:
     param: dict = field(default_factory=dict)  # kappa / magnitude of the parameter sweeps
     p99_ulp: float | None = None
     mean_ulp: float | None = None
+    mean_signed_ulp: float | None = None  # the mean signed error toward zero (measure.Bias)
     max_scaled_ulp: float | None = None  # ulps of max(|γx̂|, |β|)
     max_bits: float | None = None  # ordinal distance (units in the last place of the bits)
     max_abs_x: float | None = None
@@ -95,7 +96,7 @@ class Record:
             raise RecordError("histogram holds a value that is not a count")
         vals = dict(obj)
         for k in ("max_ulp", "p99_ulp", "mean_ulp", "max_scaled_ulp", "max_bits", "max_abs_x",
-                  "seconds", "of_bound"):
+                  "seconds", "of_bound", "mean_signed_ulp"):
             if vals.get(k) is not None:
                 vals[k] = float(vals[k])
         return cls(**vals)
@@ -104,7 +105,7 @@ class Record:
 _TYPES = {
     "key": str, "kernel": str, "family": str, "cols": int, "rows": int, "max_ulp": _NUM,
     "norm": str, "storage": str, "algorithm": str, "order": str, "convention": str,
-    "fast_math": bool, "param": dict, "p99_ulp": _NUM, "mean_ulp": _NUM,
+    "fast_math": bool, "param": dict, "p99_ulp": _NUM, "mean_ulp": _NUM, "mean_signed_ulp": _NUM,
     "max_scaled_ulp": _NUM, "max_bits": _NUM, "max_abs_x": _NUM, "seconds": _NUM,
     "nonfinite": dict, "classes": dict, "histogram": list, "worst": dict, "error": dict,
     "of_bound": _NUM, "beyond_bound": int, "unwritten": int, "user": bool, "spec": str,

@@ -52,10 +52,14 @@ def _cell(recs):
     nf = sum(sum(r.nonfinite.values()) for r in recs)
     err = [r for r in recs if r.error]
     text = _num(worst.max_ulp)
+    bias = max((r.mean_signed_ulp for r in recs if r.mean_signed_ulp is not None),
+               key=abs, default=None)
     if err:
         text = err[0]["error"]["kind"]
     elif nf:
         text += f" ({nf} nf)"
+    elif bias is not None and abs(bias) >= 0.1:  # the mean signed error, where it shows
+        text += f" (bias {bias:+.2f} toward 0)"
     return worst, text
 
 

@@ -299,6 +299,7 @@ def _record(rec, task, fmt, x, y, g, b, r, ref, m, t0, kernel_desc, replay_cmd, 
     rec.update({
         "max_ulp": float(m.max_ulp), "p99_ulp": float(np.percentile(u, 99, method="higher")),
         "mean_ulp": m.mean_ulp,
+        "mean_signed_ulp": m.bias().mean if m.row_signed is not None else None,
         "max_scaled_ulp": math.inf if m.inf_ulp else float(m.max_scaled),
         "max_bits": m.max_bits if m.max_bits is not None else math.inf,
         "nonfinite": {k: classes[k] for k in metrics.FAILURE_CLASSES}, "classes": classes,

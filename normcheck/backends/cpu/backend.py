@@ -837,13 +837,14 @@ class CpuKernel:
         #: what the last launch noted without failing (an undefined warp-shuffle read), or None
         self.last_note = None
         self.needs_alignment = False  # its vector loads faulted once in the tight layout
+        self._blocks = None  # the subset of blocks of the launch under way (None: all)
         self._hidden = []  # (struct argument, field name) of the arrays structs point to
 
     def __repr__(self):
         return f"<CpuKernel {self.entry}({', '.join(p.ctype for p in self.params)})>"
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
-                 schedule=None, workers=None, seed=0, guard=None, fill=0xFF):
+                 schedule=None, workers=None, seed=0, guard=None, fill=0xFF, blocks=None):
         """Run the kernel; returns what the launch noted without failing (the first warp
         shuffle that read a lane not taking part), or None -- also kept as ``last_note``.
         ``fill``: the byte undefined values are made of -- shared memory before a block
@@ -871,13 +872,20 @@ class CpuKernel:
         if not isinstance(fill, (int, np.integer)) or not 0 <= fill <= 0xFF:
             raise invalid("fill", fill, "a byte, 0 to 255", "e.g. fill=0 for zeros")
         fill = int(fill)
+        if blocks is not None and not (isinstance(blocks, (tuple, list)) and len(blocks) == 2
+                                       and all(isinstance(v, (int, np.integer)) and
+                                               0 <= v < 1 << 63 for v in blocks)
+                                       and int(blocks[1]) & ~int(blocks[0]) == 0):
+            raise invalid("blocks", blocks, "(mask, value): run only the blocks whose linear "
+                          "index b has b & mask == value", "e.g. blocks=(1, 1): the odd blocks")
+        self._blocks = None if blocks is None else [int(blocks[0]), int(blocks[1])]
         if guard == "both":
             # the launch with every array's end against its guard (an access past the end, by
             # far the commoner, faults at the first element past it), then a second one on
             # copies with every array's start against it
             copies = [_copy(a) for a in args]
             note = self(g, b, args, shm, names=names, timeout=timeout, schedule=schedule,
-                        workers=workers, seed=seed, guard="end", fill=fill)
+                        workers=workers, seed=seed, guard="end", fill=fill, blocks=blocks)
             self._launch(g, b, shm, copies, names, float(timeout), schedule, workers, int(seed),
                          "start", fill)
             self.last_note = note
@@ -914,6 +922,8 @@ class CpuKernel:
                        "nparams": len(args),
                        "workers": workers, "schedule": _SCHEDULES[schedule], "seed": seed,
                        "fill": fill}
+                if self._blocks is not None:
+                    req["blocks"] = self._blocks
                 rep = _worker.request(req, timeout, _launch_reply,
                                       cpu_need=timeout * min(workers, max(1, g[0] * g[1] * g[2])))
                 if isinstance(rep, tuple):

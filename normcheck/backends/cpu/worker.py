@@ -18,7 +18,7 @@ worker sends is untrusted, since a kernel can write into the pipe).  Request::
     {"op": "launch", "so": path, "index": i, "grid": [x,y,z], "block": [x,y,z],
      "shared_mem": n, "args": [["array", offset, region, start, nbytes, itemsize] |
                                ["scalar", dtype_str, value_bytes] | ["null"]],
-     "workers": n, "schedule": 0|1|2, "seed": s, "fill": byte}
+     "workers": n, "schedule": 0|1|2, "seed": s, "fill": byte, "blocks": [mask, value]?}
 
 ``fill`` is the byte undefined values are made of (shared memory before a block writes it, a
 shuffle from a lane not taking part): 0xFF, NaN as a float, unless a second run asks otherwise.
@@ -67,6 +67,8 @@ class LaunchParams(ctypes.Structure):
         ("fill", ctypes.c_int),
         ("buf_lo", ctypes.POINTER(ctypes.c_ulonglong)),
         ("buf_hi", ctypes.POINTER(ctypes.c_ulonglong)),
+        ("block_mask", ctypes.c_ulonglong),
+        ("block_val", ctypes.c_ulonglong),
     ]
 
 
@@ -190,6 +192,8 @@ def launch(req):
         p.schedule = req["schedule"]
         p.seed = req["seed"]
         p.fill = int(req.get("fill", 0xFF)) & 0xFF
+        sub = req.get("blocks")  # [mask, value]: a subset launch
+        p.block_mask, p.block_val = (int(sub[0]), int(sub[1])) if sub else (0, 0)
         p.err = ctypes.cast(err, ctypes.c_char_p)
         p.errlen = len(err)
         p.nbuffers = nb

@@ -755,6 +755,8 @@ struct LaunchParams {
   int fill;  // the byte undefined values are made of (0xFF: NaN); worker.py's LaunchParams
   unsigned long long* buf_lo;  // each array's inaccessible reservation: [lo, begin), [end, hi)
   unsigned long long* buf_hi;
+  unsigned long long block_mask;  // 0: every block; else only the blocks whose linear index b
+  unsigned long long block_val;   // has (b & block_mask) == block_val
 };
 
 static void ranges(std::string& out, const std::vector<int>& ids) {
@@ -878,6 +880,9 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
     unsigned long long b = S->next.fetch_add(1);
     if (b >= total) break;
     if (p->schedule == 2) b = permuted_block(b, total, p->seed);
+    // a subset launch (which block writes which element): only the blocks whose linear index
+    // b has (b & block_mask) == block_val run
+    if ((b & p->block_mask) != p->block_val) continue;
     tls_blockIdx.x = (unsigned)(b % p->grid[0]);
     tls_blockIdx.y = (unsigned)((b / p->grid[0]) % p->grid[1]);
     tls_blockIdx.z = (unsigned)(b / ((unsigned long long)p->grid[0] * p->grid[1]));
