@@ -311,6 +311,12 @@ _modules = {}
 _lock = threading.Lock()
 
 
+def is_compiled(variant: Variant | BackwardVariant, backend="cpu", options=None) -> bool:
+    """Whether this process holds the compiled source of ``variant`` already."""
+    key = (get_backend(backend).name, variant.source, tuple(sorted(dict(options or {}).items())))
+    return key in _modules
+
+
 def compiled(variant: Variant | BackwardVariant, backend="cpu", options=None):
     """The compiled kernel of ``variant`` (its whole source file is built once per backend and
     options, e.g. {"fmad": True} on cuda)."""

@@ -496,14 +496,13 @@ void run_t(const MeasureJob& J, long lo, long hi, Partial& P) {
   }
 }
 
+// the kernel's values in the reference's format, or as float64 (measure.py converts any other
+// kind to float64 first): 7 instantiations of the vector loops instead of 16 -- the library
+// builds in a third of the time
 template <int RK>
 void run_a(const MeasureJob& J, long lo, long hi, Partial& P) {
-  switch (J.a_kind) {
-    case F64: run_t<RK, F64>(J, lo, hi, P); break;
-    case F32: run_t<RK, F32>(J, lo, hi, P); break;
-    case F16: run_t<RK, F16>(J, lo, hi, P); break;
-    default: run_t<RK, BF16>(J, lo, hi, P); break;
-  }
+  if (J.a_kind == RK) run_t<RK, RK>(J, lo, hi, P);
+  else run_t<RK, F64>(J, lo, hi, P);
 }
 
 void run_plain(const MeasureJob& J, long lo, long hi, Partial& P) {

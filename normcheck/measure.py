@@ -248,6 +248,8 @@ def measure(ref, actual, *, E=None, floor: float = 1.0, scale=None, poison=None,
     t = _flat(ref.exact, np.float64)
     r = _flat(ref.rounded)
     af = _flat(a)
+    if af.dtype != r.dtype:  # the compiled loops take a in r's format or as float64
+        af = af.astype(np.float64)
     sc = None if scale is None else _flat(np.broadcast_to(scale, shape), np.float64)
     bt = None
     if beta is not None:  # the scale max(|t - β|, |β|) per column, formed in the loop

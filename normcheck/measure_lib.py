@@ -70,6 +70,13 @@ _lib = None
 _lock = threading.Lock()
 
 
+def built() -> bool:
+    """Whether the compiled measurement is built (nothing is built)."""
+    from normcheck.backends import confine
+
+    return confine.library_built(SOURCE, "measure", "measure", FLAGS)
+
+
 def library():
     """The compiled measurement (built on first use), or None where it cannot be built."""
     global _lib

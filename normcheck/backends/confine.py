@@ -43,7 +43,8 @@ from normcheck.errors import BackendUnavailable, CompileError
 
 __all__ = ["launcher", "mechanism", "describe", "command", "run_compiler", "Limits",
            "compiler_limits", "toolchain_roots", "temporary_folder", "DIAGNOSTICS_BYTES",
-           "sweep_stale", "build_artifact", "build_library", "child_environment"]
+           "sweep_stale", "build_artifact", "build_library", "library_built",
+           "child_environment"]
 
 SOURCE = Path(__file__).resolve().with_name("normcheck_launch.c")
 #: The compiler's diagnostics kept (the rest is counted, not kept).
@@ -164,16 +165,8 @@ def build_artifact(source: Path, part: str, name: str, filename: str, flags: lis
     the source, the flags and the compiler's version; built in a temporary folder and installed
     atomically, so concurrent first uses are safe.  ``confined=False`` only for the launcher
     itself (nothing can confine its own build)."""
-    cmd, version = base.cxx()
-    text = Path(source).read_text()
-    dirs = {str(Path(source).parent)}
-    for inc in re.findall(r'^#include "([^"]+)"', text, re.M):  # its own headers ("x.h", "../x.h")
-        h = (Path(source).parent / inc).resolve()
-        if h.is_file():
-            text += h.read_text()
-            dirs.add(str(h.parent))
-    final = base.cache_dir(part) / (
-        name + "-" + base.key_of(text, " ".join(list(flags) + list(link)), version)) / filename
+    cmd, _version = base.cxx()
+    final, dirs = _artifact(source, part, name, filename, flags, link)
     if final.is_file():
         return final
     with temporary_folder("build") as d:
@@ -193,6 +186,26 @@ def build_artifact(source: Path, part: str, name: str, filename: str, flags: lis
         base.install_file(out.read_bytes(), final,
                           mode=0o755 if os.access(out, os.X_OK) else None)
     return final
+
+
+def _artifact(source, part, name, filename, flags, link):
+    """(where the build of ``source`` lives in the cache, the folders its headers are in)."""
+    _cmd, version = base.cxx()
+    text = Path(source).read_text()
+    dirs = {str(Path(source).parent)}
+    for inc in re.findall(r'^#include "([^"]+)"', text, re.M):  # its own headers ("x.h", "../x.h")
+        h = (Path(source).parent / inc).resolve()
+        if h.is_file():
+            text += h.read_text()
+            dirs.add(str(h.parent))
+    final = base.cache_dir(part) / (
+        name + "-" + base.key_of(text, " ".join(list(flags) + list(link)), version)) / filename
+    return final, dirs
+
+
+def library_built(source: Path, part: str, name: str, flags: list, link: tuple = ()) -> bool:
+    """Whether :func:`build_library` would find the library built (nothing is built)."""
+    return _artifact(source, part, name, name + ".so", flags, link)[0].is_file()
 
 
 def build_library(source: Path, part: str, name: str, flags: list, what: str,

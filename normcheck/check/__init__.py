@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import cases, formats, launch, norms
+from normcheck import cases, formats, launch, norms, parts
 from normcheck.oracle import exact
 from normcheck.backends import get_backend
 from normcheck.check.judge import (CHECK_FAMILIES, FATAL, Baseline, Failure, FamilyResult, Judge,
@@ -116,6 +116,25 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
                **({"nondeterministic": judge.spreads} if judge.spreads else {})})
 
 
+def _baseline_variants(spec, norm, dtype) -> list:
+    """The built-ins a check of this norm and format will run as its yardstick (to build them
+    beside the user's kernel); [] where they cannot be told yet."""
+    from normcheck import kernels
+    from normcheck import spec as specs
+
+    try:
+        if spec is not None and not isinstance(spec, specs.KernelSpec):
+            spec = specs.load(spec)
+        norm = norm or (spec.norm if spec is not None else None)
+        dtype = dtype or (spec.dtype if spec is not None else None)
+        if norm is None or dtype is None:
+            return []
+        return kernels.variants(norm=norms.get(norm).name, storage=formats.get(dtype).name,
+                                fast_math=False)[:1]
+    except Exception:  # a bad spec or name: resolve says what is wrong
+        return []
+
+
 def _peak_rss_mib() -> float:
     """This process's peak resident memory so far (MiB)."""
     import resource
@@ -134,9 +153,12 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
     contract table, a preset name or a Contract; else the spec's ``quant``) judges a quantised
     output (normcheck.check.quantised)."""
     check_counts(examples, search, seed)
+    prep = parts.prepare(backend if backend != "auto" else "cpu",
+                         _baseline_variants(spec, norm, dtype))
     r = resolve(source, entry, norm, dtype, spec=spec, block=block, backend=backend,
                 defines=defines, reference=reference, out_dtype=out_dtype, timeout=timeout,
                 arch=arch, quant=quant)
+    prep.wait()
     spec, n, fmt, out, contract, target = r.spec, r.norm, r.fmt, r.out, r.contract, r.target
     if contract is not None:
         _quant_args(spec, contract, rows, reference, out_dtype)

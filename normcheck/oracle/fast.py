@@ -58,6 +58,11 @@ _lib = None
 _lock = threading.Lock()
 
 
+def built() -> bool:
+    """Whether the library is built (nothing is built)."""
+    return confine.library_built(SOURCE, "oracle", "oracle_fast", FLAGS)
+
+
 def library():
     """The loaded library (built on first use)."""
     global _lib

@@ -125,28 +125,43 @@ def overflow_map(records, path: Path) -> Path | None:
 
 
 def histograms(records, path: Path, bins) -> Path | None:
-    """ULP-error histograms per variant on gaussian rows (every width together)."""
+    """ULP-error histograms on gaussian rows (every width together): one panel per storage
+    format and precision order (the built-ins of that column together), and one per kernel of
+    the user's, first and in orange -- a dozen legible panels, not one per built-in."""
     recs = [r for r in records if r.family == "gaussian" and not r.param
             and r.histogram]
     if not recs:
         return None
     plt = _plt()
-    names = sorted({r.kernel for r in recs})
-    ncol = 4
-    nrow = math.ceil(len(names) / ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 2.3 * nrow), squeeze=False)
+    panels = []  # (title, histogram, yours)
+    for name in sorted({r.kernel for r in recs if r.user}):
+        h = np.sum([r.histogram for r in recs if r.user and r.kernel == name], axis=0)
+        panels.append((f"{name} (yours)", h, True))
+    groups = {}
+    for r in recs:
+        if not r.user:
+            groups.setdefault((r.storage or "?", r.order or ""), []).append(r.histogram)
+    order = {"fp32": 0, "fp16": 1, "bf16": 2}
+    for (st, od), hs in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 9),
+                                                               kv[0][1])):
+        panels.append((f"{st} {od}".strip() + f" built-ins ({len(hs)} records)",
+                       np.sum(hs, axis=0), False))
+    ncol = 3
+    nrow = math.ceil(len(panels) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 2.9 * nrow), squeeze=False)
     labels = [f"≤{b:g}" if math.isfinite(b) else ">64" for b in bins[1:]]
-    for ax, name in zip(axes.ravel(), names):
-        h = np.sum([r.histogram for r in recs if r.kernel == name], axis=0)
-        ax.bar(range(len(h)), h / max(h.sum(), 1), color="#1f77b4")
+    for ax, (title, h, yours) in zip(axes.ravel(), panels):
+        ax.bar(range(len(h)), h / max(h.sum(), 1), color="#ff7f0e" if yours else "#1f77b4")
         ax.set_xticks(range(len(h)))
-        ax.set_xticklabels(labels, fontsize=6, rotation=45)
-        ax.set_title(name, fontsize=7)
+        ax.set_xticklabels(labels, fontsize=8, rotation=45)
+        ax.set_title(title, fontsize=10, fontweight="bold" if yours else "normal")
         ax.set_ylim(0, 1)
-    for ax in axes.ravel()[len(names):]:
+        ax.set_ylabel("share of elements", fontsize=8)
+    for ax in axes.ravel()[len(panels):]:
         ax.axis("off")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / fig.get_figheight()))
-    fig.suptitle("ULP error histograms on gaussian rows (share of elements per bin)",
+    fig.suptitle("ULP error on gaussian rows: share of elements per bin (orange: your kernels; "
+                 "blue: the built-ins of one format and precision order together)",
                  y=1 - 0.15 / fig.get_figheight())
     _save(fig, path, 90)
     plt.close(fig)

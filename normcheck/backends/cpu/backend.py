@@ -347,13 +347,20 @@ def guard_hint(text: str, entry: str, arch: int, defines=None) -> str:
     return ""
 
 
+_SANDBOX_FLAGS = ["-x", "c", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden"]
+
+
 def sandbox_helper() -> str:
     """The sandbox helper library, ``backends/cpu/shim/normcheck_sandbox.c`` (built once, cached).  It is C,
     compiled by the C++ compiler's driver with ``-x c``: one compiler to configure (CXX)."""
     return str(confine.build_library(
-        SHIM_DIR / "normcheck_sandbox.c", "cpu", "sandbox",
-        ["-x", "c", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden"],
+        SHIM_DIR / "normcheck_sandbox.c", "cpu", "sandbox", _SANDBOX_FLAGS,
         "building the cpu backend's sandbox helper", link=("-x", "none", "-ldl")))
+
+
+def sandbox_helper_built() -> bool:
+    return confine.library_built(SHIM_DIR / "normcheck_sandbox.c", "cpu", "sandbox",
+                                 _SANDBOX_FLAGS, link=("-x", "none", "-ldl"))
 
 
 # ------------------------------------------------------------------------------------------------
