@@ -28,7 +28,54 @@ import numpy as np
 from normcheck import formats
 from normcheck.errors import NormcheckError, invalid
 
-__all__ = ["save_case", "load_case", "command", "bad_case", "EMBEDDED_FLAG", "CASE_LIMITS"]
+__all__ = ["save_case", "load_case", "command", "bad_case", "EMBEDDED_FLAG", "CASE_LIMITS",
+           "WORK_FOLDER", "work_folder", "clean", "KEEP"]
+
+#: The folder a check writes into in the current directory: its counterexamples and Hypothesis's
+#: files, with a .gitignore of its own (nothing in it belongs in a repository).
+WORK_FOLDER = Path(".normcheck")
+#: The counterexamples kept there (the oldest go first).
+KEEP = 50
+
+
+def work_folder() -> Path:
+    """The working folder, made with its .gitignore (``*``) where missing."""
+    WORK_FOLDER.mkdir(parents=True, exist_ok=True)
+    ign = WORK_FOLDER / ".gitignore"
+    if not ign.exists():
+        try:
+            ign.write_text("# normcheck's counterexamples and search files: not for the repository\n*\n")
+        except OSError:
+            pass
+    return WORK_FOLDER
+
+
+def _prune(folder: Path, keep: int = KEEP):
+    """Keep the newest ``keep`` counterexamples of the working folder."""
+    try:
+        files = sorted(folder.glob("counterexample-*.npz"), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return
+    for p in files[:max(0, len(files) - keep)]:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
+def clean() -> tuple[int, int]:
+    """Remove the working folder of the current directory: (files, bytes) removed."""
+    import shutil
+
+    if not WORK_FOLDER.is_dir() or WORK_FOLDER.is_symlink():
+        return 0, 0
+    n = size = 0
+    for p in WORK_FOLDER.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            n += 1
+            size += p.stat().st_size
+    shutil.rmtree(WORK_FOLDER)
+    return n, size
 
 EMBEDDED_FLAG = "--run-embedded-source"
 _ARRAYS = ("x", "gamma", "beta", "residual", "dy", "mean", "rstd", "scale", "dh", "y")
@@ -48,10 +95,11 @@ def save_case(path=None, *, kernel: dict, x, gamma=None, beta=None, residual=Non
     """Write a case file; ``kernel`` describes what ran (e.g. {"variant": name} or
     {"source": ..., "sha256": ..., "entries": [...], "norm": ..., "dtype": ..., "spec": ...}).
     Without ``path`` the file goes to .normcheck/ under a name of its own."""
-    if path is None:
+    default = path is None
+    if default:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = Path(".normcheck") / f"counterexample-{_slug(label or 'kernel')}-{stamp}-" \
-                                    f"{os.getpid()}.npz"
+        path = work_folder() / f"counterexample-{_slug(label or 'kernel')}-{stamp}-" \
+                               f"{os.getpid()}.npz"
     path = Path(path)
     if path.suffix != ".npz":
         path = path.with_name(path.name + ".npz")
@@ -82,6 +130,8 @@ def save_case(path=None, *, kernel: dict, x, gamma=None, beta=None, residual=Non
         with open(tmp, "wb") as f:
             np.savez_compressed(f, meta=np.array(json.dumps(meta)), **arrays)
         os.replace(tmp, path)
+    if default:
+        _prune(path.parent)
     return path
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = ["check_junit", "check_summary", "report_junit", "report_summary", "write",
-           "error_result", "error_junit", "error_summary"]
+           "error_result", "error_junit", "error_summary", "github_check", "github_report"]
 
 
 def write(path, text: str) -> Path:
@@ -151,6 +151,77 @@ def error_summary(result: dict) -> str:
     """Markdown job summary of a check that could not judge."""
     return (f"### ⛔ normcheck check {result.get('kernel')}: could not judge "
             f"({result.get('error_kind')})\n\n```\n{result.get('error')}\n```\n")
+
+
+def _gh_escape(text: str, prop: bool = False) -> str:
+    """A workflow command's data (``%``, CR, LF escaped; in a property also ``:`` and ``,``)."""
+    t = str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        t = t.replace(":", "%3A").replace(",", "%2C")
+    return t
+
+
+def _line_of(detail: str, source: str | None, entry: str | None) -> tuple[str | None, int]:
+    """(file, line) a failure points at: the fault's own "at file.cu:47", else the kernel's
+    definition in its source, else line 1."""
+    import re
+
+    m = re.search(r" at ([^\s:]+):(\d+)\b", detail or "")
+    if m and source and Path(source).name == Path(m.group(1)).name:
+        return source, int(m.group(2))
+    if source and entry and Path(source).is_file():
+        base = entry.split("<", 1)[0].split("::")[-1]
+        try:
+            for i, ln in enumerate(Path(source).read_text(errors="replace").splitlines(), 1):
+                if re.search(rf"\b{re.escape(base)}\s*\(", ln) and ("__global__" in ln or i > 1):
+                    return source, i
+        except OSError:
+            pass
+    return source, 1
+
+
+def github_check(result: dict, source: str | None = None) -> str:
+    """GitHub Actions annotations of a check: an ::error per failure (at the fault's line, or
+    the kernel's), a ::warning per warning, an ::error for a check that could not judge."""
+    import os
+
+    src = result.get("source") or source
+    rel = os.path.relpath(src) if src and Path(src).is_file() else src
+    entry = str(result.get("kernel") or "")
+    out = []
+    if result.get("verdict") == "error":
+        f, line = _line_of("", src, entry)
+        loc = f"file={_gh_escape(rel, True)},line={line}," if f else ""
+        return (f"::error {loc}title=normcheck could not judge::"
+                f"{_gh_escape(result.get('error', ''))}\n")
+    for kind, items in (("error", result.get("failures", [])),
+                        ("warning", result.get("warnings", []))):
+        for it in items:
+            f, line = _line_of(it.get("detail", ""), src, entry)
+            loc = f"file={_gh_escape(rel, True)},line={line}," if f else ""
+            msg = f"{it['family']}: {it['detail']}" + (f" -- cause: {it['cause']}"
+                                                       if it.get("cause") else "")
+            title = f"normcheck {entry}: {it['kind']}"
+            out.append(f"::{kind} {loc}title={_gh_escape(title, True)}::{_gh_escape(msg)}")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def github_report(findings, out_dir=None) -> str:
+    """GitHub Actions annotations of a report: an ::error per unsafe kernel of the user's, at
+    its spec file."""
+    import os
+
+    out = []
+    seen = set()
+    for f in findings:
+        if not f.user or f.safe or f.kernel in seen:
+            continue
+        seen.add(f.kernel)
+        spec = f.spec
+        loc = f"file={_gh_escape(os.path.relpath(spec), True)},line=1," if spec else ""
+        out.append(f"::error {loc}title={_gh_escape('normcheck report: ' + f.kernel, True)}::"
+                   f"{_gh_escape(f.text().replace('{dir}', str(out_dir or '.')))}")
+    return "\n".join(out) + ("\n" if out else "")
 
 
 def _n(v) -> str:

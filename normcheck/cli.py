@@ -31,12 +31,31 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--storage", choices=("fp32", "fp16", "bf16"))
     k.set_defaults(func=_kernels)
 
-    c = sub.add_parser("check", help="judge a kernel against the oracle (exit 0 pass or warn, 1 "
-                                     "fail, 2 cannot judge)")
+    c = sub.add_parser(
+        "check", help="judge a kernel against the oracle (exit 0 pass or warn, 1 fail, 2 cannot "
+                      "judge)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="The default ABI (a kernel checked without --spec; grid = rows blocks):\n"
+               "  layernorm      (T* y, const T* x, const T* gamma, const T* beta, float eps, "
+               "int rows, int cols)\n"
+               "  rmsnorm        (T* y, const T* x, const T* gamma, float eps, int rows, "
+               "int cols)\n"
+               "  add_layernorm  (T* h, T* y, const T* x, const T* residual, const T* gamma, "
+               "const T* beta, float eps, int rows, int cols)\n"
+               "  add_rmsnorm    the same without beta\n"
+               "  --backward     (T* dx, const T* dy, const T* x, const T* gamma, const float* "
+               "mean, const float* rstd, int rows, int cols)\n"
+               "  --quant        a spec with roles output (codes), scales, scale "
+               "(README: Quantised outputs)\n"
+               "Any other signature: a spec (normcheck spec FILE --entry NAME writes one to "
+               "start from).")
     c.add_argument("source", nargs="?", help="the .cu file (or `source` in the spec)")
     c.add_argument("--entry", help="kernel name, or a template instantiation like rms<__half>")
-    c.add_argument("--norm", choices=NORM_CHOICES)
-    c.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), help="storage format of x")
+    c.add_argument("--norm", choices=NORM_CHOICES,
+                   help="what the kernel computes (add_*: a fused residual add; gemma_rmsnorm "
+                        "scales by 1+γ)")
+    c.add_argument("--dtype", choices=("fp32", "fp16", "bf16"),
+                   help="storage format of x (and of γ, β and y unless --out-dtype)")
     c.add_argument("--out-dtype", choices=("fp32", "fp16", "bf16"),
                    help="format of y when it differs from x's")
     c.add_argument("--block", type=int, default=256, help="threads per block (default ABI)")
@@ -46,11 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "Llama RMSNorm: x̂ rounded to storage, then ×γ)")
     c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
                    help="a compile-time define (repeatable)")
-    c.add_argument("--backend", default="cpu", choices=("auto", "cpu", "cuda"))
+    c.add_argument("--backend", default="cpu", choices=("auto", "cpu", "cuda"),
+                   help="where the kernel runs: cpu (normcheck's SIMT emulation, everywhere; "
+                        "the default), cuda (a GPU with PyCUDA), auto (cuda where available)")
     c.add_argument("--arch", default=None, metavar="SM",
                    help="the GPU architecture the cpu backend presents (__CUDA_ARCH__), e.g. "
                         "sm_80; default sm_90, or arch in the spec")
-    c.add_argument("--examples", type=int, default=64, help="rows per family (default 64)")
+    c.add_argument("--examples", type=int, default=64,
+                   help="rows per family, about (default 64: an odd number a width, so 31 "
+                        "each at two widths)")
     c.add_argument("--search", type=int, default=40,
                    help="examples of the targeted Hypothesis search (default 40; 0 skips it)")
     c.add_argument("--rows", type=int, default=None, metavar="N",
@@ -59,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--cols", type=int, default=None, metavar="D",
                    help="the width of the long run (default 4096, or the nearest the spec "
                         "allows)")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=int, default=0,
+                   help="seed of the rows, the search and the block orders (same seed, same "
+                        "verdict)")
+    c.add_argument("--explain", action="store_true",
+                   help="say what fail and warn mean, with each tolerance's reason, and exit")
     c.add_argument("--timeout", type=float, default=None,
                    help="seconds a launch may run (cpu backend; default 60)")
     c.add_argument("--backward", action="store_true",
@@ -77,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write JUnit XML: a test case per family and one for the search")
     c.add_argument("--summary", metavar="FILE", default=None,
                    help="write a markdown summary (appends: $GITHUB_STEP_SUMMARY)")
+    c.add_argument("--github", action="store_true",
+                   help="print GitHub Actions annotations (::error file=...,line=...::) for each "
+                        "failure, at the fault's line or the kernel's (on stderr with --json)")
     c.add_argument("--save-counterexample", metavar="PATH",
                    help="where to write the worst case (default .normcheck/counterexample-*.npz "
                         "on failure)")
@@ -106,7 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--compare", metavar="OLD_DIR", default=None,
                    help="an earlier report folder: list what got worse, better or stayed")
     r.add_argument("--strict", action="store_true",
-                   help="with --compare: exit 1 if anything got worse")
+                   help="exit 1 if a kernel of yours (--spec) is unsafe, and with --compare if "
+                        "anything got worse")
+    r.add_argument("--github", action="store_true",
+                   help="print GitHub Actions annotations: an ::error per unsafe kernel of "
+                        "yours, at its spec")
     r.add_argument("--junit", metavar="FILE", default=None,
                    help="write JUnit XML: a test case per kernel and family (unsafe fails)")
     r.add_argument("--summary", metavar="FILE", default=None,
@@ -130,6 +164,24 @@ def build_parser() -> argparse.ArgumentParser:
                     help="compile and run the C++ source a case file carries (a case saved from "
                          "a kernel given as text): only for files you trust")
     rp.set_defaults(func=_replay)
+
+    sk = sub.add_parser("spec", help="print a spec to start from for a kernel: its parameters "
+                                     "read from the file, each role guessed from its name and "
+                                     "type (and said so)")
+    sk.add_argument("source", help="the .cu file")
+    sk.add_argument("--entry", required=True,
+                    help="kernel name, or a template instantiation like rms<__half, 8>")
+    sk.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                    help="a compile-time define (repeatable)")
+    sk.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
+                    help="a folder searched by #include (repeatable)")
+    sk.add_argument("--arch", default=None, metavar="SM", help="e.g. sm_80 (default sm_90)")
+    sk.set_defaults(func=_spec)
+
+    cl = sub.add_parser("clean", help="remove .normcheck/ from this folder (counterexamples "
+                                      "and search files; the build cache stays: normcheck "
+                                      "cache clear)")
+    cl.set_defaults(func=_clean)
 
     ca = sub.add_parser("cache", help="the build cache: where it is, how big; clear it")
     ca.add_argument("action", choices=("info", "clear"))
@@ -242,6 +294,12 @@ def _long_progress(done, rows, rate):
 def _check(args) -> int:
     from normcheck import check
 
+    if args.explain:
+        from normcheck.check.render import explain
+
+        print(explain())
+        return 0
+
     if args.backward:
         from normcheck.check.backward import check_backward
 
@@ -259,6 +317,7 @@ def _check(args) -> int:
                                 save_counterexample=args.save_counterexample)
         _ci_files(args, result)
         print(result.to_json() if args.json else result.render())
+        _github(args, result)
         return result.exit_code(strict=args.strict)
 
     result = check.check_kernel(args.source, args.entry, args.norm, args.dtype, block=args.block,
@@ -271,7 +330,21 @@ def _check(args) -> int:
                                 quant=_quant(args.quant))
     _ci_files(args, result)
     print(result.to_json() if args.json else result.render())
+    _github(args, result)
     return result.exit_code(strict=args.strict)
+
+
+def _github(args, result):
+    """--github: the annotations, after the verdict (on stderr when stdout is JSON)."""
+    if not getattr(args, "github", False):
+        return
+    import json
+
+    from normcheck import ci_formats
+
+    d = json.loads(result.to_json())
+    text = ci_formats.github_check(d, args.source)
+    (sys.stderr if args.json else sys.stdout).write(text)
 
 
 def _ci_files(args, result):
@@ -309,6 +382,8 @@ def _cannot_judge(args, message: str, kind: str):
         print(f"normcheck: could not write the CI files: {e}", file=sys.stderr)
     if args.json:
         print(to_json(d))
+    if getattr(args, "github", False):
+        (sys.stderr if args.json else sys.stdout).write(ci_formats.github_check(d, args.source))
 
 
 def _replay(args) -> int:
@@ -318,6 +393,31 @@ def _replay(args) -> int:
                         run_embedded=args.run_embedded_source)
     print(out)
     return out.exit_code
+
+
+def _spec(args) -> int:
+    from normcheck import skeleton
+    from normcheck.backends import get_backend
+
+    opts = {"arch": args.arch} if args.arch else None
+    k = get_backend("cpu").compile_many(args.source, [args.entry],
+                                        defines=_defines(args.defines), options=opts,
+                                        include_dirs=tuple(args.include))[args.entry]
+    text, rows = skeleton.skeleton(args.source, args.entry, k.params)
+    print(text, end="")
+    print("normcheck spec: guessed " + "; ".join(
+        f"{nm} -> {r if isinstance(r, str) else '+'.join(r)}" for nm, _p, r, _w in rows),
+        file=sys.stderr)
+    return 0
+
+
+def _clean(args) -> int:
+    from normcheck import cases
+
+    n, size = cases.clean()
+    print(f"removed {cases.WORK_FOLDER}/: {n} files, {size / 2**20:.1f} MiB" if n else
+          f"nothing to remove ({cases.WORK_FOLDER}/ is not here)")
+    return 0
 
 
 def _cache(args) -> int:
@@ -345,9 +445,9 @@ def _report(args) -> int:
         raise errors.invalid("--workers", args.workers, "at least 1")
     out = args.out or f"reports/{args.mode}"
     t = time.perf_counter()
-    if args.strict and not args.compare:
-        raise errors.invalid("--strict", True, "--compare OLD_DIR as well",
-                             "name the earlier report folder to compare with")
+    if args.strict and not (args.compare or args.spec):
+        raise errors.invalid("--strict", True, "--spec (your kernels) or --compare OLD_DIR",
+                             "name your kernels' specs, or the earlier report folder")
     done = run_report(args.mode, backend=args.backend, out=out, seed=args.seed,
                       kernels=args.kernels, workers=args.workers, cluster=args.cluster,
                       specs=args.spec, compare=args.compare)
@@ -364,10 +464,19 @@ def _report(args) -> int:
     if args.summary:
         p = ci_formats.write(args.summary, done["paths"]["summary.md"].read_text())
         print(f"wrote {p}")
+    fs = findings.findings(recs)
+    unsafe = sorted({f.kernel for f in fs if f.user and not f.safe})
+    if args.github:
+        sys.stdout.write(ci_formats.github_report(fs, out))
     d = done.get("diff")
     if d is not None:
         print(d.text())
         if args.strict and d.regressed:
+            return 1
+    if unsafe:
+        print(f"unsafe kernels of yours: {', '.join(unsafe)}" +
+              ("" if args.strict else " (--strict exits 1 on them)"))
+        if args.strict:
             return 1
     return 0
 
@@ -408,17 +517,22 @@ def _on_term(signum, frame):
 def main(argv=None) -> int:
     import os
     import signal
+    from pathlib import Path
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
+    if not getattr(args, "func", None):  # no command: usage, and a usage error's exit
+        parser.print_help(sys.stderr)
+        return 2
     # SIGTERM ends the run like Ctrl-C: cleanups run, the worker's process group is killed
     try:
         signal.signal(signal.SIGTERM, _on_term)
     except ValueError:  # not the main thread
         pass
+    if args.command in ("check", "report", "replay") and \
+            "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+        # the targeted search's files go beside the counterexamples, not in ./.hypothesis
+        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(Path(".normcheck") / "hypothesis")
     try:
         return args.func(args)
     except NormcheckError as e:

@@ -5,8 +5,9 @@
 * the ``gpu`` marker: tests marked with it are skipped, with the reason, where no GPU is usable;
 * the strategies, as ``from normcheck.strategies import rows, row_cases``;
 * :func:`assert_accurate`: assert that a kernel (a .cu file, with or without a spec) or a Python
-  callable passes ``normcheck check``; a failure raises AssertionError with the check's report
-  (the families, the failures with their likely causes, the worst row, how to replay it).
+  callable passes ``normcheck check``; a failure raises AssertionError with one line -- the
+  verdict, the first failure's family and worst element, the cause, how to replay it -- and,
+  under ``pytest -v``, the whole report.
 
 Loaded in every pytest run of an environment where normcheck is installed, so it imports nothing
 heavy until a test asks for it."""
@@ -16,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 __all__ = ["pytest_addoption", "pytest_configure", "pytest_collection_modifyitems",
-           "normcheck_backend", "normcheck_backend_name", "assert_accurate"]
+           "normcheck_backend", "normcheck_backend_name", "assert_accurate", "failure_message"]
 
 
 def pytest_addoption(parser):
@@ -26,9 +27,13 @@ def pytest_addoption(parser):
                          "(default cpu)")
 
 
+_CONFIG = []  # the session's pytest config (for -v in assert_accurate's message)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers",
                             "gpu: needs an NVIDIA GPU and PyCUDA; skipped where there is none")
+    _CONFIG[:] = [config]
 
 
 _gpu_reason = None
@@ -83,6 +88,7 @@ def assert_accurate(target, *, norm=None, dtype=None, strict=False, **kwargs):
             assert_accurate("kernels/rmsnorm.cu", entry="rms_norm<__half>", norm="rmsnorm",
                             dtype="fp16")
     """
+    __tracebackhide__ = True  # pytest shows the assertion, not this function's source
     from normcheck import check
 
     if callable(target) and not isinstance(target, (str, bytes)):
@@ -90,5 +96,32 @@ def assert_accurate(target, *, norm=None, dtype=None, strict=False, **kwargs):
     else:
         result = check.check_kernel(target, norm=norm, dtype=dtype, **kwargs)
     if result.exit_code(strict=strict):
-        raise AssertionError(f"normcheck check: {result.verdict.upper()}\n{result.render()}")
+        raise AssertionError(failure_message(result, verbose=_verbose()))
     return result
+
+
+def failure_message(result, verbose: bool = False) -> str:
+    """One line (verdict, family, worst element, cause, replay); the whole report with
+    ``verbose`` (pytest -v)."""
+    first = (result.failures or result.warnings or [None])[0]
+    parts = [f"normcheck: {result.kernel} {result.verdict.upper()}"]
+    if first is not None:
+        parts.append(f"[{first.kind}] {first.family}: {first.detail.split('; the launch')[0]}")
+    if result.cause:
+        parts.append(f"cause: {result.cause.title if hasattr(result.cause, 'title') else result.cause}")
+    if result.counterexample:
+        from normcheck import cases
+
+        parts.append(f"replay: {cases.command(result.counterexample)}")
+    line = " -- ".join(parts)
+    if verbose:
+        return line + "\n" + result.render()
+    return line + " (pytest -v for the whole report)"
+
+
+def _verbose() -> bool:
+    cfg = _CONFIG[0] if _CONFIG else None
+    try:
+        return cfg is not None and cfg.getoption("verbose") > 0
+    except (ValueError, AttributeError):
+        return False

@@ -102,14 +102,41 @@ def test_one_backend_interface():
     assert p["fmad"] is False and "seccomp" in p["sandbox"]
 
 
+_CACHE = str(__import__("normcheck.backends.base", fromlist=["cache_root"]).cache_root())
+
+
 def test_assert_accurate_passes_and_fails_with_the_checks_report():
     src = ROOT / "tests" / "cuda" / "check" / "kernels.cu"
     r = assert_accurate(src, entry="rms_good_fp16", norm="rmsnorm", dtype="fp16", search=0,
                         examples=16)
     assert r.verdict in ("pass", "warn")
-    with pytest.raises(AssertionError, match=r"(?s)FAIL.*likely cause: rstd rounded"):
+    # one line: the verdict, the first failure, the cause, the replay (the report under -v)
+    with pytest.raises(AssertionError) as e:
         assert_accurate(src, entry="rms_rstd_in_fp16", norm="rmsnorm", dtype="fp16", search=0,
                         examples=16)
+    msg = str(e.value)
+    assert "\n" not in msg and "FAIL -- [accuracy]" in msg, msg
+    assert "cause: rstd rounded to the storage format" in msg and "replay: normcheck replay" in msg
+
+
+def test_assert_accurate_in_a_users_suite_is_one_line_without_the_plugins_source(pytester,
+                                                                                monkeypatch):
+    # pytester gives the inner run a HOME of its own: keep this process's build cache (its
+    # worker reads modules only there), as it was before pytester moved HOME
+    monkeypatch.setenv("NORMCHECK_CACHE", _CACHE)
+    src = ROOT / "tests" / "cuda" / "check" / "kernels.cu"
+    pytester.makepyfile(f"""
+from normcheck.pytest_plugin import assert_accurate
+
+def test_mine():
+    assert_accurate({str(src)!r}, entry="rms_rstd_in_fp16", norm="rmsnorm", dtype="fp16",
+                    search=0, examples=8)
+""")
+    out = pytester.runpytest("-p", "no:cacheprovider").stdout.str()
+    assert "normcheck: rms_rstd_in_fp16 FAIL" in out and "pytest -v for the whole report" in out
+    assert "def assert_accurate" not in out and "__tracebackhide__" not in out
+    verbose = pytester.runpytest("-v", "-p", "no:cacheprovider").stdout.str()
+    assert "best built-in" in verbose  # the whole report under -v
 
 
 def test_design_doc_exists_and_lists_every_module():

@@ -58,7 +58,7 @@ def test_user_kernels_sit_beside_the_built_ins(user_report):
     assert not all(f.safe for (k, _), f in fs.items()
                    if k == "rmsnorm_rms_fp16_storage_accumulate")
     md = (out / "report.md").read_text()
-    assert "(yours)" in md and "fp16 yours" in md
+    assert "(yours: vllm_rms_norm.toml)" in md and "fp16 yours" in md
     bad = next(f for f in fs.values() if f.kernel == "rms_norm_kernel<__half>" and not f.safe)
     assert bad.replay.startswith("normcheck replay") and "<" not in bad.replay
     case = out / bad.worst["file"]

@@ -113,7 +113,8 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
         counterexample=ce, search=search_stats,
         provenance=be.provenance({"arch": arch} if arch else None), cause=cause,
         extra={"peak_rss_mib": _peak_rss_mib(),
-               **({"nondeterministic": judge.spreads} if judge.spreads else {})})
+               **({"nondeterministic": judge.spreads} if judge.spreads else {}),
+               **({"notes": judge.notes} if judge.notes else {})})
 
 
 def _baseline_variants(spec, norm, dtype) -> list:

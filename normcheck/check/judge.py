@@ -253,6 +253,7 @@ class Judge:
         self.fault = None  # (family, Case, Failure): the first launch that faulted
         self.hazards_done = False  # the grid in parts and the padded rows: once a check
         self.spreads = {}  # family -> {role: elements}: a kernel declared nondeterministic
+        self.notes = []  # what the launches noted (a divergent barrier, an undefined shuffle)
         # the families whose first failing launch was run again with other undefined values
         # (undefined_dependence: two launches), and the cause where the output depended on them
         self.probed_undefined = set()
@@ -401,6 +402,9 @@ class Judge:
                     note, "undefined_values", "undefined", diagnose.CAUSES["undefined_values"][0])
                 if isinstance(outs, launch.Outputs):
                     outs.notes.append(note)
+        for note in getattr(outs, "notes", ()) or ():
+            if note not in self.notes and len(self.notes) < 8:
+                self.notes.append(note)  # shown with the verdict, a pass included
         return measured, with_notes(fails, outs)
 
     def _check_h(self, family, h, ref):

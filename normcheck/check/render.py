@@ -7,7 +7,7 @@ from normcheck.measure import mismatch
 from normcheck.metrics import StreamStats
 from normcheck.metrics import short as _fmt
 
-__all__ = ["render", "render_quantised"]
+__all__ = ["render", "render_quantised", "explain"]
 
 
 def render(r) -> str:
@@ -25,14 +25,39 @@ def render(r) -> str:
         return "\n".join(lines + _body(r, backward=True))
     lines = [f"normcheck check: {r.kernel} ({r.norm_desc}, {r.dtype} -> {r.out_dtype}, "
              f"{r.backend} backend)",
-             "fail: beyond what a sound kernel can produce -- a float-accumulating two-pass, "
-             "Welford or RMS kernel with a sequential sum and one final rounding "
-             f"(normcheck.bounds.sound_bound), never below {t.fail_floor:g} ulp; or non-finite, "
-             "unwritten, a crash, out of bounds, misaligned, a deadlock, a timeout, a sandbox "
-             "violation, an exception",
-             f"warn: within that bound, but more than {t.warn_k:g}x the best built-in order and "
-             f"above {t.warn_floor:g} ulp (of max(|γx̂|,|β|)) -- {t.reason}"]
+             f"fail: x bound > 1 (beyond any sound kernel), or a fault; warn: max scaled > "
+             f"{t.warn_k:g}x the best built-in and > {t.warn_floor:g} ulp (normcheck check "
+             "--explain says why)"]
     return "\n".join(lines + _body(r))
+
+
+def explain() -> str:
+    """What fail and warn mean, with the tolerances' reasons (``normcheck check --explain``):
+    said once here, not with every verdict."""
+    from normcheck.check.tolerances import BIAS, TOLERANCES
+
+    out = ["fail -- only what no sound kernel would do on that row:",
+           "  an element beyond the sound bound (normcheck.bounds.sound_bound: a float-"
+           "accumulating two-pass, Welford or RMS kernel with the worst summation order -- "
+           "sequential over the row -- and one final rounding; never below 1 ulp): the table's "
+           "'x bound' column is the error over that bound, > 1 fails;",
+           "  a non-finite answer for a finite exact value, an element never written, a crash, "
+           "an out-of-bounds or misaligned access, a stack overflow, a deadlock, a timeout, a "
+           "sandbox violation, an exception;",
+           "  a rounding bias no round-to-nearest store gives (16-bit outputs): " + BIAS.reason,
+           "  a result that changes with the block order, two blocks writing one element, a "
+           "row stride ignored or padding written (normcheck.check.hazards).",
+           "warn -- within the bound, but a family's largest error in ulps of max(|γx̂|,|β|) "
+           "('max scaled') more than k x the best built-in order's on the same rows and above "
+           "a floor:"]
+    for name, t in TOLERANCES.items():
+        if name == "quantised":
+            out.append(f"  quantised: {t.reason}")
+        else:
+            out.append(f"  {name}: k = {t.warn_k:g}, floor {t.warn_floor:g} ulp -- {t.reason}")
+    out.append("pass -- otherwise.  Exit codes: 0 pass and warn, 1 fail (--strict: warn too), "
+               "2 cannot judge.")
+    return "\n".join(out)
 
 
 def _backward_table(r):
@@ -66,8 +91,10 @@ def _body(r, backward=False) -> list:
     if r.baseline_note:
         lines.append(f"note: {r.baseline_note}")
     lines.append("")
-    head = ["family", "rows", "cols", "max ulp", "p99 ulp", "bias", "max scaled", "x bound",
-            "bound ulp", "best built-in", "verdict"]
+    # the verdict's yardsticks first (x bound: fail > 1; max scaled against the best built-in:
+    # warn), the raw figures after
+    head = ["family", "rows", "cols", "verdict", "x bound", "max scaled", "best built-in",
+            "raw max ulp", "p99 ulp", "bias", "bound ulp"]
     table = []
     if backward:
         head, table = _backward_table(r)
@@ -76,14 +103,17 @@ def _body(r, backward=False) -> list:
         bound = _fmt(f.bound_ulp)
         if f.unbounded_rows:
             bound += f" ({f.unbounded_rows} rows inf)"
-        bias = "-" if f.mean_signed_ulp is None else f"{f.mean_signed_ulp:+.2f}"
-        table.append([f.family, str(f.rows), ",".join(map(str, f.cols)), _fmt(f.max_ulp),
-                      _fmt(f.p99_ulp), bias, _fmt(f.max_scaled), _fmt(f.max_of_bound), bound,
-                      base, f.verdict.upper() if f.verdict != "pass" else f.verdict])
+        b = f.mean_signed_ulp
+        bias = "-" if b is None else (f"{b:+.2f}" if abs(b) < 10 else _fmt(b))
+        nonfinite = bool(f.failures.get("nonfinite") or f.failures.get("unwritten"))
+        ratio = "non-finite" if nonfinite and not f.max_of_bound else _fmt(f.max_of_bound)
+        table.append([f.family, str(f.rows), ",".join(map(str, f.cols)),
+                      f.verdict.upper() if f.verdict != "pass" else f.verdict, ratio,
+                      _fmt(f.max_scaled), base, _fmt(f.max_ulp), _fmt(f.p99_ulp), bias, bound])
     if r.search and not backward:
-        table.append(["search", str(r.search["examples"]), "-", "-", "-", "-", "-",
-                      _fmt(r.search.get("max_of_bound")), "-", "-",
-                      "FAIL" if r.search["failed"] else "pass"])
+        table.append(["search", str(r.search["examples"]), "-",
+                      "FAIL" if r.search["failed"] else "pass",
+                      _fmt(r.search.get("max_of_bound")), "-", "-", "-", "-", "-", "-"])
     w = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(head)]
     lines.append("  ".join(h.ljust(x) for h, x in zip(head, w)))
     lines.append("  ".join("-" * x for x in w))
@@ -97,6 +127,11 @@ def _body(r, backward=False) -> list:
                 if f.cause:
                     lines.append(f"      likely cause: {f.cause}")
             lines.append("")
+    notes = (r.extra or {}).get("notes")
+    if notes:
+        lines.append("the launches noted (whatever the verdict):")
+        lines += [f"  {n}" for n in notes]
+        lines.append("")
     spread = (r.extra or {}).get("nondeterministic")
     if spread:
         lines.append("run to run (declared nondeterministic): " + "; ".join(

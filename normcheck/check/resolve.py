@@ -145,6 +145,7 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
             raise invalid(name, None, f"a {name} (give --{name} or put it in the spec)")
     n, fmt = norms.get(norm), formats.get(dtype)
     be = get_backend(backend)
+    default_abi = spec is None
     if spec is None:
         if backward and n.fused:
             raise invalid("norm", n.name, "a spec for a fused backward (roles dh and "
@@ -202,6 +203,8 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
                              out_dtype=out.name if out is not None else None,
                              backend=be, defines=defines, timeout=timeout, arch=arch,
                              quant=contract)
+    if default_abi:
+        _check_order(spec, target, src)
     eps = np.float32(spec.eps) if spec.eps is not None else \
         np.float32(1e-6 if contract is not None else 1e-5)
     if isinstance(src, (str, Path)) and "\n" not in str(src):
@@ -217,6 +220,59 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
         desc.update({"reference": n.reference,
                      "out_dtype": out.name if out is not None else contract.qformat.name})
     return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc)
+
+
+_ROLE_TEXT = {"output": "the output y (T*)", "input": "x (const T*)", "gamma": "γ (const T*)",
+              "beta": "β (const T*)", "residual": "the residual (const T*)", "h": "h (T*)",
+              "eps": "float eps", "rows": "int rows", "cols": "int cols",
+              "dx": "dx (T*)", "dy": "dy (const T*)", "mean": "mean (const float*)",
+              "rstd": "rstd (const float*)"}
+
+
+def _check_order(spec, target, src=None):
+    """A kernel checked in the default ABI whose parameters do not fit it is named with the
+    fix: a scalar where the ABI has a pointer (or the other way), a scalar of another type,
+    an output parameter declared const (x and y swapped?) -- "parameter 3 is `int rows`; the
+    default ABI has `float eps` there"."""
+    args = spec.launches[0].args
+    for entry, kern in target.kernels.items():
+        params = getattr(kern, "params", None)
+        if not params:
+            continue
+        from normcheck.skeleton import parameter_names
+
+        try:
+            text = Path(src).read_text(errors="replace") if isinstance(src, (str, Path)) and \
+                "\n" not in str(src) else str(src or "")
+        except OSError:
+            text = ""
+        names = parameter_names(text, entry) or []
+        names += [""] * (len(params) - len(names))
+        abi = ", ".join(_ROLE_TEXT.get(a.role, a.role) for a in args)
+        fix = (f"the default ABI of {spec.norm or 'this norm'} is ({abi}); reorder the "
+               "kernel's parameters, or describe them in a spec (normcheck spec FILE --entry "
+               "NAME writes one to start from)")
+        if len(params) != len(args):
+            raise invalid("entry", entry, f"a kernel of {len(args)} parameters in the default "
+                          f"ABI; {entry} has {len(params)} "
+                          f"({', '.join(q.ctype for q in params)})", fix)
+        for i, (a, q) in enumerate(zip(args, params)):
+            want_ptr = a.role not in ("eps", "rows", "cols", "const")
+            what = f"parameter {i} is `{q.ctype}{' ' + names[i] if names[i] else ''}`; the " \
+                   f"default ABI has {_ROLE_TEXT.get(a.role, a.role)} there"
+            if want_ptr != q.is_pointer:
+                raise invalid("entry", entry, "parameters in the default ABI's order: " + what,
+                              fix)
+            if not want_ptr:
+                float_want = a.role == "eps"
+                float_got = q.base in ("float", "double", "__half", "__nv_bfloat16")
+                if float_want != float_got:
+                    raise invalid("entry", entry, "parameters in the default ABI's order: " +
+                                  what, fix)
+            elif a.role in ("output", "h", "dx") and q.ctype.replace(" ", "").startswith(
+                    "const"):
+                raise invalid("entry", entry, "parameters in the default ABI's order: " + what +
+                              " (the kernel declares it const: x and y swapped?)", fix)
 
 
 def resolve_case(k: dict, path, backend, run_embedded: bool, notes: list) -> Resolved:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from normcheck.measure import mismatch
 from normcheck.metrics import short
@@ -32,7 +33,8 @@ def kernel_label(r) -> str:
     """A kernel as the findings name it: algorithm, precision order, convention, rsqrtf; a
     user kernel by its own name."""
     if r.user:
-        return f"{r.kernel} (yours)"
+        spec = Path(r.spec).name if r.spec else ""
+        return f"{r.kernel} (yours{': ' + spec if spec else ''})"
     s = r.algorithm or ""
     if r.order:
         s += f" {ORDER_NAMES.get(r.order, r.order)}"
@@ -59,6 +61,7 @@ class Finding:
     cols: int
     user: bool = False
     worst: dict = field(default_factory=dict)
+    spec: str | None = None     # a kernel of the user's: its spec's path
 
     @property
     def replay(self) -> str:
@@ -112,7 +115,7 @@ def findings(records) -> list[Finding]:
         out.append(Finding(k, kernel_label(worst), worst.norm, worst.storage, fam,
                            not why, why, float(worst.max_ulp), worst.of_bound,
                            int(worst.cols), bool(worst.user),
-                           dict(worst.worst or {})))
+                           dict(worst.worst or {}), worst.spec))
     return out
 
 
@@ -136,8 +139,10 @@ def by_kernel(fs) -> list[tuple]:
                          key=lambda f: (f.of_bound if f.of_bound is not None else -1,
                                         f.max_ulp), reverse=True)
             ks.append((label, kern, bad, user))
-        ks.sort(key=lambda t: (bool(t[2]), t[3], t[0]))
+        ks.sort(key=lambda t: (not t[3], bool(t[2]), t[0]))  # yours first
         out.append((norm, st, ks))
+    # the norms and formats that hold a kernel of the user's come first
+    out.sort(key=lambda blk: not any(k[3] for k in blk[2]))
     return out
 
 

@@ -156,10 +156,28 @@ def _audit_md(audit):
     return "\n".join(lines)
 
 
-def _provenance_md(p):
-    keys = ["normcheck", "git_commit", "backend", "compiler", "flags", "fmad", "cpu", "gpu",
-            "python", "numpy", "mpmath", "hypothesis", "seed", "mode", "date"]
-    return "\n".join(f"- **{k}**: {p.get(k)}" for k in keys if p.get(k) is not None)
+def _provenance_md(p, records=()):
+    keys = ["normcheck", "git_commit", "backend", "compiler", "flags", "fmad", "sandbox",
+            "cpu", "gpu", "python", "numpy", "mpmath", "hypothesis", "seed", "mode", "date"]
+    lines = [f"- **{k}**: {p.get(k)}" for k in keys if p.get(k) is not None]
+    specs = sorted({(r.kernel, r.spec) for r in records if r.user and r.spec})
+    for kernel, spec in specs:  # the user's kernels: which spec, which source, as they were
+        lines.append(f"- **yours: {kernel}**: {_spec_line(spec)}")
+    return "\n".join(lines)
+
+
+def _spec_line(spec: str) -> str:
+    """A user spec and its source, with their SHA-256 (the files as they were measured)."""
+    from normcheck import spec as specs
+    from normcheck.check.resolve import sha256
+
+    try:
+        sp = specs.load(spec)
+        src = sp.source
+        return (f"{spec} (sha256 {sha256(spec)[:16]}), source {src} (sha256 "
+                f"{sha256(src)[:16] if src and Path(src).is_file() else '-'})")
+    except Exception:  # a spec moved since: the path is still worth saying
+        return f"{spec} (no longer readable)"
 
 
 PLOT_TEXT = {
@@ -379,11 +397,20 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
             "bound and no output is non-finite where the exact result is finite (the check's "
             "fail rule; the extremes family, where x² overflows float itself, is not judged).  "
             "For each unsafe one: the families where it breaks, the worst, its error and the "
-            "command that replays its worst row.\n", fnd.findings_markdown(recs, audit, out_dir),
+            "command that replays its worst row." + (
+                "  Your kernels come first, each named with its spec file." if n_user else "")
+            + "  The seed articles are the two posts this project grew from: each of their "
+            "claims about these kernels is checked against a measurement here (HOLDS, FALSE, "
+            "or pending with the reason).\n", fnd.findings_markdown(recs, audit, out_dir),
             _worst_md(recs, out_dir)]
+    legend = ("<p class='legend'>Colours: <span class='ok'>green</span> within the sound "
+              "bound and at most 1 ulp; <span class='warn'>amber</span> within the bound, more "
+              "than 1 ulp; <span class='bad'>red</span> beyond the sound bound, non-finite, or a "
+              "launch that failed; <span class='user'>highlighted rows</span>: your kernels."
+              "</p>")
     sections.append(("Findings", "\n".join(md_f),
-                     "<p>" + html.escape(md_f[0]) + "</p>" + _findings_html(recs, audit,
-                                                                              out_dir)))
+                     "<p>" + html.escape(md_f[0]) + "</p>" + legend +
+                     _findings_html(recs, audit, out_dir)))
     if compare is not None:
         sections.append(("Changes", compare.markdown(),
                          "<pre>" + html.escape(compare.text()) + "</pre>"))
@@ -443,7 +470,7 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
                 "SIMT shim: bit-identical to nvcc --fmad=false except for approximate "
                 "intrinsics (rsqrtf is 1/sqrtf here).  GPU timings and the rsqrtf measurement "
                 "need `--backend cuda`.\n") if prov.get("backend") == "cpu" else ""
-    sections.append(("Provenance", _provenance_md(prov) + "\n" + cpu_note,
+    sections.append(("Provenance", _provenance_md(prov, recs) + "\n" + cpu_note,
                      "<ul>" + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v))}</li>"
                                       for k, v in prov.items()
                                       if k != "cpu_vs_gpu" and v is not None) + "</ul>" +
@@ -466,6 +493,9 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
            "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
            "th.lab,td.lab{text-align:left}td.ok{background:#e6f4e6}td.warn{background:#fff6d5}"
            "td.bad{background:#fbe0e0}tr.user td.lab{font-weight:bold}img{max-width:100%}"
+           "tr.user td{background:#fff1e0}.legend span{padding:0 4px}.legend .ok{"
+           "background:#e6f4e6}.legend .warn{background:#fff6d5}.legend .bad{background:"
+           "#fbe0e0}.legend .user{background:#fff1e0;font-weight:bold}"
            "h3.false,li.false{color:#b00}h3.true,li.true{color:#060}"
            "table.findings td{text-align:left}code{font-size:11px}")
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>normcheck report</title>"

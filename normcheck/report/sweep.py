@@ -96,9 +96,11 @@ def user_specs(paths) -> list:
                               "and entry (a backward or quantised spec is checked with "
                               "normcheck check)")
             label = sp.entries[0]
+            if label in seen:  # two specs of one entry: each labelled by its spec file
+                label = f"{sp.entries[0]} [{f.name}]"
             k = 2
             while label in seen:
-                label = f"{sp.entries[0]}~{k}"
+                label = f"{sp.entries[0]} [{f.name}~{k}]"
                 k += 1
             seen.add(label)
             out.append((label, str(f.resolve())))
@@ -348,7 +350,7 @@ def provenance(backend, seed, mode) -> dict:
         pass
     return {"normcheck": __version__, "git_commit": commit or "unknown", "backend": p["backend"],
             "compiler": p.get("compiler"), "flags": p.get("flags"), "fmad": p.get("fmad"),
-            "cpu": cpu, "gpu": p.get("device") if p["backend"] == "cuda" else None,
+            "sandbox": p.get("sandbox"), "cpu": cpu, "gpu": p.get("device") if p["backend"] == "cuda" else None,
             "cpu_vs_gpu": p.get("cpu_vs_gpu"),
             "python": sys.version.split()[0], "numpy": np.__version__,
             "mpmath": mpmath.__version__, "hypothesis": hypothesis.__version__,

@@ -438,9 +438,14 @@ class _Worker:
             extra["NORMCHECK_SANDBOX_READ"] = os.pathsep.join(
                 sandbox.read_dirs(str(base.cache_dir("cpu").resolve())))
         cmd = confine.command([sys.executable, "-m", "normcheck.backends.cpu.worker"])
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, env=sandbox.worker_environment(extra),
-                                     bufsize=0, pass_fds=(self.fd,), start_new_session=True)
+        env = sandbox.worker_environment(extra)
+        # started from one thread that lives as long as normcheck: normcheck-launch dies with
+        # the *thread* that started it (PR_SET_PDEATHSIG follows the creating thread), so a
+        # worker started from a build thread (normcheck.parts) would die when that thread ends
+        self.proc = _spawner().submit(
+            subprocess.Popen, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.stderr, env=env, bufsize=0, pass_fds=(self.fd,),
+            start_new_session=True).result()
         self.cpu_used = 0.0
         self.loaded = set()
         rep = self._exchange({"op": "ping"}, 60.0)
@@ -624,6 +629,18 @@ class _Worker:
             if self.fd is not None:
                 os.close(self.fd)
                 self.fd = None
+
+
+_SPAWNER = []
+
+
+def _spawner():
+    """The one thread the worker is started from (see _Worker._start)."""
+    if not _SPAWNER:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _SPAWNER.append(ThreadPoolExecutor(1, thread_name_prefix="normcheck-worker-starter"))
+    return _SPAWNER[0]
 
 
 _worker = _Worker()

@@ -947,6 +947,16 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
         continue;
       }
       if (B.at_barrier == B.alive) {
+        if (B.alive < n && B.undefined && B.undefined->empty()) {
+          // a divergent barrier: part of the block exited before it (compute-sanitizer's
+          // synccheck names it; what a GPU does there is undefined)
+          char buf[320];
+          snprintf(buf, sizeof buf, "__syncthreads() in block (%u,%u,%u) was reached by %d of "
+                   "its %d threads: the other %d had exited (a divergent barrier, which "
+                   "compute-sanitizer's synccheck reports; a GPU's behaviour there is undefined)",
+                   tls_blockIdx.x, tls_blockIdx.y, tls_blockIdx.z, B.alive, n, n - B.alive);
+          *B.undefined = buf;
+        }
         int count = 0;
         for (int t = 0; t < n; ++t)
           if (fibers[t].state == AT_BARRIER) {
