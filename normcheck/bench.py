@@ -11,6 +11,10 @@
   a long run of sound built-in kernels: each batch judged alone (the false-alarm rate per
   trial), the largest |mean| and z met, and the whole run's mean; beside them a
   round-toward-zero store of the same rows (what the rule must catch).
+* ``normcheck bench compile`` — the cost of a framework-including file: ``normcheck check`` of
+  the torch-extension example (cuda_src/examples/torch_extension.toml) as a user runs it, first
+  on a text never built (preprocessing torch's headers, compiling, linking) and again unchanged
+  (the build's manifest: no preprocessing); beside them a file that includes only CUDA's headers.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import numpy as np
 from normcheck import formats, oracle
 
 __all__ = ["numpy_layernorm", "numpy_rmsnorm", "oracle_benchmark", "backend_benchmark",
-           "cub_benchmark", "check_benchmark", "bias_benchmark"]
+           "cub_benchmark", "check_benchmark", "bias_benchmark", "compile_benchmark"]
 
 
 def _best(fn, repeats):
@@ -296,3 +300,58 @@ def bias_benchmark(rows=1_000_000, cols=256, fmts=("fp16", "bf16"), echo=print) 
             echo(f"{label:34} {nb:8d} {alarms:7d} {mm:11.4f} {mz:8.2f} {b.mean:+9.4f} "
                  f"{z:8.2f} {verdict:>12} {secs:6.0f}")
     return out
+
+
+def compile_benchmark(echo=print) -> list[dict]:
+    """Seconds of ``normcheck check`` (a fresh process, as a user runs it) of the torch-extension
+    example on a text never built and on the same text again, and of a file including only
+    CUDA's headers the same two ways.  The text is made new by a comment naming the time."""
+    import importlib.util
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from normcheck.kernels import CUDA_SRC
+
+    ex = CUDA_SRC / "examples"
+    cases = [("cuda headers only", "warp_per_row")]
+    if importlib.util.find_spec("torch") is None:
+        echo("torch is not installed: the torch-extension example is left out "
+             "(pip install torch; a CPU build is enough)")
+    else:
+        cases.insert(0, ("torch extension", "torch_extension"))
+    out = []
+    with tempfile.TemporaryDirectory(prefix="normcheck-bench-") as d:
+        for label, name in cases:
+            spec = Path(d) / f"{name}.toml"
+            spec.write_text((ex / f"{name}.toml").read_text())
+            src_name = _spec_source(spec)
+            (Path(d) / src_name).write_text((ex / src_name).read_text() +
+                                            f"\n// normcheck bench compile {time.time_ns()}\n")
+            times = []
+            for _ in range(2):
+                t0 = time.perf_counter()
+                r = subprocess.run([sys.executable, "-m", "normcheck", "check", str(spec),
+                                    "--search", "0", "--examples", "8"], cwd=d,
+                                   capture_output=True, text=True)
+                times.append(time.perf_counter() - t0)
+                if r.returncode not in (0, 1):
+                    echo(f"{label}: check failed (exit {r.returncode}): "
+                         f"{r.stderr.strip().splitlines()[-1:]}")
+                    break
+            row = {"file": label, "first_s": times[0],
+                   "second_s": times[1] if len(times) > 1 else None}
+            out.append(row)
+            second = f"{row['second_s']:.1f} s" if row["second_s"] is not None else "-"
+            echo(f"{label:20} first check (new text) {times[0]:6.1f} s   "
+                 f"second (unchanged) {second}")
+    echo("targets (issue 34, a 2-core machine): a torch-including file's first check <= 90 s, "
+         "its second <= 15 s")
+    return out
+
+
+def _spec_source(spec) -> str:
+    import tomllib
+
+    return tomllib.loads(spec.read_text())["source"]

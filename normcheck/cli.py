@@ -187,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("action", choices=("info", "clear"))
     ca.set_defaults(func=_cache)
 
+    hd = sub.add_parser("headers", help="CUDA library headers (cuBLAS, cuRAND, NVTX ...) a "
+                                        "file includes beside its kernels: list, fetch")
+    hd.add_argument("action", choices=("list", "fetch"))
+    hd.add_argument("packages", nargs="*", metavar="PACKAGE",
+                    help="fetch: pip packages (e.g. nvidia-cublas); default: every one listed")
+    hd.set_defaults(func=_headers)
+
     ag = sub.add_parser("agree", help="compare the built-in kernels on the cpu and cuda backends")
     ag.add_argument("--fmad", action="store_true", help="build for the GPU with --fmad=true")
     ag.set_defaults(func=_agree)
@@ -197,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     sf.set_defaults(func=_surface)
 
     b = sub.add_parser("bench", help="print performance figures (oracle, backend, check, gpu)")
-    b.add_argument("what", choices=("oracle", "backend", "check", "gpu", "cub", "bias"),
+    b.add_argument("what", choices=("oracle", "backend", "check", "gpu", "cub", "bias",
+                                        "compile"),
                    help="what to measure")
     b.add_argument("--cols", type=int, nargs="+", default=None,
                    help="widths (oracle, backend: 1024 4096; check: 4096)")
@@ -206,6 +214,28 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0)
     b.set_defaults(func=_bench)
     return p
+
+
+def _headers(args) -> int:
+    from normcheck.backends import headers
+
+    if args.action == "list":
+        have = headers.fetched()
+        for pkg, (names, what) in headers.LIBRARIES.items():
+            where = have.get(pkg)
+            print(f"{pkg:20} {what:10} {', '.join(names[:3])}"
+                  f"{' ...' if len(names) > 3 else ''}\n{'':20} "
+                  f"{'fetched: ' + str(where) if where else 'not fetched'}")
+        extra = [str(d) for d in headers.library_include_dirs() if d not in have.values()]
+        if extra:
+            print(f"also searched: {', '.join(extra)}")
+        return 0
+    unknown = [p for p in args.packages if p not in headers.LIBRARIES]
+    if unknown:
+        raise invalid("PACKAGE", unknown[0], f"one of {', '.join(headers.LIBRARIES)}")
+    for pkg in args.packages or list(headers.LIBRARIES):
+        headers.fetch(pkg, echo=lambda m: print(m, file=sys.stderr))
+    return 0
 
 
 def _surface(args) -> int:
@@ -235,6 +265,8 @@ def _bench(args) -> int:
                                   builtin_rows=args.rows or 1023)
     elif args.what == "cub":
         bench.cub_benchmark()
+    elif args.what == "compile":
+        bench.compile_benchmark()
     elif args.what == "bias":
         bench.bias_benchmark(rows=args.rows or 1_000_000, cols=(args.cols or (256,))[0])
     else:
@@ -300,6 +332,8 @@ def _check(args) -> int:
         print(explain())
         return 0
 
+    if args.source and args.source.endswith(".toml") and not args.spec:
+        args.spec, args.source = args.source, None  # `normcheck check SPEC.toml`
     if args.backward:
         from normcheck.check.backward import check_backward
 

@@ -258,8 +258,9 @@ class KernelTarget:
         if a.role == "scale" and a.type is not None:  # the static scale by value
             return specs.scalar_type(a)(case.extra.get("scale"))
         if a.role == "const":
-            v = specs.evaluate(a.value, rows, cols, f"args.{a.label}.value")
             t = specs.scalar_type(a)
+            v = specs.evaluate(a.value, rows, cols, f"args.{a.label}.value",
+                               real=(a.type in specs.FLOAT_TYPES))
             if np.issubdtype(t, np.integer) and not (np.iinfo(t).min <= v <= np.iinfo(t).max):
                 raise invalid(f"args.{a.label}.value", v, f"a value that fits {a.type}")
             return t(v)

@@ -52,7 +52,8 @@ otherwise), scale, scales and amax (a quantised output's: the static scale -- a 
 value, or the value itself with ``type = "float32"`` --, the scales it writes, the amax it writes;
 they need a ``quant`` table: ``quant = { contract = "vllm", granularity = "per_token", format =
 "e4m3" }`` with any field of normcheck.quant.contract), scratch (an intermediate that is not
-judged: ``name``, ``dtype``, ``size`` in elements; the same name is the same buffer), dy, dx,
+judged: ``name``, ``dtype``, ``size`` in elements; the same name is the same buffer; ``side``
+is the same, for an output the kernel writes beside y that no check judges), dy, dx,
 dgamma, dbeta (a backward kernel's), dh and d_residual (a fused add's backward: the residual
 stream's gradient in and out), y (the forward's output, read by a memory-efficient backward instead
 of x), null (a null pointer), eps (the float ε), rows, cols, const, stride (a row pitch in
@@ -62,8 +63,10 @@ normcheck.check.hazards). ``role = ["input", "output"]``
 is one buffer holding x on entry and y on exit (likewise ``["residual", "h"]``). No ``gamma`` role:
 the exact function has γ = 1; no ``beta``: β = 0 (an affine-free norm). Output and scratch buffers
 start as a NaN poison; ``fill = "zero"`` starts them at zero (for kernels that accumulate into
-them). Scalar roles take ``type`` (int32 by default; float32 for eps). Expressions use rows, cols,
-integers, + - * // % ( ), min, max and ceil_div.
+them). Scalar roles take ``type`` (int32 by default; float32 for eps; float16 / half and bfloat16
+for a kernel taking ε or a constant in a storage format, rounded to it). Expressions use rows,
+cols, integers, + - * // % ( ), min, max and ceil_div; a float scalar's expression divides as a
+real number (``value = "1 / cols"`` with ``type = "float32"``).
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from normcheck import formats, norms
@@ -104,7 +108,10 @@ INPLACE = {frozenset(("input", "output")): ("input", "output"),
 _SCALAR_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": np.int16,
                  "uint16": np.uint16, "int32": np.int32, "int": np.int32, "int64": np.int64, "uint32": np.uint32,
                  "uint64": np.uint64, "float32": np.float32, "float": np.float32,
-                 "float64": np.float64}
+                 "float64": np.float64, "float16": np.float16, "half": np.float16,
+                 "bfloat16": ml_dtypes.bfloat16}
+#: Scalar types of a float value (a const's value may then be a float expression).
+FLOAT_TYPES = ("float32", "float", "float64", "float16", "half", "bfloat16")
 _ARG_KEYS = {"role", "dtype", "type", "value", "stride", "name", "size", "fill", "fields",
              "offset", "of"}
 _LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host"}
@@ -349,6 +356,8 @@ def _parse_arg(a, w, in_struct=False) -> ArgSpec:
         k = sorted(extra)[0]
         raise _err(w, k, a[k], f"keys {', '.join(sorted(_ARG_KEYS))}")
     role = a["role"]
+    if role == "side":  # a side output the check does not judge (TE's scale_inv, TRT-LLM's
+        role = "scratch"  # sum_per_token): a scratch buffer by another name
     if isinstance(role, list):
         pair = INPLACE.get(frozenset(role)) if len(role) == 2 else None
         if pair is None:
@@ -689,25 +698,28 @@ def evaluate_dims(expr: str, rows: int, cols: int, where: str = "expression") ->
     return tuple(evaluate(ast.unparse(p), rows, cols, where) for p in parts)
 
 
-def evaluate(expr: str, rows: int, cols: int, where: str = "expression") -> int:
-    """Evaluate an integer expression of rows and cols (no names or calls beyond those)."""
+def evaluate(expr: str, rows: int, cols: int, where: str = "expression", real: bool = False):
+    """Evaluate an integer expression of rows and cols (no names or calls beyond those);
+    ``real``: a float expression (a const of a float type: ``1 / cols``), where ``/`` divides
+    exactly and float constants are allowed."""
     tree = _tree(expr, where)
     env = {"rows": rows, "cols": cols}
+    ops = {**_OPS, **({ast.Div: operator.truediv} if real else {})}
 
     def ev(n):
         if isinstance(n, ast.Expression):
             return ev(n.body)
-        if isinstance(n, ast.Constant) and isinstance(n.value, int) and \
-                not isinstance(n.value, bool):
+        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float) if real else int) \
+                and not isinstance(n.value, bool):
             return n.value
         if isinstance(n, ast.Name) and n.id in env:
             return env[n.id]
-        if isinstance(n, ast.BinOp) and type(n.op) in _OPS:
+        if isinstance(n, ast.BinOp) and type(n.op) in ops:
             a, b = ev(n.left), ev(n.right)
             if isinstance(n.op, (ast.FloorDiv, ast.Mod, ast.Div)) and b == 0:
                 raise SpecError(f"{where}={expr!r}: division by zero at rows={rows}, "
                                 f"cols={cols}; guard the divisor, e.g. max(1, ...)")
-            v = _OPS[type(n.op)](a, b)
+            v = ops[type(n.op)](a, b)
             if abs(v) > _LIMIT:
                 raise SpecError(f"{where}={expr!r}: the value {v} at rows={rows}, cols={cols} "
                                 "is out of range")
@@ -724,9 +736,10 @@ def evaluate(expr: str, rows: int, cols: int, where: str = "expression") -> int:
                 raise SpecError(f"{where}={expr!r}: {n.func.id}() needs arguments")
             return _FUNCS[n.func.id](*args)
         raise SpecError(f"{where}={expr!r}: only rows, cols, integers, + - * // %, min, max "
-                        "and ceil_div are allowed")
+                        "and ceil_div are allowed" + (" (and / and floats: a float const)"
+                                                      if real else ""))
 
-    return int(ev(tree))
+    return float(ev(tree)) if real else int(ev(tree))
 
 
 def scalar_type(a: ArgSpec):

@@ -169,17 +169,27 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
     if contract is not None:
         from normcheck.check.quantised import judge_quantised
 
-        return judge_quantised(target, label=target.label, norm=n, storage=fmt,
+        return _with_headers(target, judge_quantised(target, label=target.label, norm=n, storage=fmt,
                                contract=contract, eps=r.eps, backend=r.backend, examples=examples, seed=seed,
                                cols_range=spec.cols, cols_multiple_of=spec.cols_multiple_of,
                                kernel_desc=desc, arch=r.arch,
-                               save_counterexample=save_counterexample)
-    return _judge(target, label=target.label, norm=n, fmt=fmt, out=out,
+                               save_counterexample=save_counterexample))
+    return _with_headers(target, _judge(target, label=target.label, norm=n, fmt=fmt, out=out,
                   convention=spec.convention, eps=r.eps, backend=r.backend, examples=examples,
                   search_examples=search, seed=seed, cols_range=spec.cols,
                   cols_multiple_of=spec.cols_multiple_of, stats_roles=stats_roles,
                   save_counterexample=save_counterexample, kernel_desc=desc, long=long,
-                  progress=progress, arch=r.arch)
+                  progress=progress, arch=r.arch))
+
+
+def _with_headers(target, result):
+    """The framework and library headers the kernel's build read, in its provenance."""
+    used = {}
+    for k in getattr(target, "kernels", {}).values():
+        used.update(getattr(getattr(k, "module", None), "frameworks", None) or {})
+    if used and isinstance(getattr(result, "provenance", None), dict):
+        result.provenance["headers"] = used
+    return result
 
 
 def check_callable(fn, norm, dtype, *, out_dtype=None, convention="exact",

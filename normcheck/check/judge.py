@@ -403,8 +403,11 @@ class Judge:
                 if isinstance(outs, launch.Outputs):
                     outs.notes.append(note)
         for note in getattr(outs, "notes", ()) or ():
-            if note not in self.notes and len(self.notes) < 8:
-                self.notes.append(note)  # shown with the verdict, a pass included
+            # shown with the verdict, a pass included: a divergent barrier only.  An undefined
+            # shuffle read stays with the failures it may explain (with_notes): on a pass its
+            # value went unused (CUB's partial-warp reductions read such lanes, then mask them)
+            if "__syncthreads()" in note and note not in self.notes and len(self.notes) < 8:
+                self.notes.append(note)
         return measured, with_notes(fails, outs)
 
     def _check_h(self, family, h, ref):

@@ -175,6 +175,7 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
     src = source if source is not None else spec.source
     if src is None:
         raise invalid("source", None, "a .cu file (or `source` in the spec)")
+    defines, arch = _arch_define(spec, defines, arch)
     arch = parse_arch(arch if arch is not None else spec.arch)
     contract = None
     if backward:
@@ -207,6 +208,10 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
         _check_order(spec, target, src)
     eps = np.float32(spec.eps) if spec.eps is not None else \
         np.float32(1e-6 if contract is not None else 1e-5)
+    eps_arg = next((a for a in spec.args if a.role == "eps"), None)
+    if eps_arg is not None and eps_arg.type in ("float16", "half", "bfloat16"):
+        # ε as the kernel receives it: in half (ONNX Runtime's epsilon), the exact function too
+        eps = np.float32(specs.scalar_type(eps_arg)(eps))
     if isinstance(src, (str, Path)) and "\n" not in str(src):
         desc = {"source": str(Path(src).resolve()), "sha256": sha256(src)}
     else:
@@ -220,6 +225,29 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
         desc.update({"reference": n.reference,
                      "out_dtype": out.name if out is not None else contract.qformat.name})
     return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc)
+
+
+def _arch_define(spec, defines, arch):
+    """A define of __CUDA_ARCH__ (in the spec or on the command line) is the architecture
+    presented (``arch``): honoured as such, since the shim defines __CUDA_ARCH__ from it
+    (defining it beside would give the CUDA headers two answers); one that disagrees with an
+    explicit arch is refused."""
+    merged = {**(spec.defines or {}), **(defines or {})}
+    v = merged.get("__CUDA_ARCH__")
+    if "__CUDA_ARCH__" not in merged:
+        return defines, arch
+    try:
+        sm = f"sm_{int(str(v)) // 10}"
+    except (TypeError, ValueError):
+        raise invalid("defines.__CUDA_ARCH__", v, "a number such as 800",
+                      "or say arch = \"sm_80\" (--arch sm_80)") from None
+    want = arch if arch is not None else spec.arch
+    if want is not None and parse_arch(want) != parse_arch(sm):
+        raise invalid("defines.__CUDA_ARCH__", v, f"the architecture given ({want})",
+                      "drop the define: arch says it")
+    spec.defines = {k: val for k, val in (spec.defines or {}).items() if k != "__CUDA_ARCH__"}
+    defines = {k: val for k, val in (defines or {}).items() if k != "__CUDA_ARCH__"}
+    return defines, sm
 
 
 _ROLE_TEXT = {"output": "the output y (T*)", "input": "x (const T*)", "gamma": "γ (const T*)",

@@ -19,7 +19,8 @@ choice, so that one exact result exists per contract and a kernel is judged by i
                fl32(y · fl32(1/s))                    ``apply`` "mul_inv"
                fl32(y · s)                            ``apply`` "mul" (a static multiplier)
                fl32(y · min(fl32(qmax/A'), cap))      ``apply`` "mul_qmax_over_amax"
-    q        = Q(v)   ``saturation`` "clamp": fmax(-M, fmin(v, M)) then round (NaN -> +M);
+    q        = Q(v)   ``saturation`` "clamp": fmax(-M, fmin(v, M)) then round (NaN -> +M; M the
+                      format's largest value, or ``clamp`` where given);
                       "satfinite": round, ±M beyond (the .satfinite cvt, NaN stays NaN);
                       "none": round, NaN (e4m3) or inf (e5m2) beyond
 
@@ -89,6 +90,8 @@ class Contract:
     apply: str = "div"
     multiplier_cap: float | None = None
     saturation: str = "satfinite"
+    clamp: float | None = None         # "clamp" saturation at ±clamp (default the format's max:
+                                       # vLLM's ROCm e4m3fnuz builds clamp at 224)
     scale_layout: str = "row_major"    # per_group scales [rows, groups] or [groups, rows]
     source: str = ""                   # the public file it follows
     notes: tuple = field(default=(), compare=False)
@@ -182,7 +185,7 @@ def _checked(c: Contract) -> Contract:
         v = getattr(c, k)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v) or v < 0:
             raise invalid(f"quant.{k}", v, "a finite number >= 0")
-    for k in ("qmax", "amax_cap", "multiplier_cap"):
+    for k in ("qmax", "amax_cap", "multiplier_cap", "clamp"):
         v = getattr(c, k)
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
                               or not np.isfinite(v) or v <= 0):

@@ -178,7 +178,7 @@ def saturate(c: Contract, v) -> np.ndarray:
     fmt = c.qformat
     v = np.asarray(v, np.float64)
     if c.saturation == "clamp":  # fmax(-M, fmin(v, M)): fmin(NaN, M) = M
-        M = fmt.max_finite
+        M = fmt.max_finite if c.clamp is None else float(c.clamp)
         with np.errstate(invalid="ignore"):
             v = np.where(np.isnan(v), M, np.clip(v, -M, M))
         return fmt.quantize(v, "satfinite")

@@ -16,6 +16,13 @@ per entry -- and
    file), the compiler's version and the flags; compiled into a temporary file and renamed
    into place when missing.
 
+Steps 1-2 of a file already built are skipped (a framework's headers make them seconds: torch's
+are 17 MB preprocessed): a manifest keyed by the source's text and every option of the build
+names the files the preprocessor read, each with its size and modification time, and the
+build's key; when none of them changed and the build is still in the cache, it is used as it is
+(ccache's "direct mode"; a header newly created earlier on the include path than one the file
+used is the case it cannot see -- ``normcheck cache clear`` then).
+
 Run: launches go to a worker process (:mod:`normcheck.backends.cpu.worker`) that enters a sandbox
 (:mod:`normcheck.backends.cpu.sandbox`) before loading user code, so that a segfault, an abort, a
 deadlock, an endless loop or a forbidden system call becomes a typed error
@@ -28,7 +35,9 @@ start), ``"both"`` launches twice to catch either.
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib.util
+import json
 import mmap
 import os
 import platform
@@ -45,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck.backends import base, confine
+from normcheck.backends import base, confine, headers
 from normcheck.backends.cpu import sandbox, translate, wire
 from normcheck.errors import (
     BackendUnavailable,
@@ -143,6 +152,9 @@ _UNDECLARED = re.compile(r"'([A-Za-z_]\w*)' was not declared in this scope|"
                          r"'([A-Za-z_]\w*)' is not a member of")
 
 
+_REMOVED_FIELD = re.compile(r"'struct cudaDeviceProp' has no member named '(\w+)'")
+
+
 def _explain(diag: str, tu_path: str) -> str:
     diag = diag.replace(tu_path, "<normcheck wrapper>")
     hints = []
@@ -152,6 +164,10 @@ def _explain(diag: str, tu_path: str) -> str:
                 name in ("nvcuda", "wmma"):
             hints.append(f"normcheck: `{name}` is a CUDA feature the cpu backend's SIMT shim does "
                          "not support (see normcheck/backends/cpu/shim/normcheck_simt.h for what it does)")
+    for m in _REMOVED_FIELD.finditer(diag):
+        hints.append(f"normcheck: cudaDeviceProp::{m.group(1)} was removed in CUDA 13, whose "
+                     "headers the cpu backend compiles against: read it with "
+                     "cudaDeviceGetAttribute, or guard the line with #if CUDART_VERSION < 13000")
     if "<normcheck launch wrappers>" in diag and "NORMCHECK_ENTRY" in diag:
         hints.append("normcheck: the entry could not be instantiated: check the --entry name (for "
                      "a template give the instantiation, e.g. rms_norm<__half>) and that the "
@@ -166,6 +182,7 @@ class Module:
     origin: str
     signatures: dict = field(default_factory=dict)
     unsupported_ptx: list = field(default_factory=list)  # inline PTX that fails when it runs
+    frameworks: dict = field(default_factory=dict)  # headers.frameworks of the files it read
 
 
 def _line_literal(origin: str) -> str:
@@ -210,12 +227,62 @@ def presentation(arch: int, incs) -> list:
             f"-DNORMCHECK_CUDACC_VER_MINOR={minor}"]
 
 
+_TORCH_INCLUDE = re.compile(r"^\s*#\s*include\s*[<\"](?:torch|ATen|c10|caffe2)/", re.M)
+
+
+def include_dirs_for(src: base.Source, torch: bool = False) -> list:
+    """The system include folders of a build of ``src``: the CUDA runtime's, CUDA's library
+    headers (normcheck.backends.headers), and PyTorch's where the file includes them (or
+    ``torch``)."""
+    incs = list(cuda_include_dirs()) + headers.library_include_dirs()
+    if torch or _TORCH_INCLUDE.search(src.text):
+        incs += headers.torch_include_dirs()
+    return incs
+
+
 def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(),
-               arch: int = base.DEFAULT_ARCH, hosts=()) -> tuple[str, list]:
+               arch: int = base.DEFAULT_ARCH, hosts=()) -> tuple[str, list, list]:
     """The rewritten, preprocessed translation unit of ``src`` with launchers for ``entries``,
-    and the messages of its inline PTX statements left to fail when they run."""
+    the messages of its inline PTX statements left to fail when they run, and the files the
+    preprocessor read (absolute paths).  A header of
+    CUDA's libraries the file includes and the machine lacks is fetched (once) and the file
+    preprocessed again; one of PyTorch's names the package to install."""
+    torch = False
+    for _attempt in range(12):
+        try:
+            return _preprocess(src, entries, defines, extra_flags, arch, hosts, torch)
+        except CompileError as e:
+            missing = headers.missing_header(e.diagnostics or "")
+            if missing is None:
+                raise
+            if missing.startswith(headers.TORCH_HEADERS):
+                if headers.torch_include_dirs() and not torch:
+                    torch = True  # included through a project header: search torch's folders
+                    continue
+                if not headers.torch_include_dirs():
+                    raise CompileError(
+                        f"{src.origin} includes PyTorch's headers ({missing}) and torch is not "
+                        "installed beside normcheck: pip install torch (a CPU build is enough: "
+                        "its headers are what the file needs; nothing of torch runs)",
+                        e.diagnostics) from None
+                raise
+            pkg = headers.library_for(missing)
+            if pkg is None or pkg in headers.fetched():
+                raise
+            if os.environ.get("NORMCHECK_FETCH_HEADERS", "1") == "0":
+                raise CompileError(
+                    f"{src.origin} includes {missing}, a header of "
+                    f"{headers.LIBRARIES[pkg][1]}, which is not on this machine: "
+                    f"normcheck headers fetch {pkg} keeps its headers in the build cache "
+                    f"(or pip install {pkg}, or set CUDA_HOME to a CUDA toolkit)",
+                    e.diagnostics) from None
+            headers.fetch(pkg, echo=lambda m: print(m, file=sys.stderr, flush=True))
+    raise CompileError(f"{src.origin}: the headers it includes could not all be found")
+
+
+def _preprocess(src, entries, defines, extra_flags, arch, hosts, torch):
     cxx, _ = _compiler()
-    incs = cuda_include_dirs()
+    incs = include_dirs_for(src, torch)
     tu = _translation_unit(src, entries, hosts)
     flags = [*_PP_FLAGS, *presentation(arch, incs), *base.define_flags(defines), f"-I{SHIM_DIR}",
              *[f"-I{d}" for d in src.include_dirs], *[f"-isystem{d}" for d in incs],
@@ -230,6 +297,7 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
             raise CompileError(f"g++ could not preprocess {src.origin} for the cpu backend",
                                _explain(r.stderr, str(tu_path)))
         text = r.stdout.replace(str(tu_path), "<normcheck wrapper>")
+    deps = sorted({m for m in _LINE_MARKER.findall(text) if m.startswith("/")})
     shim = str(SHIM_DIR)
     cuda = tuple(str(Path(d).resolve()) + "/" for d in incs)
 
@@ -241,7 +309,51 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
         return not system and not path.startswith(shim) and path not in (
             "<built-in>", "<command-line>", "<normcheck launch wrappers>", "<normcheck wrapper>")
 
-    return translate.rewrite(text, ptx_file)
+    rewritten, deferred = translate.rewrite(text, ptx_file)
+    return rewritten, deferred, deps
+
+
+_LINE_MARKER = re.compile(r'^# \d+ "([^"]+)"', re.M)
+
+
+@functools.cache
+def _tools_key() -> str:
+    """What else a preprocessed build depends on: normcheck's rewriting code."""
+    here = Path(__file__).resolve().parent
+    return base.key_of(*[(here / f).read_bytes() for f in ("backend.py", "translate.py",
+                                                           "ptx.py")])
+
+
+def _stamps(paths) -> list | None:
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            return None
+        out.append([p, st.st_size, st.st_mtime_ns])
+    return out
+
+
+def _manifest(src, entries, defines, extra, arch, hosts, version) -> Path:
+    key = base.key_of(src.origin, src.text, repr((entries, sorted((defines or {}).items()),
+                                                  extra, arch, sorted(hosts),
+                                                  list(src.include_dirs),
+                                                  [str(d) for d in include_dirs_for(src)])),
+                      version or "", _tools_key())
+    return base.cache_dir("cpu") / "manifests" / f"{key}.json"
+
+
+def _from_manifest(path: Path):
+    """(build key, deferred PTX messages, frameworks) of an unchanged build, or None."""
+    try:
+        m = json.loads(path.read_text())
+        deps = m["deps"]
+        if _stamps(d[0] for d in deps) != deps:
+            return None
+        return m["key"], list(m["deferred"]), dict(m["frameworks"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 #: The largest build normcheck keeps (a kernel module is well under a MiB; the limit stops a
@@ -257,19 +369,35 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
     hosts = {base.parse_entry(e) for e in hosts}
     cxx, version = _compiler()
     extra = [str(f) for f in extra_flags]
-    text, deferred = preprocess(src, entries, defines, extra, arch, hosts)
     flags = [*_CXX_FLAGS, *extra]
-    key = base.key_of(text, " ".join(flags), version)
+    manifest = _manifest(src, entries, defines, extra, arch, hosts, version)
+    known = _from_manifest(manifest)
+    if known and (base.cache_dir("cpu") / known[0] / "kernel.so").is_file():
+        key, deferred, used = known
+    else:
+        text, deferred, deps = preprocess(src, entries, defines, extra, arch, hosts)
+        key = base.key_of(text, " ".join(flags), version)
+        used = headers.frameworks(deps)
     so = base.cache_dir("cpu") / key / "kernel.so"
     if not so.is_file():
         with confine.temporary_folder("build") as d:
             ii = Path(d) / "kernel.ii"
             ii.write_text(text)
             out = Path(d) / "kernel.so"
-            r = confine.run_compiler([cxx, *flags, "-x", "c++-cpp-output", str(ii), "-o",
-                                      str(out)], f"compiling {src.origin}",
-                                     read=confine.toolchain_roots(cxx), write=[d, os.devnull],
-                                     cleanup=d)
+            obj = Path(d) / "kernel.o"
+            roots = confine.toolchain_roots(cxx)
+            r = confine.run_compiler([cxx, *[f for f in flags if f != "-shared"], "-c", "-x",
+                                      "c++-cpp-output", str(ii), "-o", str(obj)],
+                                     f"compiling {src.origin}", read=roots,
+                                     write=[d, os.devnull], cleanup=d)
+            if r.returncode != 0 and _nvcc_accepts(r.stderr):
+                # g++ rejects what nvcc's front end accepts: -fpermissive makes it a warning
+                r = confine.run_compiler([cxx, *[f for f in flags if f != "-shared"],
+                                          "-fpermissive", "-c", "-x", "c++-cpp-output", str(ii),
+                                          "-o", str(obj)], f"compiling {src.origin}",
+                                         read=roots, write=[d, os.devnull], cleanup=d)
+            if r.returncode == 0:
+                r = _link(cxx, obj, out, d, src.origin)
             if r.returncode != 0:
                 missing = [e for e in entries if re.search(
                     rf"<normcheck launch wrappers>:\d+:\d+: error: '{re.escape(e.split('<')[0])}' "
@@ -286,7 +414,12 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
                                    f"normcheck's limit of {MAX_BUILD_BYTES >> 20} MiB (large "
                                    "static data?); it is not kept")
             base.install_file(out.read_bytes(), so)
-    mod = Module(str(so), list(entries), src.origin, unsupported_ptx=deferred)
+    if known is None:
+        stamps = _stamps(deps)
+        if stamps is not None:
+            base.install_file(json.dumps({"key": key, "deferred": deferred, "deps": stamps,
+                                          "frameworks": used}), manifest)
+    mod = Module(str(so), list(entries), src.origin, unsupported_ptx=deferred, frameworks=used)
     # the signatures are read in the worker: the caller's process never loads user code
     rep = _worker.request({"op": "signatures", "so": str(so), "n": len(entries)}, 60.0,
                           _signatures_reply(len(entries)))
@@ -305,6 +438,118 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
     for e, raw in zip(entries, rep["signatures"]):
         mod.signatures[e] = base.parse_signature(raw)
     return mod
+
+
+#: g++'s errors for code nvcc's front end accepts, which -fpermissive turns into warnings: a
+#: member alias named as the type it aliases (``using Reducer = Reducer<T, N>;``, as
+#: flash-attention's and Apex contrib's layer norms write).
+_PERMISSIVE = ("changes meaning of",)
+
+
+def _nvcc_accepts(diagnostics: str) -> bool:
+    """Every error g++ reported is one nvcc's front end does not make (_PERMISSIVE)."""
+    errs = [ln for ln in (diagnostics or "").splitlines() if ": error: " in ln]
+    return bool(errs) and all(any(p in ln for p in _PERMISSIVE) for ln in errs)
+
+
+def _demangle(sym: str) -> str:
+    """A C++ symbol as source names it (binutils' c++filt), or as it is."""
+    cxx, _ = _compiler()
+    tool = _tool(cxx, "c++filt")
+    if tool and re.fullmatch(r"[A-Za-z_.$][\w.$]{0,300}", sym):
+        try:
+            out = subprocess.run([tool, sym], capture_output=True, text=True,
+                                 timeout=10).stdout.strip()
+            if out and out != sym:
+                return f"{out} ({sym})"
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return sym
+
+
+def _tool(cxx: str, name: str) -> str | None:
+    """A binutils program beside the compiler (g++ needs binutils), or on the PATH."""
+    import shutil
+
+    for cand in (str(Path(shutil.which(cxx) or cxx).parent / name), name):
+        found = shutil.which(cand)
+        if found:
+            return found
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _system_symbols(cxx: str) -> frozenset:
+    """What the C and C++ runtime libraries a module loads with define (libc, libm, libstdc++,
+    libgcc_s, the dynamic loader): symbols a module may leave undefined."""
+    nm = _tool(cxx, "nm")
+    out = set()
+    if nm is None:
+        return frozenset()
+    for lib in ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1",
+                "ld-linux-x86-64.so.2", "libpthread.so.0", "libdl.so.2", "librt.so.1"):
+        try:
+            path = subprocess.run([cxx, f"-print-file-name={lib}"], capture_output=True,
+                                  text=True, timeout=60).stdout.strip()
+            if not path or not Path(path).is_file():
+                continue
+            r = subprocess.run([nm, "-D", "--defined-only", path], capture_output=True,
+                               text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        for ln in r.stdout.splitlines():
+            parts = ln.split()
+            if parts:
+                out.add(parts[-1].split("@")[0])
+    return frozenset(out)
+
+
+def _link(cxx: str, obj: Path, out: Path, folder: str, origin: str):
+    """Link a module; every symbol it leaves undefined that the C/C++ runtime does not define
+    -- a framework's host functions and data (c10's, cuBLAS's, the CUDA runtime's), named by
+    host code in the file that no kernel reaches -- gets a stub that fails the launch naming
+    it if it is ever called: the module loads, and a call is a named failure, never a crash."""
+    nm = _tool(cxx, "nm")
+    foreign = []
+    if nm is not None:
+        r = subprocess.run([nm, "-u", str(obj)], capture_output=True, text=True, timeout=120)
+        system = _system_symbols(cxx)
+        for ln in r.stdout.splitlines():
+            parts = ln.split()
+            if len(parts) == 2 and parts[0] == "U" and parts[1].split("@")[0] not in system \
+                    and parts[1] not in _LINKER_SYMBOLS:
+                foreign.append(parts[1])
+    objs = [str(obj)]
+    if foreign:
+        stubs = Path(folder) / "stubs.cpp"
+        lines = ['extern "C" [[noreturn]] void ncsimt_unresolved_call(const char*, void*);']
+        for i, sym in enumerate(foreign):
+            lit = sym.replace("\\", "\\\\").replace('"', '\\"')
+            lines.append(f'extern "C" void __nc_stub_{i}() __asm__("{lit}");')
+            lines.append(f'extern "C" void __nc_stub_{i}() {{ ncsimt_unresolved_call("{lit}", '
+                         '__builtin_return_address(0)); }')
+        stubs.write_text("\n".join(lines) + "\n")
+        r = confine.run_compiler([cxx, "-std=c++17", "-O1", "-fPIC", "-c", "-fvisibility=hidden",
+                                  str(stubs), "-o", str(Path(folder) / "stubs.o")],
+                                 f"linking {origin}", read=confine.toolchain_roots(cxx),
+                                 write=[folder, os.devnull], cleanup=folder)
+        if r.returncode != 0:
+            return r
+        objs.append(str(Path(folder) / "stubs.o"))
+    r = confine.run_compiler([cxx, "-shared", "-pthread", *objs, "-o", str(out)],
+                             f"linking {origin}", read=confine.toolchain_roots(cxx),
+                             write=[folder, os.devnull], cleanup=folder)
+    if r.returncode != 0 and len(objs) > 1:  # a stub the linker refuses (a TLS symbol ...)
+        r = confine.run_compiler([cxx, "-shared", "-pthread", objs[0], "-o", str(out)],
+                                 f"linking {origin}", read=confine.toolchain_roots(cxx),
+                                 write=[folder, os.devnull], cleanup=folder)
+    return r
+
+
+#: What the static linker itself defines: never stubbed.
+_LINKER_SYMBOLS = frozenset({"_GLOBAL_OFFSET_TABLE_", "_TLS_MODULE_BASE_", "__dso_handle",
+                             "_DYNAMIC", "__ehdr_start", "_end", "_edata", "__bss_start",
+                             "_init", "_fini", "_PROCEDURE_LINKAGE_TABLE_"})
 
 
 _DIRECTIVE = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)$")
@@ -661,7 +906,7 @@ _REPORT_KEYS = {
     "before_start_bytes": _INT, "size_bytes": _INT, "itemsize": r"\d{1,3}", "syscall": _INT,
     "block": r"\d{1,10},\d{1,10},\d{1,10}", "thread": r"\d{1,10},\d{1,10},\d{1,10}",
     "detail": r"[a-z_]{1,40}", "stack_bytes": _INT, "call": r"[A-Za-z_]\w{0,40}\(\)",
-    "pc": r"0x[0-9a-f]{1,16}",
+    "pc": r"0x[0-9a-f]{1,16}", "sym": r"[A-Za-z_.$][\w.$]{0,300}",
 }
 _REPORT_INTS = {"signal", "bytes", "arg", "elem_offset_bytes", "past_end_bytes", "ptx",
                 "before_start_bytes", "size_bytes", "itemsize", "syscall", "stack_bytes"}
@@ -672,6 +917,8 @@ _UNSUPPORTED = {
     "cuda_launch_kernel": "launched a kernel through cudaLaunchKernel/cudaLaunchKernelExC with "
                           "its arguments as void* (their types are unknown here): launch it with "
                           "<<<...>>> or the typed cudaLaunchKernelEx(&config, kernel, args...)",
+    "wmma": "reached a WMMA (tensor core) operation of <mma.h>, which the cpu backend does "
+            "not emulate",
     "named_barrier_count": "reached a barrier of part of the block (bar.sync / "
                            "__barrier_sync_count with a thread count below the block's): the cpu "
                            "backend's barriers are block-wide",
@@ -1016,6 +1263,10 @@ class CpuKernel:
                 return self._malformed(f"ptx={i} names no inline PTX of the module")
             what = (f"ran inline PTX the cpu backend does not translate: {table[i]} (PTX that "
                     "never runs is harmless; this one ran)")
+        elif info.get("detail") == "host_symbol" and "sym" in info:
+            what = (f"called {_demangle(info['sym'])}, host code of a library the cpu backend "
+                    "does not load (its symbol was left unresolved when the module was built, "
+                    "so the file could load)")
         else:
             what = _UNSUPPORTED.get(info.get("detail"))
             if what is None:

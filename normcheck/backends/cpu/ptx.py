@@ -205,12 +205,12 @@ _SREGS = {"laneid": "::ncsimt::ptx::laneid()", "warpid": "::ncsimt::ptx::warpid(
           "globaltimer": "(uint64_t)clock64()"}
 # (what threadIdx & co. expand to: the translation happens after the preprocessor)
 for _d in "xyz":
-    _SREGS[f"tid.{_d}"] = f"(::ncsimt::tls_cur->tid.{_d})"
-    _SREGS[f"ntid.{_d}"] = f"(::ncsimt::tls_blockDim.{_d})"
-    _SREGS[f"ctaid.{_d}"] = f"(::ncsimt::tls_blockIdx.{_d})"
-    _SREGS[f"nctaid.{_d}"] = f"(::ncsimt::tls_gridDim.{_d})"
-    _SREGS[f"clusterid.{_d}"] = f"(::ncsimt::tls_blockIdx.{_d})"
-    _SREGS[f"nclusterid.{_d}"] = f"(::ncsimt::tls_gridDim.{_d})"
+    _SREGS[f"tid.{_d}"] = f"(::threadIdx.{_d})"
+    _SREGS[f"ntid.{_d}"] = f"(::blockDim.{_d})"
+    _SREGS[f"ctaid.{_d}"] = f"(::blockIdx.{_d})"
+    _SREGS[f"nctaid.{_d}"] = f"(::gridDim.{_d})"
+    _SREGS[f"clusterid.{_d}"] = f"(::blockIdx.{_d})"
+    _SREGS[f"nclusterid.{_d}"] = f"(::gridDim.{_d})"
     _SREGS[f"cluster_ctaid.{_d}"] = "0u"
     _SREGS[f"cluster_nctaid.{_d}"] = "1u"
 _SREGS.update({"cluster_ctarank": "0u", "cluster_nctarank": "1u", "is_explicit_cluster": "0u",
@@ -598,10 +598,38 @@ def _access(g: _Gen, ins: Instr, store: bool):
     regs = g.vec(ins.args[1 if store else 0])
     if len(regs) != v:
         g.fail(f"expected {v} {'source' if store else 'destination'} registers")
-    addr = g.addr(ins.args[0 if store else 1])
+    addr = _state_addr(ins, g.addr(ins.args[0 if store else 1]))
     ct = ("" if store else "const ") + _ALL_TYPES[t]
     decl = f"{ct}* __nc_a = ({ct}*)::ncsimt::ptx::aligned({addr}, {size * v}, {int(store)});"
     return t, regs, decl
+
+
+def _shared(ins: Instr) -> bool:
+    """The instruction names the shared state space (.shared, .shared::cta, .shared::cluster)."""
+    return any(m == "shared" or m.startswith("shared::") for m in ins.mods)
+
+
+def _state_addr(ins: Instr, addr: str) -> str:
+    """A shared-space address is a shared-window one (32-bit, as __cvta_generic_to_shared
+    gives): the host pointer it stands for; any other address as it is."""
+    if _shared(ins):
+        return f"((uint64_t)::ncsimt::shared_from_window((size_t)({addr})))"
+    return addr
+
+
+def _cvta(g: _Gen, ins: Instr) -> str:
+    """cvta.to.shared (generic -> a shared-window address) and cvta.shared (back); the other
+    state spaces are the identity here."""
+    _nargs(g, ins, 2)
+    t = "u32" if "u32" in ins.mods else "u64"
+    src = g.val(ins.args[1], "u64")
+    if "to" in ins.mods and _shared(ins):
+        e = f"(::ncsimt::shared_window_of((const void*)({src})))"
+    elif _shared(ins):
+        e = f"((uint64_t)::ncsimt::shared_from_window((size_t)({src})))"
+    else:
+        e = src
+    return g.put(ins.args[0], t, e)
 
 
 def _ld(g: _Gen, ins: Instr) -> str:
@@ -726,7 +754,7 @@ def _atom(g: _Gen, ins: Instr) -> str:
           "u64": "unsigned long long", "b64": "unsigned long long"}[t]
     red = ins.op == "red"
     args = ins.args if red else ins.args[1:]
-    a = f"(({ct}*)({g.addr(args[0])}))"
+    a = f"(({ct}*)({_state_addr(ins, g.addr(args[0]))}))"
     f = {"add": "atomicAdd", "min": "atomicMin", "max": "atomicMax", "exch": "atomicExch",
          "cas": "atomicCAS", "and": "atomicAnd", "or": "atomicOr", "xor": "atomicXor",
          "inc": "atomicInc", "dec": "atomicDec"}[ops[0]]
@@ -757,7 +785,7 @@ INSTRUCTIONS = {
     "shl": _bitwise("<<"), "shr": _bitwise(">>"),
     "shfl": _shfl, "vote": _vote, "redux": _redux, "activemask": _activemask,
     "ld": _ld, "ldu": _ld, "st": _st,
-    "atom": _atom, "red": _atom,
+    "atom": _atom, "red": _atom, "cvta": _cvta,
     "bar": _bar, "barrier": _bar,
     "membar": lambda g, i: "__threadfence();", "fence": lambda g, i: "__threadfence();",
     "griddepcontrol": _nop, "prefetch": _nop, "prefetchu": _nop, "nanosleep": _nop,

@@ -12,7 +12,8 @@ __CUDA_ARCH__ >= 900``) is already gone.  The rewrites:
   ``extern __shared__ T name[];`` becomes a pointer to the block's dynamic shared memory (at
   file scope: every later use of the name);
 * a host-side launch ``kernel<<<grid, block, smem, stream>>>(args)`` becomes
-  ``host_launch(kernel, grid, block, smem, stream)(args)``, and ``cudaLaunchKernelEx`` a typed
+  ``host_launch_any(<a lambda calling kernel>, grid, block, smem, stream)(args)`` (a template
+  kernel's arguments deduced from the call, as nvcc does), and ``cudaLaunchKernelEx`` a typed
   launch: they run when a spec names a host function as the entry (its own launcher);
 * inline PTX (``asm``/``asm volatile``) in the user's files is translated by
   :mod:`normcheck.backends.cpu.ptx`; an instruction it does not know is a compile error naming it
@@ -286,7 +287,8 @@ _LAUNCH_EX = re.compile(r"\bcudaLaunchKernelEx\s*\(")
 
 
 def _host_launches(text: str, user) -> str:
-    """``k<<<cfg>>>(args)`` -> ``::ncsimt::host_launch(k, cfg)(args)`` and
+    """``k<<<cfg>>>(args)`` -> ``::ncsimt::host_launch_any(<a lambda calling k>, cfg)(args)``
+    (k's template arguments deduced from the call's, as nvcc does) and
     ``cudaLaunchKernelEx(`` -> ``::ncsimt::launch_ex(`` (typed: the kernel's parameters are
     known there), launches that run in order when a host function is the entry."""
     if _LAUNCH_EX.search(text):
@@ -306,9 +308,12 @@ def _host_launches(text: str, user) -> str:
             break
         start = max(_launch_target_start(text, i), last)
         out.append(text[last:start])
-        out.append("::ncsimt::host_launch(")
-        out.append(text[start:i].strip() or "(void(*)())nullptr")
-        out.append(", ")
+        target = text[start:i].strip()
+        if target:  # a lambda calling it: template arguments deduced from the call's
+            out.append("::ncsimt::host_launch_any([&](auto&&... ncsimt_a) { (" + target +
+                       ")(ncsimt_a...); }, ")
+        else:
+            out.append("::ncsimt::host_launch((void(*)())nullptr, ")
         out.append(text[i + 3:j])
         out.append(")")
         out.append("\n" * text.count("\n", start, i))
@@ -349,25 +354,21 @@ def _asm(text: str, lines: LineMap, user_file, deferred: list) -> str:
     return "".join(out)
 
 
-# threadIdx, blockIdx, blockDim and gridDim are macros of the shim; a member of the same name
-# (cudaLaunchConfig_t's gridDim and blockDim) must keep its name after `.` or `->`
-_BUILTIN_VARS = {"(::ncsimt::tls_cur->tid)": "threadIdx", "(::ncsimt::tls_blockIdx)": "blockIdx",
-                 "(::ncsimt::tls_blockDim)": "blockDim", "(::ncsimt::tls_gridDim)": "gridDim"}
-_MEMBER_OF = re.compile(r"(\.|->)(\s*)(" + "|".join(map(re.escape, _BUILTIN_VARS)) + ")")
-
-
-def _members(text: str) -> str:
-    """``config.gridDim`` (expanded by the shim's macro) back to a member access."""
-    if "::ncsimt::tls_" not in text:
+# `__noinline__` is no macro of the shim (libstdc++ writes __attribute__((__noinline__)), which
+# GCC knows): a bare one -- the CUDA keyword, before a declaration -- becomes the attribute; one
+# inside an attribute list (after `((` or `,`) stays
+def _noinline(text: str) -> str:
+    if "__noinline__" not in text:
         return text
-    return _MEMBER_OF.sub(lambda m: m.group(1) + m.group(2) + _BUILTIN_VARS[m.group(3)], text)
+    return re.sub(r"(\(\(|,)(\s*)__noinline__\b|\b__noinline__\b",
+                  lambda m: m.group(0) if m.group(1) else "__attribute__((noinline))", text)
 
 
 def rewrite(text: str, ptx_file) -> tuple[str, list]:
     """All the rewrites, in order; ``ptx_file(path, system)`` says whether a file's inline asm is
     PTX to translate (the user's files and the CUDA headers; never the host's C and C++ headers).
     Returns the text and the messages of the PTX statements left to fail at run time."""
-    text = _members(text)
+    text = _noinline(text)
     lines = LineMap.of(text)
     deferred = []
     if re.search(r"\b(?:asm|__asm__|__asm)\b", text):

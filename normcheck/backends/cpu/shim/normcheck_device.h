@@ -95,8 +95,12 @@ inline void __threadfence_cluster() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 namespace ncsimt {
 bool in_dynamic_smem(const void* p);  // normcheck_runtime.h
 bool in_own_stack(const void* p);
+size_t shared_window_of(const void* p);  // the 32-bit shared window (normcheck_runtime.h)
+void* shared_from_window(size_t w);
 }  // namespace ncsimt
-inline unsigned __isShared(const void* p) { return ::ncsimt::in_dynamic_smem(p); }
+inline unsigned __isShared(const void* p) {
+  return ::ncsimt::in_dynamic_smem(p) || ::ncsimt::shared_window_of(p) != (size_t)p;
+}
 inline unsigned __isCtaShared(const void* p) { return __isShared(p); }
 inline unsigned __isClusterShared(const void* p) { return __isShared(p); }
 inline unsigned __isLocal(const void* p) { return ::ncsimt::in_own_stack(p); }
@@ -104,12 +108,12 @@ inline unsigned __isConstant(const void*) { return 0; }
 inline unsigned __isGridConstant(const void*) { return 0; }
 inline unsigned __isGlobal(const void* p) { return !__isShared(p) && !__isLocal(p); }
 inline size_t __cvta_generic_to_global(const void* p) { return (size_t)p; }
-inline size_t __cvta_generic_to_shared(const void* p) { return (size_t)p; }
+inline size_t __cvta_generic_to_shared(const void* p) { return ::ncsimt::shared_window_of(p); }
 inline size_t __cvta_generic_to_constant(const void* p) { return (size_t)p; }
 inline size_t __cvta_generic_to_local(const void* p) { return (size_t)p; }
 inline size_t __cvta_generic_to_grid_constant(const void* p) { return (size_t)p; }
 inline void* __cvta_global_to_generic(size_t a) { return (void*)a; }
-inline void* __cvta_shared_to_generic(size_t a) { return (void*)a; }
+inline void* __cvta_shared_to_generic(size_t a) { return ::ncsimt::shared_from_window(a); }
 inline void* __cvta_constant_to_generic(size_t a) { return (void*)a; }
 inline void* __cvta_local_to_generic(size_t a) { return (void*)a; }
 inline void* __cvta_grid_constant_to_generic(size_t a) { return (void*)a; }

@@ -18,13 +18,17 @@
 
 #define NC_EXPORT extern "C" __attribute__((visibility("default")))
 
+// The built-in variables (normcheck_simt.h): the running fiber's thread index (set at every
+// switch to a fiber), its block's index, and the launch's dimensions.
+NC_TLS uint3 threadIdx;
+NC_TLS uint3 blockIdx;
+NC_TLS dim3 blockDim;
+NC_TLS dim3 gridDim;
+
 namespace ncsimt {
 
 NC_TLS Fiber* tls_cur = nullptr;
 NC_TLS BlockCtx* tls_block = nullptr;
-NC_TLS uint3 tls_blockIdx;
-NC_TLS dim3 tls_blockDim;
-NC_TLS dim3 tls_gridDim;
 NC_TLS unsigned char* tls_dyn_smem = nullptr;
 NC_TLS unsigned long long tls_dyn_smem_size = 0;
 
@@ -148,6 +152,7 @@ static inline void to_scheduler(Fiber* f) {
   if (++B->runpos < B->runlen) {
     Fiber* g = B->fibers + B->runlist[B->runpos];
     tls_cur = g;
+    ::threadIdx = g->tid;
     ncsimt_switch(&f->sp, g->sp);
   } else {
     ncsimt_switch(&f->sp, B->sched_sp);
@@ -218,7 +223,7 @@ static void undefined_read(BlockCtx* B, int w, int l, int src, int op, unsigned 
   char buf[320];
   snprintf(buf, sizeof buf, "%s in block (%u,%u,%u): thread %d read lane %d of its warp "
            "(thread %d), which %s; a GPU returns an undefined value there, the cpu backend NaN",
-           op_name(op), tls_blockIdx.x, tls_blockIdx.y, tls_blockIdx.z, 32 * w + l, src, t, why);
+           op_name(op), ::blockIdx.x, ::blockIdx.y, ::blockIdx.z, 32 * w + l, src, t, why);
   *B->undefined = buf;
 }
 
@@ -352,6 +357,50 @@ void named_barrier(unsigned id, unsigned count) {
 bool in_dynamic_smem(const void* p) {
   uintptr_t a = (uintptr_t)p, b = (uintptr_t)tls_dyn_smem;
   return tls_dyn_smem && a >= b && a < b + tls_dyn_smem_size;
+}
+
+// The shared window: a GPU's shared state space has 32-bit addresses (a kernel may keep
+// `unsigned a = __cvta_generic_to_shared(p)` and use it in ld.shared/st.shared).  Here the
+// block's dynamic shared memory, then each static __shared__ variable of this OS thread (as
+// registered), gets a 16-byte aligned range of a window starting at 16: a shared address is a
+// small number, and back to the host pointer it stands for.
+template <class F>
+static bool shared_window_walk(F f) {
+  unsigned long long base = 16;
+  if (tls_dyn_smem && f((uintptr_t)tls_dyn_smem, (unsigned long long)tls_dyn_smem_size, base))
+    return true;
+  base = (base + tls_dyn_smem_size + 15) & ~15ull;
+  for (const SharedRegion& r : shared_regions()) {
+    if (f((uintptr_t)r.p, (unsigned long long)r.size, base)) return true;
+    base = (base + r.size + 15) & ~15ull;
+  }
+  return false;
+}
+
+size_t shared_window_of(const void* p) {
+  const uintptr_t a = (uintptr_t)p;
+  size_t out = (size_t)p;  // not shared memory: the address as it is
+  shared_window_walk([&](uintptr_t start, unsigned long long size, unsigned long long base) {
+    if (a >= start && a <= start + size) {  // (one past the end too: an end pointer)
+      out = (size_t)(base + (a - start));
+      return true;
+    }
+    return false;
+  });
+  return out;
+}
+
+void* shared_from_window(size_t w) {
+  void* out = (void*)w;  // not a window address: a host pointer already
+  if (w >> 32) return out;
+  shared_window_walk([&](uintptr_t start, unsigned long long size, unsigned long long base) {
+    if (w >= base && w <= base + size) {
+      out = (void*)(start + (w - base));
+      return true;
+    }
+    return false;
+  });
+  return out;
 }
 
 extern "C" void ncsimt_fiber_main() {
@@ -531,7 +580,7 @@ static int buffer_of(uintptr_t addr) {
 static void where(Out& o) {
   if (tls_cur) {
     o.put(" block=");
-    o.i(tls_blockIdx.x); o.put(","); o.i(tls_blockIdx.y); o.put(","); o.i(tls_blockIdx.z);
+    o.i(::blockIdx.x); o.put(","); o.i(::blockIdx.y); o.put(","); o.i(::blockIdx.z);
     o.put(" thread=");
     o.i(tls_cur->tid.x); o.put(","); o.i(tls_cur->tid.y); o.put(","); o.i(tls_cur->tid.z);
   }
@@ -564,6 +613,24 @@ static void describe_buffer(Out& o, int i, uintptr_t addr) {
   o.put("kind=unsupported detail=");
   o.put(detail);
   put_return(o, (uintptr_t)__builtin_return_address(0));
+  where(o);
+  finish(o);
+}
+// A host function (or object) of a library the module does not load -- c10's, cuBLAS's, the
+// CUDA runtime's -- reached at run time: the launch fails naming it (its stub, made when the
+// module was linked, calls this with the symbol's name).
+[[noreturn]] void unresolved_call(const char* sym, void* caller) {
+  Out o;
+  o.put("kind=unsupported detail=host_symbol sym=");
+  int n = 0;
+  for (const char* c = sym; *c && n < 300; ++c, ++n) {
+    const char ch = *c;
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '$';
+    char one[2] = {ok ? ch : '_', 0};
+    o.put(one);
+  }
+  put_return(o, (uintptr_t)caller);
   where(o);
   finish(o);
 }
@@ -815,8 +882,8 @@ static std::string deadlock_message(BlockCtx* B) {
     warp_part += buf;
     ranges(warp_part, miss);
   }
-  std::string msg = "deadlock in block (" + std::to_string(tls_blockIdx.x) + "," +
-                    std::to_string(tls_blockIdx.y) + "," + std::to_string(tls_blockIdx.z) + "): " +
+  std::string msg = "deadlock in block (" + std::to_string(::blockIdx.x) + "," +
+                    std::to_string(::blockIdx.y) + "," + std::to_string(::blockIdx.z) + "): " +
                     std::to_string(B->alive) + " live threads of " + std::to_string(B->n);
   if (!at_bar.empty()) {
     msg += "; threads ";
@@ -870,8 +937,8 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
   tls_block = &B;
   tls_thunk = thunk;
   tls_args = p->args;
-  tls_blockDim = dim3(p->block[0], p->block[1], p->block[2]);
-  tls_gridDim = dim3(p->grid[0], p->grid[1], p->grid[2]);
+  ::blockDim = dim3(p->block[0], p->block[1], p->block[2]);
+  ::gridDim = dim3(p->grid[0], p->grid[1], p->grid[2]);
   tls_dyn_smem = smem_al;
   tls_dyn_smem_size = p->shared_mem;
   unsigned long long rng = p->seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -883,9 +950,9 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
     // a subset launch (which block writes which element): only the blocks whose linear index
     // b has (b & block_mask) == block_val run
     if ((b & p->block_mask) != p->block_val) continue;
-    tls_blockIdx.x = (unsigned)(b % p->grid[0]);
-    tls_blockIdx.y = (unsigned)((b / p->grid[0]) % p->grid[1]);
-    tls_blockIdx.z = (unsigned)(b / ((unsigned long long)p->grid[0] * p->grid[1]));
+    ::blockIdx.x = (unsigned)(b % p->grid[0]);
+    ::blockIdx.y = (unsigned)((b / p->grid[0]) % p->grid[1]);
+    ::blockIdx.z = (unsigned)(b / ((unsigned long long)p->grid[0] * p->grid[1]));
     // thread order
     for (int w = 0; w < nwarps; ++w) warp_order[w] = w;
     if (p->schedule == 1) std::reverse(warp_order.begin(), warp_order.end());
@@ -942,6 +1009,7 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
       if (B.runlen > 0) {
         B.runpos = 0;
         tls_cur = &fibers[runlist[0]];
+        ::threadIdx = tls_cur->tid;
         ncsimt_switch(&B.sched_sp, tls_cur->sp);
         tls_cur = nullptr;
         continue;
@@ -954,7 +1022,7 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
           snprintf(buf, sizeof buf, "__syncthreads() in block (%u,%u,%u) was reached by %d of "
                    "its %d threads: the other %d had exited (a divergent barrier, which "
                    "compute-sanitizer's synccheck reports; a GPU's behaviour there is undefined)",
-                   tls_blockIdx.x, tls_blockIdx.y, tls_blockIdx.z, B.alive, n, n - B.alive);
+                   ::blockIdx.x, ::blockIdx.y, ::blockIdx.z, B.alive, n, n - B.alive);
           *B.undefined = buf;
         }
         int count = 0;
@@ -1135,6 +1203,10 @@ unsigned shfl_ptx(int mode, unsigned a, unsigned b, unsigned c, unsigned mask, b
 }
 
 }  // namespace ncsimt
+
+extern "C" [[noreturn]] void ncsimt_unresolved_call(const char* sym, void* caller) {
+  ::ncsimt::unresolved_call(sym, caller);
+}
 
 NC_EXPORT int ncsimt_shim_version() { return NORMCHECK_SHIM_VERSION; }
 

@@ -29,6 +29,15 @@
 // may name them), and the fp16, bf16, fp8, fp6 and fp4 types with their host implementations
 // (software conversions and arithmetic, which compute what the GPU's instructions do).  A user's
 // later #include of any of them finds its include guard.
+//
+// A runtime-compiled (NVRTC) source is built with __CUDACC_RTC__ defined (-D__CUDACC_RTC__, as
+// NVRTC defines it): NVIDIA's headers then skip their host half, which this host build needs,
+// so the macro is hidden from them and from the shim, and is back for the user's code.
+#ifdef __CUDACC_RTC__
+#define NORMCHECK_RTC 1
+#pragma push_macro("__CUDACC_RTC__")
+#undef __CUDACC_RTC__
+#endif
 #include_next <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -64,6 +73,27 @@
 #include <limits>
 #include <type_traits>
 #include <utility>
+#include <functional>  // visible to a kernel's file under nvcc 12 (Apex contrib relies on it)
+
+// CUDA 12's signatures of runtime calls CUDA 13 changed, for host code written against CUDA 12
+// (a norm file's helpers; no kernel calls them): the managed-memory hints took a device
+// ordinal (cudaCpuDeviceId for the host) where CUDA 13 takes a cudaMemLocation.
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 13000
+static inline cudaMemLocation normcheck_location_of(int device) {
+  cudaMemLocation loc{};
+  loc.type = device == cudaCpuDeviceId ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+  loc.id = device == cudaCpuDeviceId ? 0 : device;
+  return loc;
+}
+static inline cudaError_t cudaMemAdvise(const void* p, size_t n, enum cudaMemoryAdvise advice,
+                                        int device) {
+  return cudaMemAdvise(p, n, advice, normcheck_location_of(device));
+}
+static inline cudaError_t cudaMemPrefetchAsync(const void* p, size_t n, int device,
+                                               cudaStream_t stream = 0) {
+  return cudaMemPrefetchAsync(p, n, normcheck_location_of(device), 0, stream);
+}
+#endif
 
 #define NORMCHECK_SHIM_VERSION 8
 #define __NORMCHECK_CPU__ 1
@@ -134,7 +164,8 @@
 #define __shared__ __nc_shared__
 #define __constant__
 #define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
+// __noinline__ is no macro: libstdc++ spells __attribute__((__noinline__)), which a macro would
+// break; normcheck.backends.cpu.translate turns a bare __noinline__ into the attribute
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __managed__ \
@@ -179,9 +210,6 @@ struct BlockCtx;
 #define NC_TLS thread_local __attribute__((tls_model("initial-exec")))
 extern NC_TLS Fiber* tls_cur;
 extern NC_TLS BlockCtx* tls_block;
-extern NC_TLS uint3 tls_blockIdx;
-extern NC_TLS dim3 tls_blockDim;
-extern NC_TLS dim3 tls_gridDim;
 extern NC_TLS unsigned char* tls_dyn_smem;
 extern NC_TLS unsigned long long tls_dyn_smem_size;
 
@@ -194,10 +222,13 @@ unsigned warp_alive_mask();
 
 }  // namespace ncsimt
 
-#define threadIdx (::ncsimt::tls_cur->tid)
-#define blockIdx (::ncsimt::tls_blockIdx)
-#define blockDim (::ncsimt::tls_blockDim)
-#define gridDim (::ncsimt::tls_gridDim)
+// threadIdx, blockIdx, blockDim and gridDim are variables (per OS thread; threadIdx set at every
+// switch to a fiber), as the CUDA headers declare them -- not macros, so a parameter or a member
+// of the same name in any header (cuSPARSE's blockDim, cudaLaunchConfig_t's gridDim) is itself
+extern NC_TLS uint3 threadIdx;
+extern NC_TLS uint3 blockIdx;
+extern NC_TLS dim3 blockDim;
+extern NC_TLS dim3 gridDim;
 static constexpr int warpSize = 32;
 
 namespace ncsimt {
@@ -260,6 +291,31 @@ template <class K, class G, class B, class S>
 inline HostLaunch<K*> host_launch(K* k, G g, B b, unsigned long long smem, S) {
   return HostLaunch<K*>{k, dim3(g), dim3(b), smem};
 }
+// k<<<cfg>>>(a) of any kernel expression, a template whose arguments the call deduces included:
+// the launch calls a lambda that calls k, so overload resolution and deduction see the
+// arguments' types, as nvcc's do.
+template <class L>
+struct HostLaunchAny {
+  L l;
+  dim3 g, b;
+  unsigned long long smem;
+  template <class... A>
+  void operator()(A&&... a) const {
+    std::tuple<typename std::decay<A>::type...> tup(std::forward<A>(a)...);
+    L f = l;
+    void* argv[2] = {(void*)&f, (void*)&tup};
+    run_nested(&tuple_thunk<L, decltype(tup)>, argv, g, b, smem);
+  }
+};
+template <class L, class G, class B>
+inline HostLaunchAny<L> host_launch_any(L l, G g, B b, unsigned long long smem = 0,
+                                        cudaStream_t = 0) {
+  return HostLaunchAny<L>{l, dim3(g), dim3(b), smem};
+}
+template <class L, class G, class B, class S>
+inline HostLaunchAny<L> host_launch_any(L l, G g, B b, unsigned long long smem, S) {
+  return HostLaunchAny<L>{l, dim3(g), dim3(b), smem};
+}
 template <class... P, class... A>
 inline cudaError_t launch_ex(const cudaLaunchConfig_t* cfg, void (*k)(P...), A&&... a) {
   return launch_from_host(k, cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, std::forward<A>(a)...)
@@ -313,7 +369,11 @@ namespace ncsimt {
 template <class T>
 inline void deposit(Fiber* f, const T& v) {
   static_assert(sizeof(T) <= 16, "normcheck cpu backend: warp shuffles of types above 16 bytes are not supported");
-  static_assert(std::is_trivially_copyable<T>::value, "normcheck cpu backend: shuffled types must be trivially copyable");
+  // a shuffle moves bits: __half2 and __nv_bfloat162 (a documented overload) have copy
+  // constructors in the host headers, but their bits are their value
+  static_assert(std::is_trivially_copyable<T>::value || std::is_standard_layout<T>::value,
+                "normcheck cpu backend: shuffled types must be plain data (trivially copyable or "
+                "standard layout)");
   std::memcpy(f->deposit, &v, sizeof(T));
 }
 template <class T>
@@ -533,4 +593,7 @@ using std::signbit;
 #include "normcheck_device.h"
 #include "normcheck_ptx.h"
 
+#ifdef NORMCHECK_RTC
+#pragma pop_macro("__CUDACC_RTC__")
+#endif
 #endif  // NORMCHECK_SIMT_H

@@ -1,0 +1,205 @@
+"""The headers a file from a project includes beside its kernels: CUDA's libraries (cuBLAS,
+cuRAND, cuSPARSE, cuDNN, NVTX ...) and PyTorch's (torch, ATen, c10).
+
+A norm kernel's file is rarely only its kernels: the host code beside them includes
+``cublas_v2.h`` or ``torch/all.h`` and names their types, though no kernel calls into them.  The
+cpu backend compiles the whole file, so those headers must be found:
+
+* **CUDA's library headers** come from, in order: the nvidia-* wheels installed beside normcheck
+  (``pip install nvidia-cublas`` ...: their headers land in the same ``nvidia/cu13/include``
+  the CUDA runtime's do), headers normcheck fetched before (:func:`fetch`: the package's wheel
+  is downloaded with pip, only its ``include`` folder is kept in the build cache -- 0.2 to
+  2 MB a library, where the wheels are 77-517 MB), and a CUDA toolkit's (``$CUDA_HOME/include``,
+  searched last).  A file that includes one that is missing fetches it (once a machine; say
+  ``NORMCHECK_FETCH_HEADERS=0`` to be asked instead: the error then names the command).
+* **PyTorch's** come from the torch installed beside normcheck, found without importing it; the
+  headers only CUDA builds of torch generate are supplied by the shim (``shim/torch_cuda``).  A
+  file that includes them where torch is not installed is an error naming the package.
+
+Calls into those libraries from code a kernel reaches are named failures at run time (the cpu
+backend links none of them: normcheck.backends.cpu.backend stubs their symbols).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from normcheck.backends import base
+from normcheck.errors import CompileError
+
+__all__ = ["LIBRARIES", "library_for", "library_include_dirs", "torch_include_dirs",
+           "fetch", "fetched", "missing_header", "TORCH_HEADERS", "frameworks"]
+
+#: pip package of each CUDA library, the headers that name it, and what it is.
+LIBRARIES = {
+    "nvidia-cublas": (("cublas_v2.h", "cublas.h", "cublas_api.h", "cublasLt.h",
+                       "cublasXt.h"), "cuBLAS"),
+    "nvidia-curand": (("curand.h", "curand_kernel.h", "curand_philox4x32_x.h"), "cuRAND"),
+    "nvidia-cusparse": (("cusparse.h", "cusparse_v2.h"), "cuSPARSE"),
+    "nvidia-cudnn-cu13": (("cudnn.h", "cudnn_version.h", "cudnn_backend.h"), "cuDNN"),
+    "nvidia-nvtx": (("nvToolsExt.h", "nvtx3/nvToolsExt.h", "nvToolsExtCuda.h",
+                     "nvtx3/nvToolsExtCudaRt.h", "nvToolsExtCudaRt.h"), "NVTX"),
+    "nvidia-cufft": (("cufft.h", "cufftXt.h"), "cuFFT"),
+    "nvidia-cusolver": (("cusolverDn.h", "cusolver_common.h"), "cuSOLVER"),
+}
+#: The first path component of an include that is PyTorch's.
+TORCH_HEADERS = ("torch/", "ATen/", "c10/", "caffe2/")
+SHIM_TORCH = Path(__file__).resolve().parent / "cpu" / "shim" / "torch_cuda"
+
+
+def library_for(header: str) -> str | None:
+    """The pip package whose headers hold ``header`` (a name as #included), or None."""
+    h = header.strip().lstrip("./")
+    for pkg, (names, _what) in LIBRARIES.items():
+        if h in names or h.split("/")[-1] in names or h.startswith("nvtx3/") and \
+                pkg == "nvidia-nvtx":
+            return pkg
+    return None
+
+
+def _fetched_root() -> Path:
+    return base.cache_root() / "headers"
+
+
+def fetched() -> dict:
+    """{package: its include folder} of the headers fetched into the cache."""
+    root = _fetched_root()
+    out = {}
+    if root.is_dir():
+        for d in sorted(root.iterdir()):
+            inc = d / "include"
+            if inc.is_dir():
+                out[d.name.split("@")[0]] = inc
+    return out
+
+
+def library_include_dirs() -> list[Path]:
+    """The folders searched for CUDA's library headers after the CUDA runtime's own: the
+    fetched ones, then ``$CUDA_HOME/include`` (or ``$CUDA_PATH``)."""
+    out = list(fetched().values())
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        v = os.environ.get(env)
+        if v and (Path(v) / "include").is_dir():
+            out.append(Path(v) / "include")
+    return out
+
+
+def torch_include_dirs() -> list[Path]:
+    """PyTorch's include folders (the torch installed beside normcheck, not imported), the
+    shim's headers of CUDA builds after them; [] where torch is not installed."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.origin:
+        return []
+    inc = Path(spec.origin).parent / "include"
+    if not (inc / "torch").is_dir():
+        return []
+    return [inc, inc / "torch" / "csrc" / "api" / "include", SHIM_TORCH]
+
+
+def torch_version() -> str | None:
+    """The installed torch's version (from its metadata; torch is not imported)."""
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:
+        return None
+
+
+def frameworks(paths) -> dict:
+    """{what: where it came from} of the framework and library headers among ``paths`` (the
+    files a build read): PyTorch's with the installed version, each CUDA library's with its
+    folder -- what a check's provenance states."""
+    out = {}
+    tdirs = torch_include_dirs()
+    libs = {str(d): pkg for pkg, d in fetched().items()}
+    names = {n: (pkg, what) for pkg, (ns, what) in LIBRARIES.items() for n in ns}
+    for p in paths:
+        if tdirs and p.startswith(str(tdirs[0]) + "/") and "torch" not in out:
+            out["torch"] = f"{torch_version() or '?'} ({tdirs[0]})"
+        elif p.startswith(str(SHIM_TORCH) + "/"):
+            out.setdefault("torch_cuda_shim", str(SHIM_TORCH))
+        for folder, pkg in libs.items():
+            if p.startswith(folder + "/"):
+                out.setdefault(LIBRARIES[pkg][1], f"{Path(folder).parent.name} (fetched, "
+                                                  f"{folder})")
+        base_name = p.rsplit("/", 1)[-1]
+        if base_name in names and names[base_name][1] not in out:
+            out[names[base_name][1]] = str(Path(p).parent)
+    return out
+
+
+_MISSING = re.compile(r"fatal error: ([^\s:]+): No such file or directory")
+
+
+def missing_header(diagnostics: str) -> str | None:
+    """The header a failed preprocessing could not find, or None."""
+    m = _MISSING.search(diagnostics or "")
+    return m.group(1) if m else None
+
+
+def fetch(package: str, echo=None) -> Path:
+    """Download ``package``'s wheel with pip (no dependencies), keep only its ``include``
+    folder in the build cache, and return it.  Raises CompileError naming what went wrong."""
+    if package not in LIBRARIES:
+        raise CompileError(f"normcheck fetches the headers of {', '.join(LIBRARIES)}; "
+                           f"not {package!r}")
+    have = fetched()
+    if package in have:
+        return have[package]
+    what = LIBRARIES[package][1]
+    if echo:
+        echo(f"normcheck: fetching {what}'s headers (pip download {package}; only its "
+             "include folder is kept, in the build cache) -- once on this machine")
+    root = _fetched_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="normcheck-headers-") as d:
+        spec = f"{package}>=13,<14" if package in ("nvidia-nvtx",) else package
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
+                            "--disable-pip-version-check", "-d", d, spec],
+                           capture_output=True, text=True, timeout=1800)
+        wheels = list(Path(d).glob("*.whl"))
+        if r.returncode != 0 or not wheels:
+            raise CompileError(f"could not fetch {what}'s headers: pip download {package} "
+                               f"failed", (r.stderr or r.stdout)[-2000:])
+        whl = wheels[0]
+        version = whl.name.split("-")[1]
+        dest = root / f"{package}@{version}"
+        tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=root))
+        try:
+            with zipfile.ZipFile(whl) as z:
+                for info in z.infolist():
+                    parts = Path(info.filename).parts
+                    if "include" not in parts or info.is_dir():
+                        continue
+                    rel = Path(*parts[parts.index("include") + 1:])
+                    if ".." in rel.parts or rel.is_absolute():
+                        continue
+                    out = tmp / "include" / rel
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    with z.open(info) as src, open(out, "wb") as f:
+                        shutil.copyfileobj(src, f)
+            if not (tmp / "include").is_dir():
+                raise CompileError(f"{whl.name} holds no include folder")
+            if dest.exists():
+                shutil.rmtree(tmp)
+            else:
+                os.replace(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    if echo:
+        size = sum(p.stat().st_size for p in (dest / "include").rglob("*") if p.is_file())
+        echo(f"normcheck: kept {what}'s headers: {size / 2**20:.1f} MiB in {dest}")
+    return dest / "include"
