@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from normcheck import escape
+
 __all__ = ["check_junit", "check_summary", "report_junit", "report_summary", "write",
            "error_result", "error_junit", "error_summary", "github_check", "github_report"]
 
@@ -40,7 +42,10 @@ def _xml(suites) -> str:
     for s in suites:
         xml.add_testsuite(s)
     xml.update_statistics()
-    return xml.tostring().decode() if isinstance(xml.tostring(), bytes) else xml.tostring()
+    text = xml.tostring().decode() if isinstance(xml.tostring(), bytes) else xml.tostring()
+    # junitparser escapes < & in text and attributes; what XML cannot hold at all (a kernel's
+    # control characters) is dropped, or the file would not parse and CI would show no failure
+    return escape.xml_chars(text)
 
 
 def _failure_text(f, result: dict) -> str:
@@ -102,24 +107,26 @@ def check_junit(result: dict) -> str:
 
 def check_summary(result: dict) -> str:
     """Markdown job summary of a check result."""
-    v = result.get("verdict", "?")
+    md = escape.markdown  # every field may carry a kernel's or a spec's text
+    v = str(result.get("verdict", "?"))
     mark = {"pass": "✅", "warn": "⚠️", "fail": "❌"}.get(v, "")
-    lines = [f"### {mark} normcheck check {result.get('kernel')}: {v.upper()}\n",
-             f"{result.get('norm')} · {result.get('dtype')} → {result.get('out_dtype')} · "
-             f"reference {result.get('reference')} · {result.get('rows_checked')} rows · "
-             f"max {_n(result.get('max_ulp'))} ulp\n"]
+    lines = [f"### {mark} normcheck check {md(result.get('kernel'))}: {md(v.upper())}\n",
+             f"{md(result.get('norm'))} · {md(result.get('dtype'))} → "
+             f"{md(result.get('out_dtype'))} · reference {md(result.get('reference'))} · "
+             f"{md(result.get('rows_checked'))} rows · max {_n(result.get('max_ulp'))} ulp\n"]
     if result.get("cause"):
-        lines.append(f"**Cause:** {result['cause']}\n")
+        lines.append(f"**Cause:** {md(result['cause'])}\n")
     lines.append("| family | verdict | rows | max ulp | p99 ulp | × sound bound |")
     lines.append("|---|---|---:|---:|---:|---:|")
     for f in result.get("families", []):
-        lines.append(f"| {f['family']} | {f.get('verdict')} | {f.get('rows')} | "
+        lines.append(f"| {md(f['family'])} | {md(f.get('verdict'))} | {md(f.get('rows'))} | "
                      f"{_n(f.get('max_ulp'))} | {_n(f.get('p99_ulp'))} | "
                      f"{_n(f.get('max_of_bound'))} |")
     for f in result.get("failures", [])[:5]:
-        lines.append(f"\n- **{f['kind']}** ({f['family']}): {f['detail']}")
+        lines.append(f"\n- **{md(f['kind'])}** ({md(f['family'])}): "
+                     f"{md(str(f['detail']).replace(chr(10), ' '))}")
     if result.get("replay"):
-        lines.append(f"\nReplay: `{result['replay']}`")
+        lines.append(f"\nReplay: {escape.code_span(result['replay'])}")
     return "\n".join(lines) + "\n"
 
 
@@ -149,13 +156,16 @@ def error_junit(result: dict) -> str:
 
 def error_summary(result: dict) -> str:
     """Markdown job summary of a check that could not judge."""
-    return (f"### ⛔ normcheck check {result.get('kernel')}: could not judge "
-            f"({result.get('error_kind')})\n\n```\n{result.get('error')}\n```\n")
+    return (f"### ⛔ normcheck check {escape.markdown(result.get('kernel'))}: could not judge "
+            f"({escape.markdown(result.get('error_kind'))})\n\n"
+            f"{escape.code_block(result.get('error'))}\n")
 
 
 def _gh_escape(text: str, prop: bool = False) -> str:
-    """A workflow command's data (``%``, CR, LF escaped; in a property also ``:`` and ``,``)."""
-    t = str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's data (``%``, CR, LF escaped; in a property also ``:`` and ``,``;
+    other controls replaced)."""
+    t = escape.CONTROLS.sub(lambda m: m.group() if m.group() == "\r" else "?", str(text))
+    t = t.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     if prop:
         t = t.replace(":", "%3A").replace(",", "%2C")
     return t

@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "Llama RMSNorm: x̂ rounded to storage, then ×γ)")
     c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
                    help="a compile-time define (repeatable)")
+    c.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
+                   help="a folder searched by #include (repeatable); a spec's source and "
+                        "include may also lie beneath it (otherwise only beneath the spec's "
+                        "own folder)")
     c.add_argument("--backend", default="cpu", choices=("auto", "cpu", "cuda"),
                    help="where the kernel runs: cpu (normcheck's SIMT emulation, everywhere; "
                         "the default), cuda (a GPU with PyCUDA), auto (cuda where available)")
@@ -348,7 +352,8 @@ def _check(args) -> int:
                                 block=args.block, backend=args.backend,
                                 defines=_defines(args.defines), examples=args.examples,
                                 seed=args.seed, timeout=args.timeout, orders=args.orders,
-                                save_counterexample=args.save_counterexample)
+                                save_counterexample=args.save_counterexample,
+                                include=tuple(args.include))
         _ci_files(args, result)
         print(result.to_json() if args.json else result.render())
         _github(args, result)
@@ -361,7 +366,7 @@ def _check(args) -> int:
                                 search=args.search, seed=args.seed, timeout=args.timeout,
                                 save_counterexample=args.save_counterexample, rows=args.rows,
                                 cols=args.cols, progress=_long_progress, arch=args.arch,
-                                quant=_quant(args.quant))
+                                quant=_quant(args.quant), include=tuple(args.include))
     _ci_files(args, result)
     print(result.to_json() if args.json else result.render())
     _github(args, result)
@@ -549,6 +554,23 @@ def _on_term(signum, frame):
 
 
 def main(argv=None) -> int:
+    """The command line.  Everything it prints passes through normcheck.escape.TerminalStream:
+    a kernel's text (its stderr, its crash report, a case's note) carries no terminal control
+    sequence to the user's screen or CI log."""
+    from normcheck.escape import TerminalStream
+
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalStream(out), TerminalStream(err)
+    try:
+        return _main(argv)
+    finally:
+        if isinstance(sys.stdout, TerminalStream):
+            sys.stdout = out
+        if isinstance(sys.stderr, TerminalStream):
+            sys.stderr = err
+
+
+def _main(argv=None) -> int:
     import os
     import signal
     from pathlib import Path

@@ -116,13 +116,52 @@ def load(path) -> tuple[str, dict]:
         data = json.loads(read_limited(p, "path", 64 << 20, "a result file"))
     except ValueError as e:
         raise invalid("path", str(p), f"JSON ({e})") from None
+    except RecursionError:
+        raise invalid("path", str(p), "a result file (this JSON nests too deep to be one)",
+                      "compare the files normcheck wrote") from None
     if isinstance(data, dict) and "records" in data and "provenance" in data:
         from normcheck.report.sweep import load_results
 
         return "report", load_results(p.parent)
     if isinstance(data, dict) and "families" in data and "verdict" in data:
-        return "check", data
+        return "check", _checked(data, p)
     raise invalid("path", str(p), "a report's results.json or a check --json result")
+
+
+_NUM_OR_NONE = (int, float, str, type(None))  # inf and nan are written as strings
+
+
+def _checked(data: dict, p) -> dict:
+    """A ``check --json`` result, checked field by field where the diff reads it: a file of
+    the wrong shape is an error naming the field, never an internal error."""
+    def bad(field, v):
+        return invalid(f"{p}: {field}", str(v)[:60], "what normcheck check --json writes",
+                       "compare the files normcheck wrote")
+
+    fams = data.get("families")
+    if not isinstance(fams, list):
+        raise bad("families", fams)
+    for i, f in enumerate(fams):
+        if not isinstance(f, dict) or not isinstance(f.get("family"), str):
+            raise bad(f"families[{i}]", f)
+        for k in ("verdict",):
+            if not isinstance(f.get(k, ""), str):
+                raise bad(f"families[{i}].{k}", f.get(k))
+        for k in ("max_ulp", "max_of_bound"):
+            v = f.get(k)
+            if not isinstance(v, _NUM_OR_NONE) or isinstance(v, bool):
+                raise bad(f"families[{i}].{k}", v)
+            if isinstance(v, str):
+                try:
+                    float(v)
+                except ValueError:
+                    raise bad(f"families[{i}].{k}", v) from None
+    for k in ("verdict", "kernel", "replay"):
+        if not isinstance(data.get(k), (str, type(None))):
+            raise bad(k, data.get(k))
+    if not isinstance(data.get("worst"), (dict, type(None))):
+        raise bad("worst", data.get("worst"))
+    return data
 
 
 def diff_paths(old, new) -> Diff:

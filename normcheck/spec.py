@@ -245,8 +245,11 @@ def default_backward_spec(norm, block: int = 256) -> KernelSpec:
                       norm=n.name, backward=True, stats="saved")
 
 
-def load(path) -> KernelSpec:
-    """Read and validate a spec file; every problem is a SpecError naming the file."""
+def load(path, roots=()) -> KernelSpec:
+    """Read and validate a spec file; every problem is a SpecError naming the file.  Its
+    ``source`` and ``include`` folders are resolved (links followed) and must lie beneath the
+    spec's own folder or one of ``roots`` (the folders a user gave on the command line, ``-I``):
+    a spec from a pull request cannot make normcheck or the compiler read the machine's files."""
     from normcheck.backends.base import read_limited
     from normcheck.errors import InvalidArgument
 
@@ -276,9 +279,27 @@ def load(path) -> KernelSpec:
     spec = parse(data, str(path))
     spec.path = path
     if "source" in data:
-        spec.source = (path.parent / data["source"]).resolve()
-    spec.include_dirs = tuple(str((path.parent / d).resolve()) for d in spec.include_dirs)
+        spec.source = _confined(path, "source", data["source"], roots)
+    spec.include_dirs = tuple(str(_confined(path, "include", d, roots))
+                              for d in spec.include_dirs)
     return spec
+
+
+def _confined(spec_path: Path, key: str, value: str, roots) -> Path:
+    """``value`` (relative to the spec) resolved, links followed; a SpecError unless it is
+    beneath the spec's folder or one of ``roots``."""
+    here = spec_path.resolve().parent
+    p = (here / value).resolve()
+    allowed = [here, *(Path(r).resolve() for r in roots)]
+    if not any(p == r or r in p.parents for r in allowed):
+        extra = f" or beneath {', '.join(str(r) for r in allowed[1:])}" if roots else ""
+        raise SpecError(
+            f"{spec_path}: {key}={value!r} resolves to {p}, outside the spec's folder "
+            f"({here}){extra}; a spec names only files beneath its own folder, so a spec from "
+            f"someone else cannot make normcheck read this machine's files.  Move the spec "
+            f"beside its kernel, or name the folder yourself on the command line: normcheck "
+            f"check -I {p if key == 'include' else p.parent} ...")
+    return p
 
 
 #: A spec file's limits: its size, and how deep its arrays and inline tables nest.

@@ -17,6 +17,7 @@ import pytest
 
 from normcheck import check, errors
 from normcheck.backends import headers
+from conftest import beside
 
 HERE = Path(__file__).parent
 SRC = HERE / "cuda" / "shipped" / "constructs.cu"
@@ -36,7 +37,7 @@ def test_a_launch_deduces_the_kernels_template_arguments(tmp_path, monkeypatch):
     """rms_t<<<rows, 128>>>(y, x, ...) in the project's launcher: T deduced from the call."""
     monkeypatch.chdir(tmp_path)
     spec = tmp_path / "launcher.toml"
-    spec.write_text(f"source = {str(SRC)!r}\nentry = \"launch_deduced\"\nnorm = \"rmsnorm\"\n"
+    spec.write_text(f"source = {beside(tmp_path, SRC)!r}\nentry = \"launch_deduced\"\nnorm = \"rmsnorm\"\n"
                     'dtype = "fp16"\n[launch]\nhost = true\n' +
                     "".join(f'[[args]]\nrole = "{r}"\n'
                             for r in ("output", "input", "gamma", "eps", "rows", "cols")))

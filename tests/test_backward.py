@@ -14,6 +14,7 @@ import pytest
 from normcheck import bounds, errors, formats, kernels, oracle
 from normcheck.oracle import backward as ob
 from normcheck.check.backward import check_backward
+from conftest import beside
 
 BW = kernels.CUDA_SRC / "backward.cu"
 TEST_KERNELS = Path(__file__).parent / "cuda" / "backward_kernels.cu"
@@ -222,7 +223,7 @@ def test_atomics_race_and_partials_do_not():
 
 # -- check --backward: good kernels pass, planted bugs fail with their cause -----------------------
 def _spec(tmp_path, entry, roles, grid="rows", dtypes=None, name="s.toml"):
-    lines = [f'source = "{TEST_KERNELS}"', f'entry = "{entry}"', 'norm = "layernorm"',
+    lines = [f'source = "{beside(tmp_path, TEST_KERNELS)}"', f'entry = "{entry}"', 'norm = "layernorm"',
              'dtype = "fp32"', "[launch]", f'grid = "{grid}"', 'block = "256"']
     for r in roles:
         lines.append("[[args]]")

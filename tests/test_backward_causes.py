@@ -14,6 +14,7 @@ from normcheck import check
 from normcheck.oracle import backward as oracle_backward
 from normcheck import spec as specs
 from normcheck.check.backward import check_backward
+from conftest import beside
 
 HERE = Path(__file__).parent
 SRC = HERE / "cuda" / "backward_planted.cu"
@@ -170,7 +171,7 @@ def test_a_backward_counterexample_replays(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     sp = tmp_path / "gemma.toml"
-    sp.write_text(f'source = "{SRC}"\nentry = "bwd_dx<float, false, true, 3>"\n'
+    sp.write_text(f'source = "{beside(tmp_path, SRC)}"\nentry = "bwd_dx<float, false, true, 3>"\n'
                   'norm = "gemma_rmsnorm"\ndtype = "fp32"\n[launch]\ngrid = "rows"\n'
                   'block = "256"\n' + "".join(f'[[args]]\nrole = "{r}"\n' for r in
                                               ("dx", "dy", "input", "gamma", "eps", "rows",

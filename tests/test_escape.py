@@ -2,6 +2,7 @@
 model"): each escape that worked once is refused or contained here with a named failure."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from normcheck import errors, replay, spec as specs
 from normcheck.backends import base, confine, get_backend
 from normcheck.backends.cpu import wire
 from normcheck.backends.cpu.backend import parse_report
+from conftest import beside
 
 HERE = Path(__file__).parent
 SRC = HERE / "cuda" / "escape.cu"
@@ -164,7 +166,7 @@ def test_the_worker_sees_an_allow_listed_environment_and_no_capabilities(k, monk
 
 def test_a_secret_in_the_environment_never_reaches_a_verdict(tmp_path):
     spec = tmp_path / "env.toml"
-    spec.write_text(f'source = "{SRC}"\nentry = "environment"\nnorm = "rmsnorm"\n'
+    spec.write_text(f'source = "{beside(tmp_path, SRC)}"\nentry = "environment"\nnorm = "rmsnorm"\n'
                     'dtype = "fp32"\neps = 1e-5\n[launch]\ngrid = "1"\nblock = "1"\n'
                     '[[args]]\nrole = ["input", "output"]\n')
     env = {**os.environ, "NORMCHECK_TEST_SECRET": "tok-1618033988"}
@@ -347,7 +349,7 @@ def test_hostile_files_are_clear_errors(tmp_path):
     dotted = tmp_path / "dotted.toml"
     dotted.write_text("a" + ".b" * 100_000 + " = 1\n")
     grid = tmp_path / "grid.toml"
-    grid.write_text(f'source = "{CHECK_SRC}"\nentry = "rms_good_fp32"\nnorm = "rmsnorm"\n'
+    grid.write_text(f'source = "{beside(tmp_path, CHECK_SRC)}"\nentry = "rms_good_fp32"\nnorm = "rmsnorm"\n'
                     'dtype = "fp32"\neps = 1e-5\n[launch]\ngrid = "' + "+".join(["rows"] * 20000)
                     + '"\n[[args]]\nrole = ["input", "output"]\n')
     results = tmp_path / "r1"
@@ -362,7 +364,7 @@ def test_hostile_files_are_clear_errors(tmp_path):
     cases = [
         (["check", str(fifo), "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp32"],
          "a FIFO"),
-        (["check", "--spec", str(dev)], "a device"),
+        (["check", "--spec", str(dev)], "outside the spec's folder"),
         (["check", "--spec", str(deep)], "nested more than"),
         (["check", "--spec", str(dotted)], "nested more than"),
         (["check", "--spec", str(grid)], "characters"),
@@ -432,3 +434,320 @@ def test_a_symlink_in_the_report_folder_is_refused(tmp_path, link):
     r = _cli("report", "--backend", "cpu", "--kernels", "rmsnorm_rms_fp32", "--out", str(out))
     _one_line_error(r, "link")
     assert victim.read_text() == "keep me"
+
+
+# -- the allow-list (#32): a call the filter does not list is refused ---------------------------
+PERMS = {"mode_fchmodat2": "fchmodat2", "mode_fchmod": "fchmod", "acl_setxattr": "setxattr",
+         "xattr_setxattrat": "setxattrat", "attr_file_setattr": "file_setattr",
+         "lease": "fcntl", "stat_path": "newfstatat", "stat_statx": "statx"}
+
+
+@pytest.fixture(scope="module")
+def kp():
+    return get_backend("cpu").compile_many(SRC, [*PERMS, "fstat_own", "thread_flood",
+                                                 "read_path"])
+
+
+@pytest.fixture()
+def cache_file():
+    """A file in the build cache (beneath a read root of the worker, as normcheck-launch is):
+    what a kernel could open for reading and then try to change."""
+    p = base.cache_dir("cpu") / f"nc-escape-{os.getpid()}.txt"
+    p.write_text("tok-0577215664\n")
+    p.chmod(0o644)
+    yield p
+    p.unlink()
+
+
+@pytest.mark.parametrize("entry", list(PERMS))
+def test_permissions_metadata_and_leases_are_refused_by_name(kp, cache_file, entry):
+    before = os.stat(cache_file)
+    xattrs = os.listxattr(cache_file)
+    y = np.zeros(1, np.float32)
+    with pytest.raises(errors.SandboxViolation, match=f"forbidden system call: {PERMS[entry]}"):
+        kp[entry](1, 1, [y, cstr(str(cache_file))])
+    assert y[0] == 0
+    after = os.stat(cache_file)
+    assert (after.st_mode, after.st_uid, after.st_mtime_ns) == (before.st_mode, before.st_uid,
+                                                                before.st_mtime_ns)
+    assert os.listxattr(cache_file) == xattrs  # no ACL, no attribute
+
+
+def test_a_sound_fstat_is_carried_out(kp):
+    # glibc's fstat is newfstatat(fd, "", AT_EMPTY_PATH): trapped, and carried out as fstat
+    y = np.zeros(1, np.float32)
+    kp["fstat_own"](1, 1, [y])
+    assert y[0] == 1
+
+
+def test_threads_that_outlive_their_launch_fail_it(kp):
+    y = np.zeros(1, np.float32)
+    with pytest.raises(errors.SandboxViolation, match=r"\d+ threads still running after the "
+                                                      r"launch returned"):
+        kp["thread_flood"](1, 1, [y, np.int32(300)])
+    # the worker that held them is gone: the next launch runs in a fresh one, with its threads
+    y[0] = 0
+    kp["fstat_own"](1, 1, [y])
+    assert y[0] == 1
+
+
+def test_the_worker_reads_the_package_not_the_checkout_around_it(kp):
+    import normcheck
+
+    pkg = Path(normcheck.__file__).resolve().parent
+    y = np.zeros(1, np.float32)
+    kp["read_path"](1, 1, [y, cstr(str(pkg / "__init__.py"))])
+    assert y[0] == 1  # the package itself is a read root (so the probe can see a file)
+    beside = [p for p in (pkg.parent / "pyproject.toml", pkg.parent / ".git" / "HEAD")
+              if p.is_file()]
+    for p in beside:  # an editable install's checkout (or site-packages' other packages)
+        y[0] = 0
+        kp["read_path"](1, 1, [y, cstr(str(p))])
+        assert y[0] == 0, p
+
+
+def test_the_allow_list_is_generated_and_holds_none_of_the_refused_calls():
+    sys.path.insert(0, str(HERE.parent / "scripts"))
+    try:
+        import measure_syscalls as ms
+    finally:
+        sys.path.pop(0)
+    text = ms.HEADER.read_text()
+    assert text.startswith("// GENERATED by scripts/measure_syscalls.py")
+    rows = re.findall(r"^\s+(\d+),\s+// (\w+): (measured: \d+ calls|reviewed: .+)$", text, re.M)
+    body = text.split("ncsb_allowed[] = {", 1)[1].split("};", 1)[0]
+    assert len(rows) == len(re.findall(r"^\s+\d+,", body, re.M)) > 30  # each with evidence
+    numbers = ms.syscall_numbers()
+    for nr, name, _why in rows:
+        assert numbers[name] == int(nr), name
+        assert name not in ms.NEVER and name not in ms.ARGUMENT_RULES, name
+    names = {name for _nr, name, _why in rows}
+    for refused in ("fchmodat2", "setxattrat", "file_setattr", "fchmod", "setxattr", "statx"):
+        assert refused not in names
+    assert {"read", "write", "mmap", "futex", "rt_sigreturn"} <= names
+
+
+def test_a_flood_of_threads_is_stopped_while_the_launch_runs(kp):
+    # 5000 threads is past what a launch may hold (its workers + worker.THREADS_PER_LAUNCH): the
+    # watchdog ends the worker within 20 ms of the count passing the limit, and says why
+    y = np.zeros(1, np.float32)
+    with pytest.raises(errors.SandboxViolation, match="started more threads than a launch may "
+                                                      "hold at once"):
+        kp["thread_flood"](1, 1, [y, np.int32(5000)])
+
+
+# -- a spec's and a case's paths stay where they belong (#32) -----------------------------------
+_SPEC_TAIL = ('entry = "rms_good_fp32"\nnorm = "rmsnorm"\ndtype = "fp32"\neps = 1e-5\n'
+              '[launch]\ngrid = "rows"\nblock = "256"\n[[args]]\nrole = "output"\n[[args]]\n'
+              'role = "input"\n[[args]]\nrole = "gamma"\n[[args]]\nrole = "eps"\n[[args]]\n'
+              'role = "rows"\n[[args]]\nrole = "cols"\n')
+
+
+@pytest.fixture()
+def outside(tmp_path):
+    """A token file outside the spec's folder (tmp_path/spec/), as a secret of the machine."""
+    (tmp_path / "spec").mkdir()
+    (tmp_path / "outside").mkdir()
+    tok = tmp_path / "outside" / "token"
+    tok.write_text("hf_tok31415926535 x;\n")
+    return tmp_path / "spec", tok
+
+
+@pytest.mark.parametrize("how", ["include_root", "source_up", "source_link", "include_link"])
+def test_a_spec_cannot_name_files_outside_its_folder(outside, how):
+    here, tok = outside
+    name = beside(here, CHECK_SRC)
+    if how == "include_root":
+        text = f'source = "{name}"\ninclude = ["/"]\n'
+    elif how == "source_up":
+        text = 'source = "../outside/token"\n'
+    elif how == "source_link":
+        (here / "k.cu").symlink_to(tok)
+        text = 'source = "k.cu"\n'
+    else:
+        (here / "inc").symlink_to(tok.parent)
+        text = f'source = "{name}"\ninclude = ["inc"]\n'
+    spec = here / "s.toml"
+    spec.write_text(text + _SPEC_TAIL)
+    r = _cli("check", "--spec", str(spec), "--search", "0", "--examples", "4", cwd=here)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "outside the spec's folder" in r.stderr and "normcheck check -I" in r.stderr
+    assert "hf_tok" not in r.stdout + r.stderr  # the file was never read, let alone compiled
+
+
+def test_a_folder_the_user_names_with_dash_i_is_allowed(outside):
+    here, _tok = outside
+    kern = here.parent / "kernels"
+    kern.mkdir()
+    name = beside(kern, CHECK_SRC)
+    spec = here / "s.toml"
+    spec.write_text(f'source = "../kernels/{name}"\n' + _SPEC_TAIL)
+    r = _cli("check", "--spec", str(spec), "--search", "0", "--examples", "4", cwd=here)
+    assert r.returncode == 2 and "outside the spec's folder" in r.stderr
+    r = _cli("check", "--spec", str(spec), "-I", str(kern), "--search", "0", "--examples", "4",
+             cwd=here)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_case_cannot_name_a_changed_file_outside_its_folder(tmp_path):
+    tok = tmp_path / "secret" / "token.cu"
+    tok.parent.mkdir()
+    tok.write_text("hf_tok27182818 x;\n")
+    work = tmp_path / "work"
+    (work / ".normcheck").mkdir(parents=True)
+    path = replay.save_case(work / ".normcheck" / "c.npz", kernel={
+        "source": str(tok), "sha256": "0" * 64, "entries": ["rms_good_fp16"],
+        "norm": "rmsnorm", "dtype": "fp16"}, x=np.ones((1, 4), np.float16))
+    r = _cli("replay", str(path), cwd=work)
+    assert r.returncode == 2 and "case.source" in r.stderr, r.stdout + r.stderr
+    assert "hf_tok" not in r.stdout + r.stderr
+
+
+def test_a_huge_case_source_is_refused_before_it_is_read(tmp_path):
+    big = tmp_path / "big.cu"
+    with open(big, "wb") as f:  # sparse: 3 GiB of size, no bytes written
+        f.truncate(3 << 30)
+    path = replay.save_case(tmp_path / "c.npz", kernel={
+        "source": str(big), "sha256": "0" * 64, "entries": ["k"], "norm": "rmsnorm",
+        "dtype": "fp32"}, x=np.ones((1, 4), np.float32))
+    r = _cli("replay", str(path), cwd=tmp_path)
+    assert r.returncode == 2 and "at most 16 MiB" in r.stderr, r.stdout + r.stderr
+
+
+def test_a_static_constructor_that_makes_a_forbidden_call_fails_the_check(tmp_path):
+    r = _cli("check", str(HERE / "cuda" / "escape_ctor_call.cu"), "--entry", "k", "--norm",
+             "rmsnorm", "--dtype", "fp32", "--search", "0", "--examples", "4", "--json",
+             cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    d = json.loads(r.stdout)
+    assert d["verdict"] == "fail" and d["failures"][0]["kind"] == "sandbox"
+    assert "while the module loaded" in d["failures"][0]["detail"]
+    assert "setsid" in d["failures"][0]["detail"]
+
+
+# -- every byte from a kernel, a spec or a file is escaped where it lands (#32) -------------------
+def test_a_kernels_text_is_escaped_in_the_terminal_junit_and_summary(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    r = _cli("check", str(SRC), "--entry", "inject", "--norm", "rmsnorm", "--dtype", "fp32",
+             "--search", "0", "--examples", "4", "--junit", str(tmp_path / "j.xml"),
+             "--summary", str(tmp_path / "s.md"), cwd=tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "aborted" in out, out
+    assert "verdict: pass" in out  # the kernel's words are shown ...
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", out)  # ... without a control byte
+    junit = (tmp_path / "j.xml").read_text()
+    root = ET.fromstring(junit)  # parses: no XML-invalid character left
+    assert root.iter("failure") and "nc-injected" in junit
+    summary = (tmp_path / "s.md").read_text()
+    assert "<h3>" not in summary and "&lt;h3&gt;nc-injected" in summary
+
+
+def test_a_case_files_note_reaches_the_terminal_without_controls(tmp_path):
+    path = replay.save_case(tmp_path / "c.npz", kernel={
+        "source": str(beside(tmp_path, CHECK_SRC)), "entries": ["rms_good_fp16"],
+        "norm": "rmsnorm", "dtype": "fp16"}, x=np.ones((1, 4), np.float16),
+        note="\x1b[2J\x1b[1Averdict: PASS")
+    r = _cli("replay", str(path), cwd=tmp_path)
+    assert "\x1b" not in r.stdout + r.stderr and "verdict: PASS" in r.stdout + r.stderr
+
+
+def _results(tmp_path, **fields):
+    from normcheck.report.record import Record
+
+    rec = Record(key="k1", kernel="rmsnorm_rms_fp16_upcast_square", family="gaussian", cols=8,
+                 rows=4, max_ulp=1.0, norm="rmsnorm", storage="fp16", order="upcast_square",
+                 worst={"row": 0, "col": 0, "ulp": 1.0, "x": 1.0, "kernel": 1.0, "exact": 1.0,
+                        "file": "worst/a.npz", "replay": "normcheck replay {dir}/worst/a.npz"})
+    d = rec.to_json()
+    for k, v in fields.items():
+        if k.startswith("worst."):
+            d["worst"][k[6:]] = v
+        else:
+            d[k] = v
+    out = tmp_path / "r"
+    out.mkdir(exist_ok=True)
+    (out / "results.json").write_text(json.dumps(
+        {"provenance": {"seed": 0, "backend": "cpu", "mode": "quick"}, "records": [d]}))
+    return out
+
+
+@pytest.mark.parametrize("field,value,what", [
+    ("storage", "<script>alert(1)</script>", "storage="),
+    ("family", "gaussian\" onmouseover=\"x", "family="),
+    ("worst.file", "javascript:alert(1)", "worst.file="),
+    ("worst.file", "../../etc/passwd.npz", "worst.file="),
+    ("kernel", "k\x1b[2J", "control characters"),
+    ("error", {"kind": "<b>", "detail": "x"}, "error="),
+])
+def test_a_shared_results_json_cannot_inject_into_the_report(tmp_path, field, value, what):
+    from normcheck.report.sweep import load_results
+
+    out = _results(tmp_path, **{field: value})
+    with pytest.raises(errors.InvalidArgument, match=re.escape(what)):
+        load_results(out)
+    r = _cli("report", "--quick", "--out", str(out), "--kernels", "rmsnorm_rms_fp16_upcast*",
+             cwd=tmp_path)
+    assert r.returncode == 2 and "results.json written by normcheck" in r.stderr, r.stderr
+    assert not (out / "index.html").exists()
+
+
+def test_a_report_holding_failed_launches_of_each_kind_renders(tmp_path):
+    from normcheck.errors import FailureKind
+    from normcheck.report import render
+    from normcheck.report.record import Record
+    from normcheck.report.sweep import load_results
+
+    from normcheck import families
+
+    # every kind of failed launch, each the only record of its cell (a family and a format), as
+    # the sweep writes them for built-ins and kernels of yours (the render used to die on them)
+    fams, fmts = list(families.FAMILIES), ["fp16", "bf16"]
+    recs = []
+    for i, kind in enumerate(k.value for k in FailureKind):
+        st = fmts[i // len(fams)]
+        recs.append(Record(key=f"k{i}", kernel=f"rmsnorm_rms_{st}_upcast_square",
+                           family=fams[i % len(fams)], cols=8, rows=4, max_ulp=float("inf"),
+                           norm="rmsnorm", storage=st, order="upcast_square", algorithm="rms",
+                           error={"kind": kind, "detail": f"{kind} <b>here</b>"}))
+    results = {"provenance": {"seed": 0, "backend": "cpu", "mode": "quick"}, "records": recs}
+    render.render(results, tmp_path)
+    page = (tmp_path / "index.html").read_text()
+    assert "<b>here</b>" not in page
+    md = (tmp_path / "report.md").read_text()
+    for kind in (k.value for k in FailureKind):
+        assert f"| {kind} |" in md or f" {kind} |" in md, kind  # each in its cell
+
+
+def test_a_results_json_written_on_one_line_is_resumed_whole(tmp_path):
+    from normcheck.report.record import Record
+    from normcheck.report.sweep import ResultsFile
+
+    rf = ResultsFile(tmp_path / "results.json")
+    recs = [Record(key=f"k{i}", kernel="v", family="gaussian", cols=8, rows=4, max_ulp=1.0)
+            for i in range(3)]
+    rf.write_all({"provenance": {"seed": 0}, "records": recs})
+    data = json.loads(rf.path.read_text())
+    rf.path.write_text(json.dumps(data, separators=(",", ":")))  # as `jq -c` writes it
+    rf2 = ResultsFile(rf.path)
+    assert len(rf2.load()["records"]) == 3
+    rf2.append(Record(key="k3", kernel="v", family="gaussian", cols=8, rows=4, max_ulp=2.0))
+    back = ResultsFile(rf.path).load()["records"]
+    assert [r.key for r in back] == ["k0", "k1", "k2", "k3"]
+
+
+@pytest.mark.parametrize("text", [
+    '{"verdict": "fail", "families": [{"family": 3}]}',
+    '{"verdict": "fail", "families": [{"family": "g", "max_ulp": "lots"}]}',
+    '{"verdict": "fail", "families": "all"}',
+    '{"verdict": ["x"], "families": []}',
+    "[" * 100_000 + "]" * 100_000,
+])
+def test_diff_of_hostile_json_is_a_clear_error(tmp_path, text):
+    good = tmp_path / "good.json"
+    good.write_text('{"verdict": "pass", "kernel": "k", "families": []}')
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    r = _cli("diff", str(good), str(bad), cwd=tmp_path)
+    assert r.returncode == 2 and "normcheck: error:" in r.stderr, r.stderr
+    assert "internal error" not in r.stderr

@@ -15,6 +15,7 @@ import pytest
 from normcheck import errors, kernels
 from normcheck.backends import get_backend
 from normcheck.backends.cpu.backend import _worker
+from conftest import beside
 
 SRC = Path(__file__).parent / "cuda" / "hostile.cu"
 CHECK_SRC = Path(__file__).parent / "cuda" / "check" / "kernels.cu"
@@ -126,7 +127,7 @@ def test_nothing_in_dev_shm(k):
 def _start_spinning_check(tmp_path):
     """A `normcheck check` whose kernel spins forever; returns (the check, its worker's pid)."""
     spec = tmp_path / "spin.toml"
-    spec.write_text(f'''source = "{SRC}"
+    spec.write_text(f'''source = "{beside(tmp_path, SRC)}"
 entry = "spin"
 norm = "rmsnorm"
 dtype = "fp32"
@@ -196,7 +197,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
     specdir = tmp_path / "dir.toml"
     specdir.mkdir()
     zero = tmp_path / "zero.toml"
-    zero.write_text(f'source = "{CHECK_SRC}"\nentry = "rms_good_fp16"\nnorm = "rmsnorm"\n'
+    zero.write_text(f'source = "{beside(tmp_path, CHECK_SRC)}"\nentry = "rms_good_fp16"\nnorm = "rmsnorm"\n'
                     'dtype = "fp16"\n[launch]\ngrid = "rows // (cols - cols)"\n'
                     '[[args]]\nrole = "output"\n[[args]]\nrole = "input"\n[[args]]\n'
                     'role = "gamma"\n[[args]]\nrole = "eps"\n[[args]]\nrole = "rows"\n'

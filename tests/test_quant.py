@@ -22,6 +22,7 @@ from normcheck.quant import families as qfam
 from normcheck.quant import formats as qf
 from normcheck.quant import kernels as qk
 from normcheck.quant.oracle import QOracle, contract_result
+from conftest import beside
 
 HERE = Path(__file__).parent
 PLANTED = HERE / "cuda" / "quant_planted.cu"
@@ -421,7 +422,7 @@ def _planted(entry, quant, folder):
     roles = ["output", "scales" if c.dynamic else "null", "input", "gamma",
              "scale" if not c.dynamic else "null", "eps", "rows", "cols"]
     table = ", ".join(f"{k} = {v!r}".replace("'", '"') for k, v in quant.items())
-    text = (f'source = "{PLANTED}"\nentry = "{entry}"\nnorm = "rmsnorm"\ndtype = "bf16"\n'
+    text = (f'source = "{beside(folder, PLANTED)}"\nentry = "{entry}"\nnorm = "rmsnorm"\ndtype = "bf16"\n'
             + ("cols_multiple_of = 32\n" if c.granularity == "mx" else "") +
             f"quant = {{ {table} }}\n[launch]\ngrid = \"rows\"\nblock = \"256\"\n"
             + "".join(f'[[args]]\nrole = "{r}"\n' for r in roles))
@@ -514,7 +515,7 @@ def test_cli_quant(tmp_path):
     assert _quant("contract=te,granularity=mx,group=32") == \
         {"contract": "te", "granularity": "mx", "group": 32}
     spec = tmp_path / "k.toml"
-    spec.write_text(f'source = "{PLANTED}"\nentry = "vllm_static<0>"\nnorm = "rmsnorm"\n'
+    spec.write_text(f'source = "{beside(tmp_path, PLANTED)}"\nentry = "vllm_static<0>"\nnorm = "rmsnorm"\n'
                     'dtype = "bf16"\nquant = {{ contract = "vllm", granularity = "per_tensor" }}\n'
                     .replace("{{", "{").replace("}}", "}") +
                     "".join(f'[[args]]\nrole = "{r}"\n' for r in

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 from normcheck import check, errors, families, launch, norms, spec as specs
+from conftest import beside
 
 SRC = Path(__file__).parent / "cuda" / "specs.cu"
 
 
 def _spec(text, tmp_path, name="k.toml"):
     p = tmp_path / name
-    p.write_text(f'source = "{SRC}"\n' + text)
+    p.write_text(f'source = "{beside(tmp_path, SRC)}"\n' + text)
     return p
 
 

@@ -35,7 +35,7 @@ from normcheck.check.resolve import (LIMITS, check_cols, check_counts, long_run,
 from normcheck.causes import headline
 from normcheck.check.result import CheckResult
 from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance, Verdict
-from normcheck.errors import invalid
+from normcheck.errors import SandboxViolation, invalid
 from normcheck.metrics import to_json
 
 __all__ = ["check_kernel", "check_callable", "CheckResult", "FamilyResult", "Failure", "Worst",
@@ -143,22 +143,49 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _failed_at_load(e, source, entry, norm, dtype, spec, out_dtype, backend, t0):
+    """The verdict on a kernel file whose code broke the sandbox while it loaded (a static
+    constructor's forbidden call, a forged reply): a fail of kind sandbox -- no row was run,
+    and none needs to be: no sound kernel does that."""
+    from normcheck import spec as specs
+
+    if spec is not None and not isinstance(spec, specs.KernelSpec):
+        spec = specs.load(spec)
+    n = norms.get(norm or (spec.norm if spec is not None else None) or "rmsnorm")
+    fmt = formats.get(dtype or (spec.dtype if spec is not None else None) or "fp32")
+    out = formats.get(out_dtype or (spec.out_dtype if spec is not None else None) or fmt.name)
+    f = Failure("sandbox", "load", str(e))
+    return CheckResult(
+        kernel=entry or (spec.entries[0] if spec is not None and spec.entries else None)
+        or str(source), norm=n.name, norm_desc=n.describe(), reference=n.reference,
+        dtype=fmt.name, out_dtype=out.name, backend=get_backend(backend).name,
+        verdict=Verdict.of([f], []), max_ulp=0.0, rows_checked=0, failures=[f], warnings=[],
+        families=[], worst=None, tolerance=TOLERANCES[out.name],
+        seconds=time.perf_counter() - t0, cause=headline([(f.family, f.cause)]))
+
+
 def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, spec=None,
                  backend="cpu", defines=None, reference=None, out_dtype=None, examples=64,
                  search=40, seed=0, timeout=None, save_counterexample=None, rows=None,
-                 cols=None, progress=None, arch=None, quant=None) -> CheckResult:
+                 cols=None, progress=None, arch=None, quant=None, include=()) -> CheckResult:
     """Judge a CUDA C kernel (see the module docstring).  ``spec`` is a path, a KernelSpec or
     None for the default ABI; entry/norm/dtype may come from the spec; ``defines`` add to the
     spec's.  ``rows`` adds a long run of that many rows of width ``cols`` (streamed in bounded
     memory; ``progress(done, rows, rows_per_s)`` is called every few seconds).  ``quant`` (a
     contract table, a preset name or a Contract; else the spec's ``quant``) judges a quantised
-    output (normcheck.check.quantised)."""
+    output (normcheck.check.quantised).  ``include``: folders searched by #include that a spec's
+    paths may also lie beneath (the command line's ``-I``)."""
     check_counts(examples, search, seed)
     prep = parts.prepare(backend if backend != "auto" else "cpu",
                          _baseline_variants(spec, norm, dtype))
-    r = resolve(source, entry, norm, dtype, spec=spec, block=block, backend=backend,
-                defines=defines, reference=reference, out_dtype=out_dtype, timeout=timeout,
-                arch=arch, quant=quant)
+    t0 = time.perf_counter()
+    try:
+        r = resolve(source, entry, norm, dtype, spec=spec, block=block, backend=backend,
+                    defines=defines, reference=reference, out_dtype=out_dtype, timeout=timeout,
+                    arch=arch, quant=quant, include=tuple(include))
+    except SandboxViolation as e:  # code that runs as the module loads (a static constructor)
+        prep.wait()
+        return _failed_at_load(e, source, entry, norm, dtype, spec, out_dtype, backend, t0)
     prep.wait()
     spec, n, fmt, out, contract, target = r.spec, r.norm, r.fmt, r.out, r.contract, r.target
     if contract is not None:

@@ -503,7 +503,8 @@ def _spread(outs_runs, fmt):
 
 def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=256,
                    backend="cpu", defines=None, examples=64, seed=0, timeout=None,
-                   orders=ORDERS_DEFAULT, save_counterexample=None, families=None):
+                   orders=ORDERS_DEFAULT, save_counterexample=None, families=None,
+                   include=()):
     """Judge a backward kernel (see the module docstring).  Without ``spec`` the kernel has the
     ABI of cuda_src/backward.cu's dx kernels: (dx, dy, x, γ, mean, rstd, rows, cols).
     ``families`` selects some of normcheck.families.BACKWARD_FAMILIES (default: all)."""
@@ -517,7 +518,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
         if f not in families_mod.BACKWARD_FAMILIES:
             raise invalid("families", f, f"some of {', '.join(families_mod.BACKWARD_FAMILIES)}")
     res = resolve(source, entry, norm, dtype, spec=spec, block=block, backend=backend,
-                defines=defines, timeout=timeout, backward=True)
+                defines=defines, timeout=timeout, backward=True, include=tuple(include))
     spec, n, fmt, target = res.spec, res.norm, res.fmt, res.target
     mode = "y" if spec.has("y") else "x"
     reads_gamma = spec.has("gamma")

@@ -114,10 +114,11 @@ def _body(r, backward=False) -> list:
         table.append(["search", str(r.search["examples"]), "-",
                       "FAIL" if r.search["failed"] else "pass",
                       _fmt(r.search.get("max_of_bound")), "-", "-", "-", "-", "-", "-"])
-    w = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(head)]
-    lines.append("  ".join(h.ljust(x) for h, x in zip(head, w)))
-    lines.append("  ".join("-" * x for x in w))
-    lines += ["  ".join(c.ljust(x) for c, x in zip(row, w)) for row in table]
+    if table:  # none where nothing ran (the kernel's file broke the sandbox as it loaded)
+        w = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(head)]
+        lines.append("  ".join(h.ljust(x) for h, x in zip(head, w)))
+        lines.append("  ".join("-" * x for x in w))
+        lines += ["  ".join(c.ljust(x) for c, x in zip(row, w)) for row in table]
     lines.append("")
     for title, items in (("failures", r.failures), ("warnings", r.warnings)):
         if items:
@@ -196,6 +197,8 @@ def render_quantised(r) -> str:
                       str(f.scales.contract) if f.scales.n else "-",
                       f"{f.q.saturated + f.q.nan + f.q.inf}",
                       f.verdict.upper() if f.verdict != "pass" else f.verdict])
+    if not table:  # nothing ran (the kernel's file broke the sandbox as it loaded)
+        return lines
     w = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(head)]
     lines.append("  ".join(h.ljust(x) for h, x in zip(head, w)))
     lines.append("  ".join("-" * x for x in w))

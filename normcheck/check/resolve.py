@@ -20,7 +20,7 @@ import numpy as np
 
 from normcheck import formats, launch, norms, spec as specs
 from normcheck.backends import get_backend
-from normcheck.backends.base import Backend, parse_arch
+from normcheck.backends.base import SOURCE_BYTES, Backend, parse_arch, read_limited
 from normcheck.errors import invalid
 from normcheck.formats import Format
 
@@ -49,8 +49,42 @@ class Resolved:
     desc: dict = field(default_factory=dict)
 
 
-def sha256(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def sha256(path, limit: int = SOURCE_BYTES) -> str:
+    """The file's SHA-256, its size checked before a byte is read (a source's limit)."""
+    return hashlib.sha256(read_limited(path, "source", limit, "a readable .cu file")).hexdigest()
+
+
+def _case_roots(case_path) -> list:
+    return [Path.cwd().resolve(), Path(case_path).resolve().parent.parent]
+
+
+def _beneath_case(key: str, value, case_path) -> Path:
+    """A folder a saved case names (an -I of its check): beneath the working folder or the
+    folder above the case's, else refused."""
+    p = Path(str(value)).resolve()
+    roots = _case_roots(case_path)
+    if not any(p == r or r in p.parents for r in roots):
+        raise invalid(f"case.{key}", str(value), f"a folder beneath this folder ({roots[0]}) or "
+                      f"the case's ({roots[1]})", "replay the case from the folder the check "
+                      "ran in, or run the check again")
+    return p
+
+
+def _case_path(key: str, value, recorded, case_path) -> Path:
+    """A path a saved case names, allowed when it lies beneath the working folder or the
+    folder above the case's (where a check saves it: .normcheck/), or when it is unchanged
+    since the case was saved (its SHA-256 is the recorded one): a case file from someone else
+    cannot make normcheck read, compile or echo another file of this machine."""
+    p = Path(value).resolve()
+    roots = _case_roots(case_path)
+    if any(p == r or r in p.parents for r in roots):
+        return p
+    if recorded and p.is_file() and sha256(p) == recorded:
+        return p
+    raise invalid(f"case.{key}", str(value), f"a {key} beneath this folder ({roots[0]}) or the "
+                  f"case's ({roots[1]}), or the very file the case was saved from (its SHA-256 "
+                  f"recorded in the case)", "replay the case from the folder the check ran in, "
+                  "or run the check again")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -129,15 +163,16 @@ def _contract(quant, spec):
 # ------------------------------------------------------------------------------------------------
 def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=256,
             backend="cpu", defines=None, reference=None, out_dtype=None, timeout=None,
-            arch=None, quant=None, backward=False) -> Resolved:
+            arch=None, quant=None, backward=False, include=()) -> Resolved:
     """The kernel a check runs.  ``spec``: a path, a KernelSpec or None for the default ABI
     (then ``entry`` names the kernel and ``block`` its block size); entry/norm/dtype/source may
     come from the spec; ``defines`` add to the spec's; ``quant`` (a table, a preset name or a
     Contract) over the spec's ``quant``; ``backward`` for a backward kernel (roles dy and
-    dx/dgamma/dbeta)."""
+    dx/dgamma/dbeta); ``include``: folders the user named (``-I``), searched by #include and
+    allowed to the spec's paths."""
     timeout = check_timeout(timeout)
     if spec is not None and not isinstance(spec, specs.KernelSpec):
-        spec = specs.load(spec)
+        spec = specs.load(spec, roots=include)
     norm = norm or (spec.norm if spec else None)
     dtype = dtype or (spec.dtype if spec else None)
     for name, v in (("norm", norm), ("dtype", dtype)):
@@ -172,6 +207,8 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
             spec.launches[0].entry = entry
         if spec.entries[0] is None:
             raise invalid("entry", None, "the kernel to run (--entry, or entry in the spec)")
+    if include:
+        spec.include_dirs = (*spec.include_dirs, *(str(Path(d).resolve()) for d in include))
     src = source if source is not None else spec.source
     if src is None:
         raise invalid("source", None, "a .cu file (or `source` in the spec)")
@@ -220,7 +257,8 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
                  "defines": {**spec.defines, **(defines or {})},
                  "spec": str(spec.path.resolve()) if spec.path else None,
                  "spec_sha256": sha256(spec.path) if spec.path else None,
-                 "block": block if not spec.path else None, "arch": arch})
+                 "block": block if not spec.path else None, "arch": arch,
+                 "include": [str(Path(d).resolve()) for d in include]})
     if not backward:
         desc.update({"reference": n.reference,
                      "out_dtype": out.name if out is not None else contract.qformat.name})
@@ -322,6 +360,7 @@ def resolve_case(k: dict, path, backend, run_embedded: bool, notes: list) -> Res
         if not src or not Path(src).is_file():
             raise invalid("case.source", src, "the kernel's source file, as it was when the "
                           "case was saved", "restore the file, or run the check again")
+        src = str(_case_path("source", src, k.get("sha256"), path))
         if k.get("sha256") and sha256(src) != k["sha256"]:
             notes.append(f"{src} has changed since the case was saved: replaying the file as it "
                          "is now")
@@ -331,9 +370,16 @@ def resolve_case(k: dict, path, backend, run_embedded: bool, notes: list) -> Res
         if not sp.is_file():
             raise invalid("case.spec", str(sp), "the kernel's spec file",
                           "restore the file, or run the check again")
+        sp = _case_path("spec", sp, k.get("spec_sha256"), path)
         if k.get("spec_sha256") and sha256(sp) != k["spec_sha256"]:
             notes.append(f"{sp} has changed since the case was saved")
-        spec = specs.load(sp)
+        # the spec's paths beneath its folder, the case's source's (checked above) or a folder
+        # the check was given with -I (checked here like the source)
+        include = [str(_beneath_case("include", d, path)) for d in (k.get("include") or [])]
+        spec = specs.load(sp, roots=[Path(src).parent, *include]) if isinstance(src, str) \
+            and "\n" not in src else specs.load(sp, roots=include)
+    else:
+        include = [str(_beneath_case("include", d, path)) for d in (k.get("include") or [])]
     entries = k.get("entries") or [k.get("entry")]
     entry = entries[0] if (spec is None or len(spec.launches) == 1) else None
     quant = None
@@ -353,4 +399,4 @@ def resolve_case(k: dict, path, backend, run_embedded: bool, notes: list) -> Res
                    defines=k.get("defines") or None,
                    reference=None if backward else (k.get("reference") or None),
                    out_dtype=None if (backward or quant) else k.get("out_dtype"),
-                   arch=k.get("arch"), quant=quant, backward=backward)
+                   arch=k.get("arch"), quant=quant, backward=backward, include=tuple(include))

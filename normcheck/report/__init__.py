@@ -9,7 +9,8 @@ import time
 __all__ = ["run_report"]
 
 
-def _progress_printer(stream=sys.stderr):
+def _progress_printer(stream=None):
+    stream = stream if stream is not None else sys.stderr  # the command line's, escaped
     tty = stream.isatty()
     last = [0.0]
 

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from normcheck import escape
 from normcheck.measure import mismatch
 from normcheck.metrics import short
 
@@ -171,12 +172,12 @@ def findings_markdown(records, audit, out_dir=None) -> str:
                 lines.append(f"| {norm} | {st} | {label} | yes | | | | |")
                 continue
             f = bad[0]
-            fams = ", ".join(b.family for b in bad)
+            fams = md_cell(", ".join(b.family for b in bad))
             rp = f.replay.replace("{dir}", str(out_dir)) if out_dir else f.replay
-            lines.append(f"| {norm} | {st} | {label} | no: {fams} | {f.family} ({f.why}) | "
-                         f"{short(f.max_ulp)} | "
+            lines.append(f"| {md_cell(norm)} | {md_cell(st)} | {label} | no: {fams} | "
+                         f"{md_cell(f.family)} ({md_cell(f.why)}) | {short(f.max_ulp)} | "
                          f"{short(f.of_bound) if f.of_bound is not None else '-'} | "
-                         f"{'`' + rp + '`' if rp else ''} |")
+                         f"{escape.code_span(rp).replace('|', chr(92) + '|') if rp else ''} |")
     if audit:
         lines.append("\n**The seed articles, measured:**\n")
         lines += [f"- **{a['verdict'].upper()}**: {md_cell(a['claim'])}" for a in audit]
@@ -184,5 +185,6 @@ def findings_markdown(records, audit, out_dir=None) -> str:
 
 
 def md_cell(text: str) -> str:
-    """Text for a markdown table cell: template brackets are not tags, pipes not cells."""
-    return str(text).replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    """Text for a markdown table cell: template brackets are not tags, pipes not cells, no
+    control characters (normcheck.escape.markdown)."""
+    return escape.markdown(text)

@@ -11,7 +11,11 @@ reads these fields by name.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
+
+from normcheck.errors import FailureKind
+from normcheck.escape import CONTROLS, worst_link
 
 __all__ = ["Record", "RecordError"]
 
@@ -94,12 +98,52 @@ class Record:
                 raise RecordError(f"{k} holds a value that is not a number")
         if "histogram" in obj and not all(isinstance(v, int) for v in obj["histogram"]):
             raise RecordError("histogram holds a value that is not a count")
+        for k in _WORDS:  # closed forms: a word of normcheck's, never markup or a URL
+            if obj.get(k) is not None and not _WORD.fullmatch(obj[k]):
+                raise RecordError(f"{k}={str(obj[k])[:40]!r} is not a name normcheck writes")
+        for k in ("key", "kernel", "spec"):
+            if obj.get(k) is not None and (len(obj[k]) > 4096 or CONTROLS.search(obj[k])):
+                raise RecordError(f"{k} holds control characters or is over 4096 characters")
+        if obj.get("error") is not None:
+            e = obj["error"]
+            if set(e) - {"kind", "detail"} or e.get("kind") not in _ERROR_KINDS or \
+                    not isinstance(e.get("detail", ""), str):
+                raise RecordError(f"error={str(e)[:60]!r} is not {{kind, detail}} of a known "
+                                  "kind")
+        if obj.get("worst") is not None:
+            _check_worst(obj["worst"])
         vals = dict(obj)
         for k in ("max_ulp", "p99_ulp", "mean_ulp", "max_scaled_ulp", "max_bits", "max_abs_x",
                   "seconds", "of_bound", "mean_signed_ulp"):
             if vals.get(k) is not None:
                 vals[k] = float(vals[k])
         return cls(**vals)
+
+
+#: Fields that hold one of normcheck's names (a format, a norm, a family, an order ...).
+_WORDS = ("norm", "storage", "algorithm", "order", "convention", "family")
+_WORD = re.compile(r"[A-Za-z0-9_.+\-]{1,64}")
+_ERROR_KINDS = frozenset(k.value for k in FailureKind) | {"error"}
+_WORST_TYPES = {"row": int, "col": int, "ulp": _NUM, "x": _NUM, "kernel": _NUM,
+                "exact": _NUM, "file": str, "replay": str}
+
+
+def _check_worst(w):
+    """The worst element's fields: numbers, a replay command without control characters and a
+    file that is the report's own ``worst/NAME.npz`` (a link in index.html)."""
+    if not isinstance(w, dict):
+        raise RecordError("worst is not an object")
+    for k, v in w.items():
+        t = _WORST_TYPES.get(k)
+        if t is not None and v is None and k in ("file", "replay"):
+            continue  # a parameter sweep's record: no file, no replay
+        if t is None or not isinstance(v, t) or isinstance(v, bool):
+            raise RecordError(f"worst.{str(k)[:40]} is not a field normcheck writes, or not of "
+                              "its type")
+    if w.get("file") is not None and worst_link(w["file"]) is None:
+        raise RecordError(f"worst.file={w['file'][:60]!r} is not a worst/NAME.npz of the report")
+    if w.get("replay") is not None and (len(w["replay"]) > 4096 or CONTROLS.search(w["replay"])):
+        raise RecordError("worst.replay holds control characters or is over 4096 characters")
 
 
 _TYPES = {

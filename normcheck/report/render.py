@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import families
+from normcheck import escape, families
 from normcheck.measure import mismatch
 from normcheck.metrics import short
-from normcheck.report import folder, plots
+from normcheck.report import findings as fnd, folder, plots
 from normcheck.report.sweep import HIST_BINS
 
 __all__ = ["render", "COLUMNS"]
@@ -55,7 +55,7 @@ def _cell(recs):
     bias = max((r.mean_signed_ulp for r in recs if r.mean_signed_ulp is not None),
                key=abs, default=None)
     if err:
-        text = err[0]["error"]["kind"]
+        text = str(err[0].error.get("kind", "error"))
     elif nf:
         text += f" ({nf} nf)"
     elif bias is not None and abs(bias) >= 0.1:  # the mean signed error, where it shows
@@ -108,18 +108,17 @@ def _md_table(rows, names=_COL_NAMES):
     for lab, cells in rows:
         parts = []
         for rec, text in cells:
-            if rec is None or not rec.worst:
-                parts.append(text)
-            else:
-                parts.append(f"[{text}]({rec.worst['file']})")
-        lab = lab.replace("<", "&lt;").replace(">", "&gt;")
+            link = escape.worst_link(rec.worst.get("file")) if rec is not None and rec.worst \
+                else None
+            parts.append(f"[{fnd.md_cell(text)}]({link})" if link else fnd.md_cell(text))
+        lab = fnd.md_cell(lab)
         lines.append(f"| {lab} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
 
 
 def _html_table(rows, out_dir, names=_COL_NAMES):
     h = ["<table class='sortable'><tr><th>variant</th>" +
-         "".join(f"<th>{c}</th>" for c in names) + "</tr>"]
+         "".join(f"<th>{html.escape(c)}</th>" for c in names) + "</tr>"]
     for lab, cells in rows:
         tds = []
         for rec, text in cells:
@@ -133,7 +132,9 @@ def _html_table(rows, out_dir, names=_COL_NAMES):
                 if rec.error or sum(rec.nonfinite.values()):
                     cls = "bad"
             v = f' data-v="{rec.max_ulp}"' if rec is not None else ' data-v="-1"'
-            if rec is None or not rec.worst:
+            link = escape.worst_link(rec.worst.get("file")) if rec is not None and rec.worst \
+                else None
+            if link is None:  # links only to the report's own worst/*.npz
                 tds.append(f'<td class="{cls}"{v}>{html.escape(text)}</td>')
             else:
                 w = rec.worst
@@ -141,7 +142,7 @@ def _html_table(rows, out_dir, names=_COL_NAMES):
                 title = ("worst: " + mismatch(f"row {w['row']}, col {w['col']} of width "
                                               f"{rec.cols}", w["kernel"], w["exact"],
                                               x=w["x"]) + f"\n{cmd}")
-                tds.append(f'<td class="{cls}"{v}><a href="{html.escape(w["file"])}" '
+                tds.append(f'<td class="{cls}"{v}><a href="{html.escape(link)}" '
                            f'title="{html.escape(title)}">{html.escape(text)}</a></td>')
         h.append(f"<tr><th class='lab'>{html.escape(lab)}</th>{''.join(tds)}</tr>")
     h.append("</table>")

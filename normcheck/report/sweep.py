@@ -388,6 +388,10 @@ class ResultsFile:
         if data is not None:
             data = self._check(folder.restore(data))
             self._n = len(data["records"])  # appends continue after the records read
+            if not self._own_layout(text, self._n):
+                # whole JSON, but not in the layout an append relies on (one line each, the
+                # closing line last: `jq -c` writes it on one line): rewritten whole, atomically
+                self.write_all(data)
             return data
         lines = text.split("\n")
         first = lines[0]
@@ -421,6 +425,16 @@ class ResultsFile:
         self.write_all(data)
         self.dropped = dropped
         return data
+
+    def _own_layout(self, text: str, n: int) -> bool:
+        """Whether ``text`` is laid out as :meth:`write_all` writes it: the head line, one line
+        per record, the closing line -- what :meth:`append` overwrites the tail of."""
+        lines = text.split("\n")
+        if not (text.endswith(self.TAIL) and lines[0].startswith('{"provenance": ') and
+                lines[0].endswith(', "records": [')):
+            return False
+        body = [ln for ln in lines[1:-2] if ln]
+        return len(body) == n and all(ln.lstrip(",").startswith("{") for ln in body)
 
     def _bad(self, why):
         return invalid("results file", str(self.path), "a results.json written by normcheck",

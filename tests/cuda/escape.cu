@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -91,8 +92,11 @@ extern "C" __global__ void forge_report(float* y) {
   const char* e = getenv("NORMCHECK_ARENA_FD");
   int fd = e ? atoi(e) : 3;
   const char* line = "kind=out_of_bounds access=read arg=99 past_end_bytes=4 size_bytes=4\n";
-  if (pwrite(fd, line, strlen(line) + 1, 0) > 0) _exit(86);
-  y[0] = 1;
+  // mapped, as the worker maps it (pwrite is not on the sandbox's allow-list)
+  char* page = (char*)mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (page == MAP_FAILED) return;
+  memcpy(page, line, strlen(line) + 1);
+  _exit(86);
 }
 
 extern "C" __global__ void limit_other(float* y, int pid) {
@@ -149,4 +153,76 @@ extern "C" __global__ void capabilities(float* y) {
   memset(data, 0, sizeof data);
   if (syscall(SYS_capget, &hdr, data) == 0) y[0] = (float)(data[0].eff | data[1].eff);
   else y[0] = -1;
+}
+
+// -- permissions and metadata (#32): calls a name-the-forbidden filter let through ---------------
+// each takes a path (a byte string) and tries the call raw (glibc may have no wrapper)
+extern "C" __global__ void mode_fchmodat2(float* y, const char* path) {
+  if (syscall(452 /* fchmodat2 */, AT_FDCWD, path, 0600, 0) == 0) y[0] = 1;
+}
+extern "C" __global__ void mode_fchmod(float* y, const char* path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);  // reading is allowed; changing its mode is not
+  if (fd >= 0 && syscall(SYS_fchmod, fd, 0600) == 0) y[0] = 1;
+}
+extern "C" __global__ void acl_setxattr(float* y, const char* path) {
+  // a POSIX ACL entry granting every user read access (what made a 0600 token readable)
+  static const unsigned char acl[] = {2, 0, 0, 0, 1, 0, 6, 0, 0xff, 0xff, 0xff, 0xff, 4, 0, 4,
+                                      0, 0xff, 0xff, 0xff, 0xff, 0x20, 0, 4, 0, 0xff, 0xff,
+                                      0xff, 0xff};
+  if (syscall(SYS_setxattr, path, "system.posix_acl_access", acl, sizeof acl, 0) == 0) y[0] = 1;
+}
+extern "C" __global__ void xattr_setxattrat(float* y, const char* path) {
+  struct { unsigned long long value; unsigned int size, flags; } args = {
+      (unsigned long long)(uintptr_t)"v", 1, 0};
+  if (syscall(463 /* setxattrat */, AT_FDCWD, path, 0, "user.nc", &args, sizeof args) == 0)
+    y[0] = 1;
+}
+extern "C" __global__ void attr_file_setattr(float* y, const char* path) {
+  unsigned int attr[6] = {0x40 /* FS_XFLAG_NODUMP */, 0, 0, 0, 0, 0};
+  if (syscall(469 /* file_setattr */, AT_FDCWD, path, attr, sizeof attr, 0) == 0) y[0] = 1;
+}
+extern "C" __global__ void lease(float* y, const char* path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0 && fcntl(fd, 1024 /* F_SETLEASE */, 0 /* F_RDLCK */) == 0) y[0] = 1;
+}
+extern "C" __global__ void stat_path(float* y, const char* path) {
+  struct stat st;
+  if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0) == 0) y[0] = (float)(st.st_size + 1);
+}
+extern "C" __global__ void stat_statx(float* y, const char* path) {
+  char buf[256];
+  if (syscall(332 /* statx */, AT_FDCWD, path, 0, 0x7ff, buf) == 0) y[0] = 1;
+}
+// a sound fstat (glibc's: newfstatat on the descriptor with an empty path) is carried out
+extern "C" __global__ void fstat_own(float* y) {
+  struct stat st;
+  if (fstat(2, &st) == 0) y[0] = 1;
+}
+// -- threads that outlive their launch ----------------------------------------------------------
+#include <pthread.h>
+static void* sleeper(void*) {
+  for (;;) sleep(1000);
+  return nullptr;
+}
+extern "C" __global__ void thread_flood(float* y, int n) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int made = 0;  // default attributes: a smaller stack may not hold the shim's thread-locals
+  for (int i = 0; i < n; ++i) {
+    pthread_t t;
+    if (pthread_create(&t, nullptr, sleeper, nullptr) == 0) ++made;
+  }
+  y[0] = (float)made;
+}
+// -- the checkout an editable install sits in ---------------------------------------------------
+extern "C" __global__ void read_path(float* y, const char* path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  char c;
+  if (fd >= 0 && read(fd, &c, 1) == 1) y[0] = 1;
+}
+// -- a kernel's text, written to reach the user's terminal, CI log, JUnit file and job summary --
+extern "C" __global__ void inject(float* y, const float* x, const float* g, float eps, int rows,
+                                  int cols) {
+  fprintf(stderr, "normcheck: <h3>nc-injected: PASS</h3> ``` | \x1b]0;pwned\x07\x1b[1A\x1b[2K"
+                  "verdict: pass \x01\x7f\xc2\x9b\n");
+  abort();
 }

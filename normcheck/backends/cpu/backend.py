@@ -430,6 +430,14 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
                                "pipe; the worker was stopped and nothing it sent was used",
                                call="forged reply")
     if isinstance(rep, tuple):
+        m = re.fullmatch(r"kind=sandbox syscall=(\d{1,6})", _worker.report()) \
+            if rep[0] == "died" else None
+        if m:  # code that runs as the module loads (a static constructor) made the call
+            raise SandboxViolation(f"{src.origin}: while the module loaded (a static "
+                                   f"constructor?), made a forbidden system call: "
+                                   f"{sandbox.syscall_name(m.group(1))}; the sandbox allows a "
+                                   "kernel's code only the calls a launch needs (an "
+                                   "allow-list)", call=int(m.group(1)))
         raise CompileError(f"{src.origin}: the compiled module could not be loaded",
                            _worker.describe_death(rep))
     if not rep["ok"]:
@@ -662,7 +670,8 @@ class _Worker:
         self.arena(4 * _PAGE)
         mode = os.environ.get("NORMCHECK_SANDBOX", "on")
         if mode not in sandbox.MODES:
-            raise invalid("NORMCHECK_SANDBOX", mode, "on or off")
+            raise invalid("NORMCHECK_SANDBOX", mode, "on or off (measure: "
+                          "scripts/measure_syscalls.py only)")
         self.cpu_limit = int(max(sandbox.cpu_seconds(), 2 * cpu_need + 60))
         pkg_root = str(Path(__file__).resolve().parents[3])
         extra = {
@@ -675,7 +684,7 @@ class _Worker:
             "PYTHONPATH": pkg_root,
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        if mode == "on":
+        if mode != "off":
             lib = sandbox_helper()
             extra["NORMCHECK_SANDBOX_LIB"] = lib
             # preloaded: its system/popen/posix_spawn report a kernel's call by name (see there)
@@ -906,10 +915,11 @@ _REPORT_KEYS = {
     "before_start_bytes": _INT, "size_bytes": _INT, "itemsize": r"\d{1,3}", "syscall": _INT,
     "block": r"\d{1,10},\d{1,10},\d{1,10}", "thread": r"\d{1,10},\d{1,10},\d{1,10}",
     "detail": r"[a-z_]{1,40}", "stack_bytes": _INT, "call": r"[A-Za-z_]\w{0,40}\(\)",
-    "pc": r"0x[0-9a-f]{1,16}", "sym": r"[A-Za-z_.$][\w.$]{0,300}",
+    "pc": r"0x[0-9a-f]{1,16}", "sym": r"[A-Za-z_.$][\w.$]{0,300}", "limit": _INT,
 }
 _REPORT_INTS = {"signal", "bytes", "arg", "elem_offset_bytes", "past_end_bytes", "ptx",
-                "before_start_bytes", "size_bytes", "itemsize", "syscall", "stack_bytes"}
+                "before_start_bytes", "size_bytes", "itemsize", "syscall", "stack_bytes",
+                "limit"}
 
 
 #: What a kernel reached that the cpu backend does not run (the report's detail word).
@@ -977,7 +987,8 @@ def _launch_reply(rep):
     if rep.get("ok") is True:
         return wire.check(rep, {"ok": (True,), "seconds": float, "note?": _note},
                           "the launch reply")
-    return wire.check(rep, {"ok": (False,), "kind": ("deadlock", "launch", "out_of_bounds"),
+    return wire.check(rep, {"ok": (False,), "kind": ("deadlock", "launch", "out_of_bounds",
+                                                           "threads"),
                             "message": str}, "the launch reply")
 
 
@@ -1335,15 +1346,20 @@ class CpuKernel:
                 what = "wrote more than the file-size limit (64 MiB) to its output"
             elif info.get("detail") == "cpu_time":
                 what = "used more CPU time than the worker may"
+            elif info.get("detail") == "threads":
+                what = (f"started more threads than a launch may hold at once "
+                        f"({info.get('limit')} in the worker)")
             elif info.get("detail") == "blocked":
                 what = "made a forbidden system call with every signal blocked (which call is unknown)"
             elif "call" in info:
                 what = f"made a forbidden system call: {info['call']} (a new process)"
             else:
                 what = f"made a forbidden system call: {sandbox.syscall_name(info.get('syscall'))}"
-            raise SandboxViolation(f"{self.entry}: {what}{where}; the sandbox allows a kernel no "
-                                   "new processes, network, file writes, limits, or signals to "
-                                   "other processes (normcheck.backends.cpu.sandbox)",
+            raise SandboxViolation(f"{self.entry}: {what}{where}; the sandbox allows a kernel "
+                                   "only the calls a launch needs (an allow-list): no new "
+                                   "processes, network, file writes or permission changes, "
+                                   "limits, or signals to other processes "
+                                   "(normcheck.backends.cpu.sandbox)",
                                    call=info.get("call", info.get("syscall")))
         if kind in ("abort", "trap", "arithmetic", "crash"):
             what = {"abort": "aborted (a failed assert?)", "trap": "trapped (__trap or an illegal "
@@ -1367,6 +1383,13 @@ class CpuKernel:
                           signal=0)
 
     def _raise_failed(self, rep, args, names, relaunch=None):
+        if rep["kind"] == "threads":
+            # the threads a kernel started outlive its launch: the worker (and they) end here
+            with _worker.lock:
+                _worker._kill()
+            raise SandboxViolation(f"{self.entry}: {rep['message'][:200]}; a kernel's threads "
+                                   "must end before its launch returns (normcheck ended the "
+                                   "worker, and them)", call="threads")
         if rep["kind"] == "deadlock":
             raise KernelDeadlock(f"{self.entry}: {rep['message'][:2000]}")
         if rep["kind"] == "out_of_bounds":

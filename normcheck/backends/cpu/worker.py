@@ -206,9 +206,20 @@ def launch(req):
         p.buf_hi = (ctypes.c_ulonglong * max(nb, 1))(*[b[2] + b[3] for b in buffers])
         p.report = ctypes.cast(_report_page(), ctypes.c_char_p)
         p.report_len = REPORT_BYTES
+        global _THREAD_LIMIT
+        threads = _threads()
+        _THREAD_LIMIT = threads + THREADS_PER_LAUNCH + max(1, int(req["workers"]))
         t0 = time.perf_counter()
-        rc = fn(ctypes.byref(p))
+        try:
+            rc = fn(ctypes.byref(p))
+        finally:
+            _THREAD_LIMIT = 0
         seconds = time.perf_counter() - t0
+        left = _left_running(threads)
+        if left > 0:  # a kernel's threads end with its launch (normcheck restarts the worker)
+            return {"ok": False, "kind": "threads",
+                    "message": f"{left} thread{'s' * (left != 1)} still running after the "
+                               f"launch returned"}
         if rc != 0:
             kind = "deadlock" if rc == 1 and err.value.startswith(b"deadlock") else "launch"
             return {"ok": False, "kind": kind, "message": err.value.decode(errors="replace")}
@@ -241,6 +252,35 @@ def launch(req):
     finally:
         for b in buffers:
             _libc.munmap(b[2], b[3])
+
+
+#: /proc/self/task, opened before the sandbox is entered (landlock keeps /proc out of reach
+#: afterwards): the worker's threads are counted before and after every launch.
+_TASKS = None
+
+
+#: The threads a launch may add beyond its workers (the shim's and libstdc++'s helpers, a
+#: kernel's own short-lived ones): more, while it runs, ends the worker (the watchdog below).
+THREADS_PER_LAUNCH = 256
+_THREAD_LIMIT = 0  # nonzero while a launch runs
+
+
+def _threads() -> int:
+    if _TASKS is None:
+        return 0
+    return len(os.listdir(_TASKS))
+
+
+def _left_running(before: int) -> int:
+    """Threads beyond ``before`` still alive after a launch.  A joined thread may still be
+    listed for a moment while Linux finishes its exit: the count is taken again for up to a
+    second before a thread is called left running."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        left = _threads() - before
+        if left <= 0 or time.monotonic() > deadline:
+            return left
+        time.sleep(0.002)
 
 
 def _cpu() -> float:
@@ -282,12 +322,22 @@ def _die_with_parent(parent: int):
 
 def _watchdog(parent: int):
     """A thread that ends the process within a quarter of a second of the parent's death, for
-    the case where the death signal was lost (the parent died before prctl, say)."""
+    the case where the death signal was lost (the parent died before prctl, say); and, while a
+    launch runs, within 20 ms of its thread count passing the launch's limit (a flood of
+    threads, whatever call made them: no rlimit bounds a root user's threads), with a crash
+    report that says so."""
 
     def watch():
+        n = 0
         while True:
-            time.sleep(0.25)
-            if os.getppid() != parent:
+            time.sleep(0.02)
+            limit = _THREAD_LIMIT
+            if limit and _threads() > limit:
+                msg = f"kind=sandbox detail=threads limit={limit}\0".encode()
+                ctypes.memmove(_report_page(), msg, len(msg))
+                os._exit(3)
+            n += 1
+            if n % 12 == 0 and os.getppid() != parent:
                 os._exit(0)
 
     threading.Thread(target=watch, daemon=True, name="normcheck-watchdog").start()
@@ -299,7 +349,7 @@ def _send(out, value):
 
 
 def main():
-    global _ARENA
+    global _ARENA, _TASKS
     parent = os.getppid()
     _ARENA = int(os.environ["NORMCHECK_ARENA_FD"])
     inp, out = sys.stdin.buffer, sys.stdout.buffer
@@ -309,6 +359,10 @@ def main():
     _die_with_parent(parent)
     from normcheck.backends.cpu import sandbox
 
+    try:
+        _TASKS = os.open("/proc/self/task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        _TASKS = None  # no /proc: threads are bounded by the address space only
     state = sandbox.enter(os.environ.get("NORMCHECK_SANDBOX", "on"),
                           read_dirs=[d for d in os.environ.get("NORMCHECK_SANDBOX_READ", "").split(
                               os.pathsep) if d], report_page=_report_page(),
