@@ -17,7 +17,7 @@ import pytest
 
 from normcheck import check, errors
 from normcheck.backends import headers
-from conftest import beside
+from paths_support import beside
 
 HERE = Path(__file__).parent
 SRC = HERE / "cuda" / "shipped" / "constructs.cu"

@@ -14,7 +14,7 @@ import pytest
 from normcheck import bounds, errors, formats, kernels, oracle
 from normcheck.oracle import backward as ob
 from normcheck.check.backward import check_backward
-from conftest import beside
+from paths_support import beside
 
 BW = kernels.CUDA_SRC / "backward.cu"
 TEST_KERNELS = Path(__file__).parent / "cuda" / "backward_kernels.cu"

@@ -14,7 +14,7 @@ from normcheck import check
 from normcheck.oracle import backward as oracle_backward
 from normcheck import spec as specs
 from normcheck.check.backward import check_backward
-from conftest import beside
+from paths_support import beside
 
 HERE = Path(__file__).parent
 SRC = HERE / "cuda" / "backward_planted.cu"

@@ -14,6 +14,7 @@ import pytest
 from headline_support import assert_headline_agrees
 from normcheck import check, errors
 from normcheck.kernels import CUDA_SRC
+from paths_support import beside
 
 SRC = Path(__file__).parent / "cuda" / "check" / "kernels.cu"
 EXAMPLES = CUDA_SRC / "examples"
@@ -160,8 +161,8 @@ def _candle_launched_with(tmp_path, block: str):
     """The candle-style example checked with ``block`` threads (the launch and its block_size
     argument alike) instead of its 32-or-1024."""
     spec = (EXAMPLES / "candle_rmsnorm.toml").read_text().replace(
-        '"32 + 992 * min(1, cols // 1024)"', f'"{block}"').replace(
-        '"candle_rmsnorm.cu"', f'"{EXAMPLES / "candle_rmsnorm.cu"}"')
+        '"32 + 992 * min(1, cols // 1024)"', f'"{block}"')
+    beside(tmp_path, EXAMPLES / "candle_rmsnorm.cu")  # a spec names files beneath its folder
     (tmp_path / "k.toml").write_text(spec)
     r = check.check_kernel(None, spec=tmp_path / "k.toml", timeout=20, search=0)
     assert r.verdict == "fail", r.render()

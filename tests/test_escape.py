@@ -18,7 +18,7 @@ from normcheck import errors, replay, spec as specs
 from normcheck.backends import base, confine, get_backend
 from normcheck.backends.cpu import wire
 from normcheck.backends.cpu.backend import parse_report
-from conftest import beside
+from paths_support import beside
 
 HERE = Path(__file__).parent
 SRC = HERE / "cuda" / "escape.cu"

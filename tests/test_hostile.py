@@ -15,7 +15,7 @@ import pytest
 from normcheck import errors, kernels
 from normcheck.backends import get_backend
 from normcheck.backends.cpu.backend import _worker
-from conftest import beside
+from paths_support import beside
 
 SRC = Path(__file__).parent / "cuda" / "hostile.cu"
 CHECK_SRC = Path(__file__).parent / "cuda" / "check" / "kernels.cu"

@@ -22,7 +22,7 @@ from normcheck.quant import families as qfam
 from normcheck.quant import formats as qf
 from normcheck.quant import kernels as qk
 from normcheck.quant.oracle import QOracle, contract_result
-from conftest import beside
+from paths_support import beside
 
 HERE = Path(__file__).parent
 PLANTED = HERE / "cuda" / "quant_planted.cu"

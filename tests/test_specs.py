@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from normcheck import check, errors, families, launch, norms, spec as specs
-from conftest import beside
+from paths_support import beside
 
 SRC = Path(__file__).parent / "cuda" / "specs.cu"
 
