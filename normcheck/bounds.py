@@ -343,7 +343,7 @@ def sound_bound_of(norm, ref, rows, gamma=None, beta=None, *, eps=np.float32(1e-
                    convention="exact", storage=None, rows2=None) -> np.ndarray:
     """The sound bound of a forward kernel's outputs against ``ref`` (normcheck.oracle's
     reference of ``norm``), ``rows`` (+ ``rows2``) the rows it normalises
-    (normcheck.kernels.normalised_rows, or its parts): :func:`sound_bound`, and for a fused
+    (normcheck.oracle.normalised_rows, or its parts): :func:`sound_bound`, and for a fused
     float32 kernel under the exact convention the one rounding of the float sum h = x + residual
     as well -- what the check and the report judge by."""
     from normcheck import norms
@@ -366,7 +366,7 @@ class SoundBound:
     """:func:`sound_bound_of` of a batch, not yet computed: the compiled measurement forms it
     row by row inside its own pass (normcheck.measure: never stored, the same bits), and
     :meth:`array` computes it where it is wanted as an array (the numpy measurement, a
-    failure's message).  ``parts``: normcheck.kernels.normalised_parts."""
+    failure's message).  ``parts``: normcheck.oracle.normalised_parts."""
 
     def __init__(self, norm, ref, parts, gamma=None, beta=None, *, eps=np.float32(1e-5),
                  convention="exact", storage=None):

@@ -9,12 +9,12 @@ import argparse
 import sys
 
 from normcheck import __version__
-from normcheck import errors
+from normcheck import errors, norms
 from normcheck.errors import NormcheckError, invalid
 
 __all__ = ["main", "build_parser"]
 
-NORM_CHOICES = ("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm", "add_rmsnorm")
+NORM_CHOICES = norms.NORMS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                "int cols)\n"
                "  add_layernorm  (T* h, T* y, const T* x, const T* residual, const T* gamma, "
                "const T* beta, float eps, int rows, int cols)\n"
-               "  add_rmsnorm    the same without beta\n"
+               "  add_rmsnorm, add_gemma_rmsnorm  the same without beta\n"
                "  --backward     (T* dx, const T* dy, const T* x, const T* gamma, const float* "
                "mean, const float* rstd, int rows, int cols)\n"
                "  --quant        a spec with roles output (codes), scales, scale "

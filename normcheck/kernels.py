@@ -22,8 +22,7 @@ from normcheck.errors import invalid
 
 __all__ = ["Variant", "variants", "get", "run", "run_case", "target", "oracle_norm", "reference", "CUDA_SRC",
            "NORMS", "ORDERS", "ALGORITHMS", "BackwardVariant", "backward_variants",
-           "get_backward", "run_backward_dx", "run_backward_dparams", "normalised_rows",
-           "normalised_parts"]
+           "get_backward", "run_backward_dx", "run_backward_dparams"]
 
 def _cuda_src() -> Path:
     """The built-in kernels: normcheck/cuda_src in an installed wheel, cuda_src/ at the top of a
@@ -427,20 +426,4 @@ def reference(variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5), residu
     v = get(variant)
     ref = oracle.for_norm(v.norm, x, gamma, beta, residual=residual, eps=eps,
                           convention=v.convention or "exact")
-    return ref, normalised_rows(ref, x, residual, v.convention)
-
-
-def normalised_parts(ref, x, residual=None, convention=None):
-    """The rows a kernel normalises as (a, b or None), kept as stored: the rows are a + b
-    summed in float64 -- x, the fused sum h as stored, or x + residual (exact h)."""
-    if residual is None:
-        return x, None
-    if convention == "stored":
-        return ref.h.rounded, None
-    return x, residual
-
-
-def normalised_rows(ref, x, residual=None, convention=None):
-    """The rows a kernel normalises, as float64: x, or the fused sum h (exact, or as stored)."""
-    a, b = normalised_parts(ref, x, residual, convention)
-    return a.astype(np.float64) if b is None else a.astype(np.float64) + b.astype(np.float64)
+    return ref, oracle.normalised_rows(ref, x, residual, v.convention)

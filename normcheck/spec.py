@@ -6,7 +6,7 @@ how to launch -- one launch::
 
     source = "rms_norm.cu"                # relative to the spec; or give the .cu on the command line
     entry = "rms_norm_kernel<__half>"     # a template instantiation (or a plain name)
-    norm = "rmsnorm"                      # layernorm | rmsnorm | gemma_rmsnorm | add_layernorm | add_rmsnorm
+    norm = "rmsnorm"                      # a name of normcheck.norms.FLAGS: layernorm, rmsnorm, gemma_rmsnorm, add_*
     dtype = "fp16"                        # storage of x (and of γ, β, h unless an arg says otherwise)
     out_dtype = "fp16"                    # y's format when it differs from x's
     convention = "stored"                 # fused kernels: normalise the "exact" or the "stored" sum
@@ -496,8 +496,8 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
                       reference=data.get("reference"))
     if len(launches) > 1 and "entry" in data:
         raise _err(where, "entry", data["entry"], "an entry in each [[launch]] instead")
-    if spec.norm is not None and spec.norm not in NORMS:
-        raise _err(where, "norm", spec.norm, f"one of {', '.join(NORMS)}")
+    if spec.norm is not None and spec.norm not in norms.FLAGS:
+        raise _err(where, "norm", spec.norm, f"one of {', '.join(norms.FLAGS)}")
     for k in ("dtype", "out_dtype"):
         v = getattr(spec, k)
         if v is not None and v not in formats.FORMATS:

@@ -695,10 +695,8 @@ def test_a_shared_results_json_cannot_inject_into_the_report(tmp_path, field, va
 def test_a_report_holding_failed_launches_of_each_kind_renders(tmp_path):
     from normcheck.errors import FailureKind
     from normcheck.report import render
-    from normcheck.report.record import Record
-    from normcheck.report.sweep import load_results
-
     from normcheck import families
+    from normcheck.report.record import Record
 
     # every kind of failed launch, each the only record of its cell (a family and a format), as
     # the sweep writes them for built-ins and kernels of yours (the render used to die on them)

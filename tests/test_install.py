@@ -209,3 +209,56 @@ def test_no_import_cycles_and_no_private_names_across_modules():
         if v not in state:
             visit(v, [v])
     assert not cycles, cycles
+
+
+def _layer_table() -> dict:
+    """{module: layer} from docs/DESIGN.md's layer block ("N  a · pkg/ (x, y) · pkg/z ...")."""
+    text = (ROOT / "docs" / "DESIGN.md").read_text()
+    block = text.split("## Module map and layers", 1)[1].split("```", 2)[1]
+    rows, cur = {}, None
+    for line in block.splitlines():
+        m = re.match(r"^(\d)\s+(.*)$", line)
+        if m:
+            cur = int(m.group(1))
+            rows[cur] = m.group(2)
+        elif line.strip() and cur is not None:
+            rows[cur] += " " + line.strip()
+    table = {}
+    for layer, items in rows.items():
+        items = re.sub(r"\([^)]*\)", lambda m: m.group(0).replace("·", ","), items)
+        for item in (i.strip() for i in items.split("·")):
+            m = re.match(r"^([\w/]+)\s*(?:\(([^)]*)\))?", item)
+            if not m:
+                continue
+            head, inner = m.group(1), m.group(2)
+            base = "normcheck." + head.strip("/").replace("/", ".")
+            table[base] = layer
+            if inner:
+                for sub in (s.strip() for s in inner.split(",")):
+                    w = re.match(r"^(\w+)", sub)
+                    if w and head.endswith("/"):
+                        table[f"{base}.{w.group(1)}"] = layer
+    return table
+
+
+def test_every_import_follows_the_layer_table():
+    """docs/DESIGN.md's layer table is the law, not a picture: each module imports only modules
+    of its own layer or below (a package's __init__ is the package's layer; shim/ holds no
+    Python).  A module missing from the table fails here too."""
+    edges, _ = _imports()
+    table = _layer_table()
+
+    def layer(mod):
+        parts = mod.split(".")
+        for i in range(len(parts), 1, -1):  # the module, else the package holding it
+            if ".".join(parts[:i]) in table:
+                return table[".".join(parts[:i])]
+        return None
+
+    top = {"normcheck", "normcheck.__main__"}  # the package's face: re-exports, the entry point
+    missing = sorted(m for m in edges if m not in top and layer(m) is None)
+    assert not missing, f"modules missing from DESIGN's layer table: {missing}"
+    wrong = sorted(f"{m} (layer {layer(m)}) imports {d} (layer {layer(d)})"
+                   for m, ds in edges.items() if m not in top for d in ds
+                   if d not in top and layer(d) is not None and layer(d) > layer(m))
+    assert not wrong, wrong

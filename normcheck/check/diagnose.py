@@ -42,6 +42,8 @@ CAUSES = {
     "var_storage": ("variance rounded to the storage format", "bit"),
     "exact_not_hf": ("the exact definition (γ·x̂ rounded once), not Hugging Face's "
                      "(x̂ rounded first)", "bit"),
+    "gemma_gamma": ("γ where Gemma's norm scales by 1+γ (or 1+γ where the norm scales by γ)",
+                    "bit"),
     "partial_reduction": ("a partial reduction: the statistics of each warp's columns only, "
                           "never combined across the block", "bit"),
     "one_pass": ("one-pass variance E[x²] - E[x]²: catastrophic cancellation, error grows as κ²",
@@ -108,6 +110,8 @@ def _models(norm, fmt, out, x, g, b, mean, var, eps):
         m["squares_storage"] = y_of(1.0 / np.sqrt(sq.mean(axis=1, keepdims=True) + eps))
         if norm.reference == "hf":
             m["exact_not_hf"] = y_of(r)
+        if norm.has_gamma:  # Gemma's 1+γ and the plain γ mistaken for one another
+            m["gemma_gamma"] = (ge - 1.0 if norm.gemma else ge + 1.0) * d * r + b
         # partial reductions: a block of B threads whose warps never combine (warp w holds the
         # columns j with (j mod B) / 32 = w), each using its own sums as the row's
         for B in (32, 64, 128, 256, 512, 1024):
@@ -153,9 +157,9 @@ def explain(norm, fmt, out, case, ref, y, bad, convention="exact") -> str | None
 
 def _explain(norm, fmt, out, case, ref, y, bad, convention):
     fmt, out = formats.get(fmt), formats.get(out)
-    from normcheck import kernels
+    from normcheck import oracle
 
-    x = kernels.normalised_rows(ref, case.x, case.residual, convention)
+    x = oracle.normalised_rows(ref, case.x, case.residual, convention)
     D = x.shape[1]
     g = np.ones(D) if case.gamma is None or not norm.has_gamma else \
         case.gamma.astype(np.float64)

@@ -13,8 +13,9 @@ A package a step of the flow:
 
 from normcheck.oracle.exact import DEFAULT_EPS, ULP_RESOLUTION, mp_reference
 from normcheck.oracle.forward import (FusedReference, NormReference, Reference, add_layernorm,
-                                      add_rmsnorm, for_norm, layernorm, rmsnorm, saved_statistics)
+                                      add_rmsnorm, for_norm, layernorm, normalised_parts,
+                                      normalised_rows, rmsnorm, saved_statistics)
 
 __all__ = ["for_norm", "Reference", "NormReference", "FusedReference", "DEFAULT_EPS",
            "ULP_RESOLUTION", "layernorm", "rmsnorm", "add_layernorm", "add_rmsnorm",
-           "mp_reference", "saved_statistics"]
+           "mp_reference", "saved_statistics", "normalised_parts", "normalised_rows"]

@@ -56,6 +56,8 @@ __all__ = [
     "add_rmsnorm",
     "mp_reference",
     "saved_statistics",
+    "normalised_parts",
+    "normalised_rows",
 ]
 
 from normcheck.oracle.exact import (DEFAULT_EPS, ULP_RESOLUTION, ExactRow, check_eps, decide,
@@ -425,3 +427,19 @@ def _statistics(pair: _Pair, eps: float, center: bool) -> dict:
             ex[i], r_val[i] = exact_rows[i].stat(k, formats.FP32)
         out[k] = Reference(formats.FP32, ex, r_val.astype(np.float32), slow)
     return out
+
+
+def normalised_parts(ref, x, residual=None, convention=None):
+    """The rows a kernel normalises as (a, b or None), kept as stored: the rows are a + b
+    summed in float64 -- x, the fused sum h as stored, or x + residual (exact h)."""
+    if residual is None:
+        return x, None
+    if convention == "stored":
+        return ref.h.rounded, None
+    return x, residual
+
+
+def normalised_rows(ref, x, residual=None, convention=None):
+    """The rows a kernel normalises, as float64: x, or the fused sum h (exact, or as stored)."""
+    a, b = normalised_parts(ref, x, residual, convention)
+    return a.astype(np.float64) if b is None else a.astype(np.float64) + b.astype(np.float64)

@@ -38,7 +38,7 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 
-from normcheck import bounds, formats, kernels, norms, oracle
+from normcheck import bounds, formats, norms, oracle
 from normcheck.oracle import exact
 from normcheck.errors import invalid
 from normcheck.quant import formats as qformats
@@ -333,7 +333,7 @@ class QOracle:
         out = formats.FP32 if rounding == "none" else T
         ref = oracle.for_norm(nn, case.x, case.gamma, case.beta, residual=case.residual,
                               eps=case.eps, convention=conv, out=out)
-        rows = kernels.normalised_rows(ref, case.x, case.residual, conv)
+        rows = oracle.normalised_rows(ref, case.x, case.residual, conv)
         E = bounds.sound_bound(nn, rows, case.gamma, case.beta, eps=case.eps, storage=T)
         t = ref.exact
         if n.fused and conv == "exact":  # the float32 sum x + r rounds once
