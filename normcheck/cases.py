@@ -152,7 +152,7 @@ def _read_npz(path: Path) -> tuple[dict, dict]:
     member's name and declared size, each array's header (dtype and shape, checked before any
     byte of data is read), and the metadata's size and depth are checked against CASE_LIMITS;
     no pickle, no object array."""
-    from normcheck.backends.base import read_limited
+    from normcheck.files import read_limited
 
     raw = read_limited(path, "case", CASE_LIMITS["file_bytes"],
                        "a case file written by normcheck (.npz)")

@@ -110,7 +110,7 @@ def load(path) -> tuple[str, dict]:
         return "report", load_results(p)
     if not p.is_file():
         raise invalid("path", str(p), "an existing report folder or check --json file")
-    from normcheck.backends.base import read_limited
+    from normcheck.files import read_limited
 
     try:
         data = json.loads(read_limited(p, "path", 64 << 20, "a result file"))

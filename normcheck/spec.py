@@ -250,7 +250,7 @@ def load(path, roots=()) -> KernelSpec:
     ``source`` and ``include`` folders are resolved (links followed) and must lie beneath the
     spec's own folder or one of ``roots`` (the folders a user gave on the command line, ``-I``):
     a spec from a pull request cannot make normcheck or the compiler read the machine's files."""
-    from normcheck.backends.base import read_limited
+    from normcheck.files import read_limited
     from normcheck.errors import InvalidArgument
 
     path = Path(path)

@@ -20,7 +20,8 @@ import numpy as np
 
 from normcheck import formats, launch, norms, spec as specs
 from normcheck.backends import get_backend
-from normcheck.backends.base import SOURCE_BYTES, Backend, parse_arch, read_limited
+from normcheck.backends.base import Backend, parse_arch
+from normcheck.files import SOURCE_BYTES, read_limited
 from normcheck.errors import invalid
 from normcheck.formats import Format
 

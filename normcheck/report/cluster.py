@@ -66,7 +66,7 @@ def connect(address: str):
 def _scheduler_address(path: str) -> str:
     """The address in a scheduler file, read now (Dask itself would wait for a missing file
     without end): the file must exist and hold {"address": "tcp://..."}."""
-    from normcheck.backends.base import read_limited
+    from normcheck.files import read_limited
 
     raw = read_limited(path, "--cluster", 1 << 20, "a scheduler file written by `dask scheduler "
                        "--scheduler-file`")

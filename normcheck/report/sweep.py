@@ -28,7 +28,7 @@ import numpy as np
 
 from normcheck import __version__, cases, families, kernels, metrics
 from normcheck.backends import get_backend
-from normcheck.backends.base import read_limited
+from normcheck.files import read_limited
 from normcheck.errors import KernelError, invalid
 from normcheck.launch import Case
 from normcheck.report import folder
