@@ -256,12 +256,17 @@ def test_cli_exit_codes(tmp_path):
     assert nofile.returncode == 2 and "nope.cu" in nofile.stderr
 
 
-def test_a_missing_baseline_cannot_judge(monkeypatch):
+def test_without_a_built_in_the_sound_bound_still_judges(monkeypatch):
+    """The fail rule needs no built-in kernel (#33): without one, warn's yardstick is missing and
+    the check says so; a sound kernel passes and a faulty one still fails."""
     from normcheck import kernels
 
     monkeypatch.setattr(kernels, "variants", lambda **kw: [])
-    with pytest.raises(errors.NormcheckError, match="no built-in rmsnorm kernel"):
-        run("rms_good_fp16", "rmsnorm", "fp16", search=0)
+    good = run("rms_good_fp16", "rmsnorm", "fp16", search=0)
+    assert good.verdict == "pass" and "judged against the sound bound only" in \
+        good.baseline_note, good.render()
+    bad = run("rms_rstd_in_fp16", "rmsnorm", "fp16", search=0)
+    assert bad.verdict == "fail", bad.render()
 
 
 def test_replay_reruns_the_counterexample():

@@ -28,13 +28,12 @@ import numpy as np
 
 from normcheck import cases, formats, launch, norms, parts
 from normcheck.oracle import exact
-from normcheck.backends import get_backend
 from normcheck.check.judge import (CHECK_FAMILIES, FATAL, Baseline, Failure, FamilyResult, Judge,
                                    Worst)
 from normcheck.check.resolve import (LIMITS, check_cols, check_counts, long_run, resolve)
-from normcheck.causes import headline
+from normcheck.check.engine import assemble, fault_or_worst
 from normcheck.check.result import CheckResult
-from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance, Verdict
+from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance
 from normcheck.errors import SandboxViolation, invalid
 from normcheck.metrics import to_json
 
@@ -80,38 +79,22 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
         if f is not None:
             failures.append(f)
             worst = w
-    seen, uniq = set(), []
-    for f in failures:  # one failure per (kind, family) is enough to read
-        if (f.kind, f.family) not in seen:
-            seen.add((f.kind, f.family))
-            uniq.append(f)
-    verdict = Verdict.of(uniq, warnings)
-    cause = headline([(f.family, f.cause) for f in uniq + warnings])
-    ce = None
-    if judge.fault is not None:  # a fault is replayed on the very launch that faulted
-        fam, c, f = judge.fault
-        note = f"the launch that faulted in normcheck check ({fam}, {f.kind})"
-    elif worst is not None and worst.case is not None:
-        c, note = worst.case, f"worst row of normcheck check ({worst.family})"
-    else:
-        c = None
-    if c is not None and (verdict == "fail" or save_counterexample):
-        path = Path(save_counterexample) if save_counterexample else None
-        ce = str(cases.save_case(
-            path, kernel=kernel_desc, x=c.x, gamma=c.gamma, beta=c.beta, residual=c.residual,
-            eps=c.eps, note=note, label=label, exclusive=save_counterexample is None))
-    be = get_backend(backend)
-    return CheckResult(
-        kernel=label, norm=norm.name, norm_desc=norm.describe(), reference=norm.reference,
-        dtype=judge.fmt.name, out_dtype=judge.out.name,
-        backend=be.name, verdict=verdict,
-        max_ulp=max([fr.max_ulp for fr in results] + [0.0]),
+    def save(verdict):
+        c, note = fault_or_worst(judge.fault, worst)
+        if c is None or not (verdict == "fail" or save_counterexample):
+            return None
+        return str(cases.save_case(
+            Path(save_counterexample) if save_counterexample else None, kernel=kernel_desc,
+            x=c.x, gamma=c.gamma, beta=c.beta, residual=c.residual, eps=c.eps, note=note,
+            label=label, exclusive=save_counterexample is None))
+
+    return assemble(
+        kernel=label, norm=norm, dtype=judge.fmt.name, out_dtype=judge.out.name,
+        backend=backend, failures=failures, warnings=warnings, families=results,
+        tolerance=judge.tol, t0=t0, save=save, worst=worst, arch=arch,
         rows_checked=sum(fr.rows for fr in results) + (search_stats["examples"]
                                                        if search_stats else 0),
-        failures=uniq, warnings=warnings, families=results, worst=worst, tolerance=judge.tol,
-        seconds=time.perf_counter() - t0, baseline_note=judge.baseline_note,
-        counterexample=ce, search=search_stats,
-        provenance=be.provenance({"arch": arch} if arch else None), cause=cause,
+        baseline_note=judge.baseline_note, search=search_stats,
         extra={"peak_rss_mib": _peak_rss_mib(),
                **({"nondeterministic": judge.spreads} if judge.spreads else {}),
                **({"notes": judge.notes} if judge.notes else {})})
@@ -155,13 +138,10 @@ def _failed_at_load(e, source, entry, norm, dtype, spec, out_dtype, backend, t0)
     fmt = formats.get(dtype or (spec.dtype if spec is not None else None) or "fp32")
     out = formats.get(out_dtype or (spec.out_dtype if spec is not None else None) or fmt.name)
     f = Failure("sandbox", "load", str(e))
-    return CheckResult(
+    return assemble(
         kernel=entry or (spec.entries[0] if spec is not None and spec.entries else None)
-        or str(source), norm=n.name, norm_desc=n.describe(), reference=n.reference,
-        dtype=fmt.name, out_dtype=out.name, backend=get_backend(backend).name,
-        verdict=Verdict.of([f], []), max_ulp=0.0, rows_checked=0, failures=[f], warnings=[],
-        families=[], worst=None, tolerance=TOLERANCES[out.name],
-        seconds=time.perf_counter() - t0, cause=headline([(f.family, f.cause)]))
+        or str(source), norm=n, dtype=fmt.name, out_dtype=out.name, backend=backend,
+        failures=[f], warnings=[], families=[], tolerance=TOLERANCES[out.name], t0=t0)
 
 
 def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, spec=None,

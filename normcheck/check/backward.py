@@ -34,7 +34,8 @@ from normcheck import bounds, formats, kernels, launch, metrics, norms, oracle
 from normcheck.oracle import backward as oracle_backward
 from normcheck import families as families_mod
 from normcheck import measure as measure_mod
-from normcheck.causes import Cause, headline
+from normcheck.causes import Cause
+from normcheck.check.engine import assemble
 from normcheck.check.judge import FATAL, Failure, FamilyResult, odd_rows, with_notes
 from normcheck.check.resolve import check_counts, resolve
 from normcheck.check.tolerances import TOLERANCES, Verdict
@@ -508,8 +509,6 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
     """Judge a backward kernel (see the module docstring).  Without ``spec`` the kernel has the
     ABI of cuda_src/backward.cu's dx kernels: (dx, dy, x, γ, mean, rstd, rows, cols).
     ``families`` selects some of normcheck.families.BACKWARD_FAMILIES (default: all)."""
-    from normcheck.check.result import CheckResult
-
     check_counts(examples, 0, seed)
     if isinstance(orders, bool) or not isinstance(orders, int) or not 0 <= orders <= 64:
         raise invalid("orders", orders, "0 to 64 block orders for the race measurement")
@@ -630,31 +629,22 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
         results.append(fr)
         if any(f.kind in FATAL for f in failures):
             break
-    seen, uniq = set(), []
-    for f in failures:
-        if (f.kind, f.family, f.detail.split(":")[0]) not in seen:
-            seen.add((f.kind, f.family, f.detail.split(":")[0]))
-            uniq.append(f)
-    verdict = Verdict.of(uniq, warnings)
-    label = target.label
-    ce = None
-    if worst_case is not None and (verdict != "pass" or save_counterexample):
-        ce = _save(worst_case, target, res.desc, stats, mode,
-                   save_counterexample)
-    return CheckResult(
-        kernel=label, norm=n.name, norm_desc=n.describe() + " backward", reference="exact",
-        dtype=fmt.name, out_dtype=fm.get("dx", fm.get("d_residual", fmt)).name,
-        backend=be.name, verdict=verdict,
-        max_ulp=max([fr.max_ulp for fr in results] + [0.0]),
-        rows_checked=sum(fr.rows for fr in results), failures=uniq, warnings=warnings,
-        families=results, worst=None, tolerance=TOLERANCES[fm.get("dx", fmt).name],
-        seconds=time.perf_counter() - t0, counterexample=ce,
+    def save(verdict):
+        if worst_case is None or not (verdict != "pass" or save_counterexample):
+            return None
+        return _save(worst_case, target, res.desc, stats, mode, save_counterexample)
+
+    return assemble(
+        kernel=target.label, norm=n, norm_desc=n.describe() + " backward", reference="exact",
+        dtype=fmt.name, out_dtype=fm.get("dx", fm.get("d_residual", fmt)).name, backend=be.name,
+        failures=failures, warnings=warnings, families=results,
+        tolerance=TOLERANCES[fm.get("dx", fmt).name], t0=t0, save=save,
+        # one failure per kind, family and output (dx, dgamma, dbeta: the detail's first word)
+        key=lambda f: (f.kind, f.family, f.detail.split(":")[0]),
         baseline_note="backward: fail beyond the sound backward bound "
                       "(normcheck.bounds.sound_backward); warn beyond k x the built-in "
                       "strategies' on the same rows; statistics " + stats
                       + ("; x̂ from y" if mode == "y" else ""),
-        cause=headline([(f.family, f.cause) for f in uniq + warnings]),
-        provenance=be.provenance(),
         extra={"backward": {"outputs": roles, "stats": stats, "mode": mode,
                             "races_ulp": races, "orders": orders, "seed": seed}})
 

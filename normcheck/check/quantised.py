@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import time
 
-from normcheck.backends import get_backend
-from normcheck.causes import headline
-from normcheck.check.tolerances import TOLERANCES, Verdict
+from normcheck.check.engine import assemble, fault_or_worst
+from normcheck.check.tolerances import TOLERANCES
 from normcheck.quant import families as qfamilies
 from normcheck.quant.judge import QCounts, QuantJudge
 
@@ -29,56 +28,41 @@ def judge_quantised(target, *, label, norm, storage, contract, eps, backend, exa
                     cols_range, cols_multiple_of, kernel_desc, arch=None, save_counterexample=None):
     """Run the quantised check; returns a normcheck.check.CheckResult."""
     from normcheck import cases
-    from normcheck.check.result import CheckResult
 
     t0 = time.perf_counter()
     judge = QuantJudge(target, norm, storage, contract, eps=eps, seed=seed,
                        cols_range=cols_range, cols_multiple_of=cols_multiple_of)
     fams = [f for f in FAMILIES if f != "saturation" or not contract.dynamic]
     results, failures, worst = judge.run_families(fams, examples)
-    seen, uniq = set(), []
-    for f in failures:
-        if (f.kind, f.family) not in seen:
-            seen.add((f.kind, f.family))
-            uniq.append(f)
-    verdict = Verdict.of(uniq, [])
-    cause = headline([(f.family, f.cause) for f in uniq])
     total_q, total_s, total_a = QCounts(), QCounts(), QCounts()
     for fr in results:
         total_q.add(fr.q)
         total_s.add(fr.scales)
         total_a.add(fr.amax)
-    ce = None
-    if judge.fault is not None:  # a fault is replayed on the very launch that faulted
-        fam, c, f = judge.fault
-        note = f"the launch that faulted in normcheck check ({fam}, {f.kind}, quantised)"
-    elif worst is not None and worst.case is not None:
-        c, note = worst.case, f"worst row of normcheck check ({worst.family}, quantised)"
-    else:
-        c = None
-    if c is not None and (verdict == "fail" or save_counterexample):
+
+    def save(verdict):
+        c, note = fault_or_worst(judge.fault, worst, "quantised")
+        if c is None or not (verdict == "fail" or save_counterexample):
+            return None
         from pathlib import Path
 
-        ce = str(cases.save_case(
+        return str(cases.save_case(
             Path(save_counterexample) if save_counterexample else None,
             kernel={**kernel_desc, "quant": contract.as_dict()}, x=c.x, gamma=c.gamma,
             beta=c.beta, residual=c.residual, eps=c.eps,
             note=note, label=label,
             exclusive=save_counterexample is None,
             **({"scale": _f32_array(c.extra["scale"])} if "scale" in c.extra else {})))
-    be = get_backend(backend)
+
     quant = {"contract": contract.as_dict(), "describe": contract.describe(),
              "values": total_q.as_dict(), "scales": total_s.as_dict(),
              "amax": total_a.as_dict(), "families": [fr.as_dict() for fr in results],
              "saturation": [p for fr in results for p in fr.saturation]}
-    return CheckResult(
-        kernel=label, norm=norm.name, norm_desc=norm.describe(), reference=contract.name,
-        dtype=storage.name, out_dtype=contract.qformat.name, backend=be.name, verdict=verdict,
-        max_ulp=0.0, rows_checked=sum(fr.rows for fr in results), failures=uniq, warnings=[],
-        families=results, worst=worst, tolerance=TOLERANCES["quantised"],
-        seconds=time.perf_counter() - t0, counterexample=ce,
-        provenance=be.provenance({"arch": arch} if arch else None), cause=cause,
-        extra={"quant": quant})
+    return assemble(
+        kernel=label, norm=norm, reference=contract.name, dtype=storage.name,
+        out_dtype=contract.qformat.name, backend=backend, failures=failures, warnings=[],
+        families=results, tolerance=TOLERANCES["quantised"], t0=t0, save=save, worst=worst,
+        max_ulp=0.0, arch=arch, extra={"quant": quant})
 
 
 def _f32_array(v):
