@@ -70,7 +70,7 @@ def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
 
 def _replay_quant(case, path, target, norm, contract, backend, notes) -> str:
     from normcheck import launch
-    from normcheck.quant.judge import CLASSES, QuantJudge
+    from normcheck.check.quantised import CLASSES, QuantJudge
 
     x = case["x"]
     extra = {} if case["scale"] is None else {"scale": np.float32(case["scale"].ravel()[0])}

@@ -262,3 +262,12 @@ def test_every_import_follows_the_layer_table():
                    for m, ds in edges.items() if m not in top for d in ds
                    if d not in top and layer(d) is not None and layer(d) > layer(m))
     assert not wrong, wrong
+
+
+def test_the_quantised_domain_imports_nothing_from_the_checks():
+    """quant/ (formats, contracts, the oracle, families, classification, diagnosis) is a domain
+    below check/: the quantised check that runs it lives in check/quantised (#33)."""
+    edges, _ = _imports()
+    wrong = sorted(f"{m} -> {d}" for m, ds in edges.items() if m.startswith("normcheck.quant")
+                   for d in ds if d.startswith("normcheck.check"))
+    assert not wrong, wrong

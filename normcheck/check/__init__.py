@@ -220,7 +220,7 @@ def check_callable(fn, norm, dtype, *, out_dtype=None, convention="exact",
     if quant is not None:
         from normcheck.check.quantised import judge_quantised
         from normcheck.quant import contract as qcontract
-        from normcheck.quant.judge import QuantCallableTarget
+        from normcheck.check.quantised import QuantCallableTarget
 
         c = qcontract.resolve(quant)
         n = norms.get(norm)

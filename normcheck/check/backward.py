@@ -417,7 +417,7 @@ def compare_role(role, ref, got, E, tol, fam, case, norm, scale, eps):
         i = np.argwhere(launch.unwritten(got))[0]
         st.update(max_ulp=np.inf, of_bound=np.inf)
         return (Failure("unwritten", fam, f"{role}: {m.unwritten}/{got.size} elements never "
-                        f"written, first at {tuple(int(v) for v in i)}"), st)
+                        f"written, first at {tuple(int(v) for v in i)}", output=role), st)
     a = got.astype(np.float64)
     t = ref.exact
     bad_nf = ~np.isfinite(a) & np.isfinite(ref.rounded.astype(np.float64))
@@ -426,7 +426,7 @@ def compare_role(role, ref, got, E, tol, fam, case, norm, scale, eps):
         st["of_bound"] = np.inf
         return (Failure("nonfinite", fam, f"{role}: {int(bad_nf.sum())} non-finite where the "
                         f"exact value is finite, e.g. at {i}: kernel={float(a[i])!r} "
-                        f"exact={float(t[i])!r}"), st)
+                        f"exact={float(t[i])!r}", output=role), st)
     if not m.over:
         return None, st
     k = np.unravel_index(m.argmax_ratio, got.shape)
@@ -441,7 +441,7 @@ def compare_role(role, ref, got, E, tol, fam, case, norm, scale, eps):
                         f"at {tuple(int(v) for v in k)} of {where}", a[k], t[k]) +
                     f", {float(m.ulp[k]):.4g} ulp where the sound bound allows {lim_ulp:.4g} "
                     f"({m.max_ratio:.3g}x)",
-                    cause=cause), st)
+                    cause=cause, output=role), st)
 
 
 class _Scaled:
@@ -625,7 +625,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                     f"built-in strategies' ({d['baseline']['name']}: "
                     f"{d['baseline']['max_scaled']:.4g}) and above the warn level "
                     f"{d['warn_at']:.4g}; within the sound bound ({d['of_bound']:.3g} of it)",
-                    cause=cause))
+                    cause=cause, output=role))
         results.append(fr)
         if any(f.kind in FATAL for f in failures):
             break
@@ -639,8 +639,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
         dtype=fmt.name, out_dtype=fm.get("dx", fm.get("d_residual", fmt)).name, backend=be.name,
         failures=failures, warnings=warnings, families=results,
         tolerance=TOLERANCES[fm.get("dx", fmt).name], t0=t0, save=save,
-        # one failure per kind, family and output (dx, dgamma, dbeta: the detail's first word)
-        key=lambda f: (f.kind, f.family, f.detail.split(":")[0]),
+        key=lambda f: (f.kind, f.family, f.output),  # one per output (dx, dgamma, dbeta)
         baseline_note="backward: fail beyond the sound backward bound "
                       "(normcheck.bounds.sound_backward); warn beyond k x the built-in "
                       "strategies' on the same rows; statistics " + stats

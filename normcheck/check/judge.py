@@ -50,6 +50,7 @@ class Failure:
     family: str
     detail: str
     cause: str | None = None
+    output: str | None = None  # the output role it is about (dx, dgamma ...) where there are several
 
     def __post_init__(self):
         self.kind = FailureKind(self.kind)  # one list of kinds: an unknown one is a bug here

@@ -1,7 +1,7 @@
 """The verdict on a quantised output (fp8, int8, fp4 with its scales) under its contract.
 
 The target runs on the quant families (normcheck.quant.families) and every value and scale is
-classified (normcheck.quant.judge): exact, an *order flip* (another value a sound kernel of the
+classified (normcheck.quant.classify): exact, an *order flip* (another value a sound kernel of the
 contract may write -- allowed, counted) or a *contract flip* (fails).  A fused kernel's h must
 be correctly rounded.  **fail** on a contract flip of a value, a scale or amax, an unwritten
 element, a wrong h, a crash, a hang, an out-of-bounds access or an exception; **pass** otherwise
@@ -12,13 +12,25 @@ contract's variants (normcheck.quant.diagnose).  No warn.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
+import numpy as np
+
+from normcheck import formats, launch, norms
+from normcheck.causes import Cause
 from normcheck.check.engine import assemble, fault_or_worst
-from normcheck.check.tolerances import TOLERANCES
+from normcheck.check.judge import FATAL, Failure, check_h, undefined_dependence, with_notes
+from normcheck.check.tolerances import TOLERANCES, Verdict
+from normcheck.errors import KernelError, KernelRaised
+from normcheck.launch import Case
 from normcheck.quant import families as qfamilies
-from normcheck.quant.judge import QCounts, QuantJudge
+from normcheck.quant.classify import (CLASSES, CONTRACT, EXACT, ORDER, UNWRITTEN, QCounts,
+                                      QMeasured, ScaleShape, as_values, classify, scale_layout)
+from normcheck.quant.contract import Contract
+from normcheck.quant.oracle import QOracle
 
-__all__ = ["judge_quantised", "FAMILIES"]
+__all__ = ["judge_quantised", "FAMILIES", "QuantJudge", "QuantCallableTarget", "QFamilyResult",
+           "QWorst", "CLASSES"]
 
 #: The families a quantised check runs, in order.
 FAMILIES = tuple(qfamilies.QUANT_FAMILIES)
@@ -69,3 +81,390 @@ def _f32_array(v):
     import numpy as np
 
     return np.array([v], np.float32)
+
+
+class QuantCallableTarget:
+    """A Python function under a contract: fn(x, gamma, beta, eps, scale) -> q or (q, scales);
+    fused norms fn(x, residual, gamma, beta, eps, scale) -> (h, q) or (h, q, scales).  ``scale``
+    is the static scale (nvfp4: the encode scale), None for other dynamic contracts."""
+
+    def __init__(self, fn, norm: norms.Norm, fmt, contract: Contract, label=None):
+        self.fn, self.norm, self.fmt, self.contract = fn, norm, fmt, contract
+        self.label = label or getattr(fn, "__name__", "callable")
+        self.alternate_poison = False
+
+    def __call__(self, case: Case, guard=None) -> dict:
+        g = case.gamma if self.norm.has_gamma else None
+        b = case.beta if self.norm.centred and self.norm.has_beta else None
+        sc = case.extra.get("scale")
+        try:
+            if self.norm.fused:
+                res = self.fn(case.x, case.residual, g, b, case.eps, sc)
+            else:
+                res = self.fn(case.x, g, b, case.eps, sc)
+            res = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+            want = (1 if self.norm.fused else 0) + (2 if self.contract.dynamic else 1)
+            if len(res) != want:
+                raise TypeError(f"expected {want} results ("
+                                + ("h, " if self.norm.fused else "") + "q"
+                                + (", scales" if self.contract.dynamic else "")
+                                + f"), got {len(res)}")
+            outs = {}
+            if self.norm.fused:
+                h, res = res[0], res[1:]
+                from normcheck.launch import as_format
+                outs["h"] = as_format(h, self.fmt)
+            fmt = self.contract.qformat
+            outs["q_values"] = as_values(res[0], fmt, case.cols)
+            if self.contract.dynamic:  # float values, or e8m0/ue4m3 codes of block scales
+                from normcheck.quant import formats as qformats
+
+                sfmt = self.contract.scale_format
+                sv = np.asarray(res[1]) if not hasattr(res[1], "detach") else res[1]
+                outs["scale_values"] = as_values(sv, qformats.get(sfmt), np.size(sv)) \
+                    if sfmt != "fp32" else as_values(sv, fmt, -1).astype(np.float64)
+        except Exception as e:  # the callable's failure, reported as such
+            raise KernelRaised(f"{self.label} raised {type(e).__name__}: {e}",
+                               exception=type(e).__name__) from None
+        if outs["q_values"].shape != case.x.shape:
+            raise KernelRaised(f"{self.label} returned q of shape {outs['q_values'].shape} "
+                               f"for rows of shape {case.x.shape}")
+        return outs
+
+
+@dataclass
+class QFamilyResult:
+    family: str
+    rows: int = 0
+    cols: list = field(default_factory=list)
+    q: QCounts = field(default_factory=QCounts)
+    scales: QCounts = field(default_factory=QCounts)
+    amax: QCounts = field(default_factory=QCounts)
+    certified: int = 0
+    verdict: str = "pass"
+    failures: dict = field(default_factory=dict)
+    cause: str | None = None
+    saturation: list = field(default_factory=list)  # (row's max|y|/scale, share saturated/NaN)
+
+    def as_dict(self) -> dict:
+        return {"family": self.family, "rows": self.rows, "cols": self.cols,
+                "q": self.q.as_dict(), "scales": self.scales.as_dict(),
+                "amax": self.amax.as_dict(), "certified": self.certified,
+                "verdict": self.verdict, "failures": self.failures, "cause": self.cause}
+
+
+@dataclass
+class QWorst:
+    """The row with the most contract flips (or the first order flip)."""
+
+    family: str
+    cols: int
+    row_index: int
+    detail: list
+    case: Case | None = field(default=None, repr=False, compare=False)
+
+    def as_dict(self) -> dict:
+        return {"family": self.family, "cols": self.cols, "row_index": self.row_index,
+                "detail": self.detail}
+
+
+class QuantJudge:
+    """Runs a target over the quant families under one contract."""
+
+    def __init__(self, target, norm: norms.Norm, storage, contract: Contract, *,
+                 eps=np.float32(1e-6), seed=0, cols_range=(1, 8192), cols_multiple_of=1):
+        self.target = target
+        self.norm = norms.get(norm)
+        self.storage = formats.get(storage)
+        self.contract = contract
+        self.eps = np.float32(eps)
+        self.seed = int(seed)
+        self.cols_range = tuple(cols_range)
+        self.multiple_of = int(cols_multiple_of)
+        self.timed_out = False
+        self.fault = None  # (family, Case, Failure): the first launch that faulted
+        self.probed_undefined = set()  # families whose failing launch ran undefined_dependence
+        self.undefined = {}  # family -> Cause, where the output depended on undefined values
+
+    # -- one batch --------------------------------------------------------------------------------
+    def run_target(self, family, case, alternate=False):
+        try:
+            self.target.alternate_poison = alternate
+            return self.target(case, guard="both")
+        except KernelError as e:
+            if e.kind == "timeout":
+                self.timed_out = True
+            return Failure(e.kind, family, str(e), cause=self._oob_cause(e, case))
+        finally:
+            self.target.alternate_poison = False
+
+    def _oob_cause(self, e, case):
+        """A write past the end of the scales of a per-group contract: more scales a row than
+        the contract's -- groups narrower than its G (a kernel built for G/2 writes twice as
+        many)."""
+        c = self.contract
+        if e.kind != "out_of_bounds" or c.granularity != "per_group" or \
+                e.details.get("access") != "write" or e.details.get("name") != "scales":
+            return None
+        G = c.group_size
+        have = c.groups(case.cols)
+        for g2 in (G // 2, G // 4):
+            if g2 >= 1 and -(-case.cols // g2) > have:
+                return Cause(f"groups of {g2} columns instead of {G} (the kernel writes past "
+                             f"the {have} scales a row of {case.cols} columns has under the "
+                             f"contract: {-(-case.cols // g2)} a row, as groups of {g2} give)",
+                             "group_size", "stat", f"groups of {g2} columns instead of {G}")
+        return None
+
+    def oracle(self, case) -> QOracle:
+        sc = case.extra.get("scale")
+        return QOracle(self.norm, case, self.storage, scale=sc,
+                       s_enc=sc if self.contract.granularity == "nvfp4" else None)
+
+    def _decode(self, outs, case):
+        """(q values, unwritten mask, scales [rows, groups], scales unwritten, amax) from a
+        target's outputs."""
+        c = self.contract
+        fmt = c.qformat
+        if "q_values" in outs:  # a callable
+            q = outs["q_values"]
+            s = outs.get("scale_values")
+            s = None if s is None else scale_layout(c, s, case.rows)
+            return q, None, s, None, None
+        raw = outs.get("output")
+        if raw is None:
+            raise KernelRaised("the target wrote no output (q)")
+        q = fmt.from_storage(raw, case.cols)
+        poison = fmt.poison()
+        codes = _codes(raw, fmt, case.cols)
+        unw = codes == (poison & (0xF if fmt.packed else 0xFF))
+        s = unw_s = None
+        if c.dynamic:
+            sraw = outs.get("scales")
+            if sraw is None:
+                raise KernelRaised("the target wrote no scales")
+            if c.scale_format == "fp32":
+                unw_s = scale_layout(c, launch.unwritten(sraw).astype(np.float64),
+                                      case.rows) > 0
+                s = scale_layout(c, sraw, case.rows)
+            else:
+                from normcheck.quant import formats as qformats
+                sf = qformats.get(c.scale_format)
+                s = scale_layout(c, sf.decode(sraw), case.rows)
+                unw_s = scale_layout(c, (np.asarray(sraw) == sf.poison()).astype(np.float64),
+                                      case.rows) > 0
+        return q, unw, s, unw_s, outs.get("amax")
+
+    def measure(self, family, case, outs=None):
+        """(QMeasured or None, [Failure])."""
+        if outs is None:
+            outs = self.run_target(family, case)
+        if isinstance(outs, Failure):
+            return None, [outs]
+        try:
+            q, unw, s, unw_s, amax = self._decode(outs, case)
+        except KernelRaised as e:
+            return None, [Failure("error", family, str(e))]
+        except ScaleShape as e:
+            return None, [Failure("scale", family, f"the kernel wrote scales of shape "
+                                  f"{tuple(e.got)} for {case.rows} rows ({self.contract.granularity}"
+                                  f", width {case.cols}): they cannot be laid out as the "
+                                  "contract's")]
+        o = self.oracle(case)
+        ref = o.reference(self.contract)
+        fails = []
+        fmt = self.contract.qformat
+        if unw is not None and unw.any():
+            if fmt.kind == "float" and fmt.has_nan and not fmt.packed:
+                unw &= ~np.isnan(ref.q)  # the poison is the NaN code: unwritten unless NaN is due
+            if unw.any():  # the poison may be a code the kernel wrote (a NaN where none is due
+                # included): a second run with another poison tells them apart
+                alt = self.run_target(family, case, alternate=True)
+                if isinstance(alt, Failure):
+                    return None, [alt]
+                mask = 0xF if fmt.packed else 0xFF
+                unw &= _codes(alt["output"], fmt, case.cols) == (fmt.poison(True) & mask)
+        try:
+            m = classify(ref, q, s, amax, unw if unw is not None and unw.any() else None,
+                         unw_s if unw_s is not None and unw_s.any() else None)
+        except ScaleShape as e:
+            return None, [self._shape_failure(family, case, e)]
+        if "h" in outs and ref.norm_ref is not None and getattr(ref.norm_ref, "h", None) is not None:
+            fails += check_h(family, outs["h"], ref.norm_ref)
+        fails += self._failures(family, case, m)
+        if family not in self.probed_undefined and any(
+                f.kind in ("contract", "scale", "amax", "nonfinite") for f in fails):
+            self.probed_undefined.add(family)  # a family's first failing launch is enough
+            note = undefined_dependence(self.target, case)
+            if note:
+                self.undefined[family] = Cause(note, "undefined_values", "undefined",
+                                               "the output depends on undefined values")
+                if isinstance(outs, launch.Outputs):
+                    outs.notes.append(note)
+        return m, with_notes(fails, outs)
+
+    def _shape_failure(self, family, case, e: ScaleShape) -> Failure:
+        c = self.contract
+        per_row = e.got[1] if len(e.got) == 2 else 1
+        cause = None
+        if c.group_size and per_row:
+            for g2 in range(1, case.cols + 1):
+                if -(-case.cols // g2) == per_row and g2 != c.group_size and \
+                        g2 in (c.group_size // 2, c.group_size * 2, case.cols):
+                    cause = (Cause(f"groups of {g2} columns instead of {c.group_size}",
+                                   "group_size", "formula") if g2 != case.cols else
+                             Cause(f"one scale per row (per token) instead of groups of "
+                                   f"{c.group_size}", "per_token_not_group", "formula"))
+                    break
+        return Failure("scale", family, f"the kernel wrote {per_row} scales per row where the "
+                       f"contract has {e.want[1]} ({c.granularity}, width {case.cols})",
+                       cause=cause)
+
+    def _failures(self, family, case, m: QMeasured):
+        out = []
+        c = self.contract
+        D = case.cols
+        if m.counts.unwritten:
+            i, j = (int(v) for v in np.argwhere(m.cls == UNWRITTEN)[0])
+            out.append(Failure("unwritten", family, f"{m.counts.unwritten}/{m.cls.size} q never "
+                               f"written (they still hold the poison), first at row {i}, col "
+                               f"{j}, width {D}, {case.rows} rows"))
+        if m.scale_counts.unwritten:
+            i, j = (int(v) for v in np.argwhere(m.scale_cls == UNWRITTEN)[0])
+            out.append(Failure("unwritten", family, f"{m.scale_counts.unwritten} scales never "
+                               f"written, first row {i}, group {j}"))
+        if m.scale_counts.contract:
+            k = np.argwhere(m.scale_cls == CONTRACT)[0]
+            i, j = int(k[0]), int(k[1])
+            out.append(Failure(
+                "scale", family, f"{m.scale_counts.contract}/{m.scale_cls.size} scales outside "
+                f"what a sound kernel of the contract writes; e.g. row {i}, group {j}: "
+                f"kernel={float(m.scales[i, j])!r} contract={float(m.ref.s[i, j])!r} (amax "
+                f"{float(m.ref.A[i, j])!r}; sound {float(m.ref.s_lo[i, j])!r} .. "
+                f"{float(m.ref.s_hi[i, j])!r})"))
+        if m.amax_counts.contract:
+            out.append(Failure("amax", family, f"{m.amax_counts.contract} amax values outside "
+                               f"the sound range (exact {float(m.ref.A.ravel()[0])!r}, kernel "
+                               f"{float(np.ravel(m.amax)[0])!r})"))
+        if m.counts.contract:
+            bad = m.cls == CONTRACT
+            i, j = (int(v) for v in np.argwhere(bad)[0])
+            fmt = c.qformat
+            steps = int(fmt.steps(np.nan_to_num(m.q[i, j]), np.nan_to_num(m.ref.q[i, j])))
+            out.append(Failure(
+                "contract", family,
+                f"{m.counts.contract}/{m.cls.size} {fmt.name} values no sound kernel of the "
+                f"contract writes (flips away from a tie), order flips {m.counts.order}; e.g. "
+                f"width {D}, row {i}, col {j}: x={float(case.x[i, j])!r} "
+                f"kernel={float(m.q[i, j])!r} contract={float(m.ref.q[i, j])!r} "
+                f"({steps} step{'s' if steps != 1 else ''}), y={float(m.ref.y[i, j])!r} "
+                f"(exact t={float(m.ref.t[i, j])!r})"))
+        return out
+
+    # -- the families -----------------------------------------------------------------------------
+    def run_families(self, fams, examples: int, progress=None):
+        from normcheck.quant import diagnose
+
+        results, failures, worst = [], [], None
+        for fi, fam in enumerate(fams):
+            fr = QFamilyResult(fam)
+            ws = qfamilies.widths(fam, self.contract, self.cols_range, self.multiple_of)
+            per = max(1, examples // len(ws))
+            per = per if per % 2 else max(1, per - 1)
+            fam_fails, fam_worst = [], None
+            for k, cols in enumerate(ws):
+                if self.timed_out:
+                    break
+                case = qfamilies.case(fam, self.norm, self.contract, self.storage, per, cols,
+                                      seed=[self.seed, fi, k], eps=self.eps,
+                                      weights_seed=self.seed)
+                m, fails = self.measure(fam, case)
+                if m is None and self.fault is None and any(f.kind in FATAL for f in fails):
+                    self.fault = (fam, case, fails[0])  # what a replay must run again
+                fr.rows += per
+                fr.cols.append(cols)
+                fam_fails += fails
+                if m is None:
+                    break
+                fr.q.add(m.counts)
+                fr.scales.add(m.scale_counts)
+                fr.amax.add(m.amax_counts)
+                fr.certified += m.ref.certified
+                fr.saturation += _saturation_points(m)
+                score = (m.cls == CONTRACT).sum(axis=1) * 1000 + (m.cls == ORDER).sum(axis=1)
+                if m.scale_cls is not None:
+                    score = score + 1000 * (m.scale_cls == CONTRACT).sum(axis=1)
+                i = int(np.argmax(score))
+                if fam_worst is None or score[i] > fam_worst[0]:
+                    fam_worst = (int(score[i]), case, m, i)
+                if any(f.kind in FATAL for f in fails):
+                    break
+            for f in fam_fails:
+                fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
+            if fam_fails:
+                fr.verdict = Verdict.FAIL
+                if fam in self.undefined:
+                    fr.cause = self.undefined[fam]
+                    for f in fam_fails:
+                        f.cause = f.cause or fr.cause
+                elif fam_worst is not None and any(f.kind in ("contract", "scale", "amax")
+                                                   for f in fam_fails):
+                    _, case, m, _ = fam_worst
+                    fr.cause = diagnose.explain(self, case, m)
+                    for f in fam_fails:
+                        if f.kind in ("contract", "scale", "amax") and not f.cause:
+                            f.cause = fr.cause
+                fr.cause = fr.cause or next((f.cause for f in fam_fails if f.cause), None)
+            if fam_worst is not None and (worst is None or fam_worst[0] > worst[0]):
+                worst = (fam_worst[0], fam, fam_worst[1], fam_worst[2], fam_worst[3])
+            failures += fam_fails
+            results.append(fr)
+            if progress:
+                progress(fi + 1, len(fams))
+        w = None
+        if worst is not None:
+            _, fam, case, m, i = worst
+            w = QWorst(fam, case.cols, i, _row_detail(case, m, i), case.head(i))
+            w.case.extra = dict(case.extra)
+        return results, failures, w
+
+
+def _codes(raw, fmt, cols):
+    b = np.asarray(raw).view(np.uint8)
+    if fmt.packed:
+        codes = np.empty(b.shape[:-1] + (2 * b.shape[-1],), np.uint8)
+        codes[..., 0::2] = b & 0xF
+        codes[..., 1::2] = b >> 4
+        b = codes
+    return b[..., :cols]
+
+
+def _saturation_points(m: QMeasured):
+    """Per row: (largest |y| over the scale, in units of the format's largest value; share of
+    the row's q that are ±max, NaN or inf)."""
+    ref = m.ref
+    c = ref.contract
+    fmt = c.qformat
+    from normcheck.quant.oracle import multiplier
+    op, mm = multiplier(c, ref.s, ref.A, s_enc=ref.s_enc)
+    mm = ref.expand(np.broadcast_to(mm, (ref.y.shape[0], mm.shape[1])))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        v = np.abs(ref.y / mm if op == "div" else ref.y * mm)
+        load = np.nanmax(v, axis=1) / fmt.max_finite
+        sat = ((np.abs(m.q) == fmt.max_finite) | ~np.isfinite(m.q)).mean(axis=1)
+    return [(float(a), float(b)) for a, b in zip(load, sat) if np.isfinite(a)]
+
+
+def _row_detail(case, m: QMeasured, i, n=5):
+    bad = np.nonzero(m.cls[i] != EXACT)[0][:n]
+    ref = m.ref
+    out = []
+    for j in bad:
+        out.append({"col": int(j), "x": float(case.x[i, j]), "kernel": float(m.q[i, j]),
+                    "contract": float(ref.q[i, j]), "class": CLASSES[int(m.cls[i, j])],
+                    "y": float(ref.y[i, j]), "t": float(ref.t[i, j])})
+    if m.scales is not None:
+        out.append({"scales_kernel": [float(v) for v in m.scales[i][:4]],
+                    "scales_contract": [float(v) for v in ref.s[i][:4]]})
+    return out
+

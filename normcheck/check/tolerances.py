@@ -64,7 +64,7 @@ TOLERANCES = {
         "a quantised value is exact, an order flip (the exact value within the sound bound of "
         "a rounding boundary: any sound kernel of the contract may land on either side) or a "
         "contract flip; one fp8 step is 12.5%, so no ulp tolerance is meaningful and no warn "
-        "level either (normcheck.quant.judge)"),
+        "level either (normcheck.quant.classify)"),
 }
 
 #: mean and rstd outputs: float32 results of float arithmetic (a division, a square root).

@@ -15,7 +15,7 @@ from normcheck import norms
 from normcheck.quant import contract as qcontract
 from normcheck.quant import families as qfamilies
 from normcheck.quant import kernels as qkernels
-from normcheck.quant.judge import QuantJudge
+from normcheck.check.quantised import QuantJudge
 from normcheck.quant.oracle import QOracle
 
 __all__ = ["measure", "MATRIX_GROUPS", "LOADS", "markdown"]
