@@ -350,7 +350,8 @@ def target(variant, backend="cpu", block=BLOCK, options=None,
     v = get(variant)
     sp = v.spec(block)
     return launch.KernelTarget(sp, oracle_norm(v), v.storage, v.storage,
-                               {v.name: compiled(v, backend, options)}, timeout, label=v.name)
+                               {v.name: compiled(v, backend, options)}, timeout, label=v.name,
+                               capabilities=get_backend(backend).capabilities)
 
 
 def run_case(variant, case: launch.Case, backend="cpu", block=BLOCK, options=None,

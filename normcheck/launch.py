@@ -126,8 +126,12 @@ class KernelTarget:
     """A compiled kernel (one entry per launch) run per its spec."""
 
     def __init__(self, spec: specs.KernelSpec, norm: norms.Norm, dtype, out_dtype, compiled,
-                 timeout=None, label=None, quant=None):
+                 timeout=None, label=None, quant=None, capabilities=None):
+        from normcheck.backends.base import Capabilities
+
         self.spec = spec
+        #: what the kernels' backend can do (its launch options: block orders, fill, subsets)
+        self.capabilities = capabilities or Capabilities()
         self.norm = norm
         self.fmt = formats.get(dtype)
         self.quant = quant
@@ -305,8 +309,8 @@ class KernelTarget:
     @property
     def refillable(self) -> bool:
         """Whether every launch can be run again with undefined values made of another byte
-        (``fill=``: the cpu backend's), to see whether the outputs depend on them."""
-        return all(hasattr(k, "last_note") for k in self.kernels.values())
+        (``fill=``: a capability of the backend), to see whether the outputs depend on them."""
+        return self.capabilities.fill
 
     def __call__(self, case: Case, guard=None, pad=None, raw=False, **launch) -> dict:
         """The outputs by role; ``launch`` goes to every launch (the cpu backend's schedule,
@@ -379,15 +383,17 @@ def bind(spec: specs.KernelSpec, source, *, norm, dtype, out_dtype=None, backend
     d = {**spec.defines, **(defines or {})}
     hosts = [ln.entry for ln in spec.launches if ln.host]
     if hosts:
-        if be.name != "cpu":
-            raise invalid("host", True, "a kernel entry on the cuda backend (a host entry runs "
-                          "on the cpu backend)", "name the kernel in the spec instead")
+        if not be.capabilities.host_launches:
+            raise invalid("host", True, f"a kernel entry on the {be.name} backend (a host entry "
+                          "runs on a backend with host launches: cpu)",
+                          "name the kernel in the spec instead")
         options = {**(options or {}), "hosts": hosts}
     if arch is not None:
         options = {**(options or {}), "arch": arch}
     compiled = be.compile_many(source, entries, defines=d, options=options,
                                include_dirs=spec.include_dirs)
-    return KernelTarget(spec, norms.get(norm), dtype, out_dtype, compiled, timeout, quant=quant)
+    return KernelTarget(spec, norms.get(norm), dtype, out_dtype, compiled, timeout, quant=quant,
+                        capabilities=be.capabilities)
 
 
 class CallableTarget:

@@ -23,19 +23,20 @@ def _parts(backend: str, variants=()) -> list:
     from normcheck import kernels, measure_lib
     from normcheck.oracle import fast as oracle_fast
 
+    from normcheck.backends import backend_class
+
     out = [("the oracle's fast path", oracle_fast.built, oracle_fast.library),
            ("the compiled measurement", measure_lib.built, measure_lib.library)]
-    if backend == "cpu":
-        from normcheck.backends.cpu import backend as cpu
-
-        out.append(("the sandbox helper", cpu.sandbox_helper_built, cpu.sandbox_helper))
+    cls = backend_class(backend)
+    out += cls.own_parts()
+    if cls.capabilities.threaded_builds:
         seen = set()
         for v in variants:  # built (or found in the cache) beside the user's kernel, quietly
             if v.source in seen:
                 continue
             seen.add(v.source)
-            out.append((None, lambda v=v: kernels.is_compiled(v, "cpu"),
-                        lambda v=v: kernels.compiled(v, "cpu")))
+            out.append((None, lambda v=v: kernels.is_compiled(v, backend),
+                        lambda v=v: kernels.compiled(v, backend)))
     return out
 
 

@@ -271,3 +271,16 @@ def test_the_quantised_domain_imports_nothing_from_the_checks():
     wrong = sorted(f"{m} -> {d}" for m, ds in edges.items() if m.startswith("normcheck.quant")
                    for d in ds if d.startswith("normcheck.check"))
     assert not wrong, wrong
+
+
+def test_no_module_outside_the_backends_compares_a_backend_name():
+    """What a backend can do is its Capabilities (host launches, block orders, fill bytes, device
+    timings ...), asked by every check and the report: a second GPU library is one backend (#33)."""
+    hits = []
+    for p in (ROOT / "normcheck").rglob("*.py"):
+        if "backends" in p.relative_to(ROOT / "normcheck").parts:
+            continue
+        for i, line in enumerate(p.read_text().splitlines(), 1):
+            if re.search(r"""[!=]= ["'](cpu|cuda)["']|in \(["'](cpu|cuda)["']""", line):
+                hits.append(f"{p.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not hits, hits

@@ -10,12 +10,35 @@ called as ``kernel(grid, block, args, shared_mem=0)``.
 from __future__ import annotations
 
 from normcheck.backends.base import Backend
-from normcheck.errors import BackendUnavailable, invalid
+from normcheck.errors import BackendUnavailable, InvalidArgument, invalid
 
-__all__ = ["get_backend", "BACKENDS", "Backend"]
+__all__ = ["get_backend", "backend_class", "capabilities_of", "BACKENDS", "Backend"]
 
 BACKENDS = ("cpu", "cuda", "auto")
 _cache = {}
+
+
+def backend_class(name: str) -> type:
+    """The class of the backend called ``name`` ("cpu" or "cuda"), for its capabilities and
+    parts without starting it (no GPU context, no worker)."""
+    if name == "cpu":
+        from normcheck.backends.cpu.backend import CpuBackend
+
+        return CpuBackend
+    if name == "cuda":
+        from normcheck.backends.cuda import CudaBackend
+
+        return CudaBackend
+    raise invalid("backend", name, "cpu or cuda")
+
+
+def capabilities_of(name):
+    """The capabilities of the backend a result names (its provenance); None for a name no
+    backend has (a result file from elsewhere)."""
+    try:
+        return backend_class(name).capabilities
+    except InvalidArgument:
+        return None
 
 
 def get_backend(name: str = "cpu") -> Backend:
@@ -31,12 +54,5 @@ def get_backend(name: str = "cpu") -> Backend:
         except BackendUnavailable:
             return get_backend("cpu")
     if name not in _cache:
-        if name == "cpu":
-            from normcheck.backends.cpu.backend import CpuBackend
-
-            _cache[name] = CpuBackend()
-        else:
-            from normcheck.backends.cuda import CudaBackend
-
-            _cache[name] = CudaBackend()
+        _cache[name] = backend_class(name)()
     return _cache[name]

@@ -39,7 +39,7 @@ __all__ = ["Backend", "Param", "Source", "load_source", "define_flags", "check_d
            "cache_root", "cache_dir", "cache_info", "cache_clear", "install_file", "compiler_version",
            "cxx", "key_of", "parse_signature",
            "check_args", "check_launch", "dim3", "scalar_dtype", "parse_entry", "LIMITS",
-           "parse_arch", "DEFAULT_ARCH", "StructArg"]
+           "parse_arch", "DEFAULT_ARCH", "StructArg", "Capabilities"]
 
 # An entry (a kernel's name, pasted into the launcher normcheck generates) is parsed, never
 # matched: a qualified C++ name with template arguments made of names, integers and types.
@@ -174,11 +174,33 @@ LIMITS = {
 # ------------------------------------------------------------------------------------------------
 # The interface
 # ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond compiling and launching: the checks and the report ask
+    these, never a backend's name (a second GPU library is a backend with its capabilities)."""
+
+    host_launches: bool = False  # a spec's host entry (a launcher function) runs
+    block_orders: bool = False   # launches take schedule=, seed=, workers=: the order blocks run in
+    fill: bool = False           # launches take fill=: undefined values made of another byte
+    block_subsets: bool = False  # launches take blocks=(mask, value): a part of the grid
+    device_timings: bool = False  # a launch's time is a device's (the report's bandwidth)
+    hardware_rsqrt: bool = False  # rsqrtf is the hardware approximation, not 1/sqrtf
+    threaded_builds: bool = False  # its kernels may be built on threads (ahead, in parallel)
+
+
 class Backend(abc.ABC):
     """Compile CUDA C and launch it on numpy arrays.  Subclasses implement
-    :meth:`compile_many`, :meth:`provenance` and :meth:`unavailable_reason`."""
+    :meth:`compile_many`, :meth:`provenance` and :meth:`unavailable_reason`, and say their
+    :attr:`capabilities`."""
 
     name: str = "?"
+    capabilities: Capabilities = Capabilities()
+
+    @classmethod
+    def own_parts(cls) -> list:
+        """[(what, built(), build())] of the binaries of normcheck's own this backend needs
+        (built ahead, beside the user's kernel: normcheck.parts)."""
+        return []
 
     @classmethod
     @abc.abstractmethod

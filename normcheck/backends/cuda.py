@@ -207,6 +207,7 @@ class CudaBackend(base.Backend):
     """Compile with nvcc and run with PyCUDA on GPU 0."""
 
     name = "cuda"
+    capabilities = base.Capabilities(device_timings=True, hardware_rsqrt=True)
 
     def __init__(self, device: int = 0):
         reason = self.unavailable_reason()

@@ -81,15 +81,16 @@ def _show(v) -> str:
         return str(v)
 
 
-def _cpu_kernels(target) -> bool:
-    return isinstance(target, launch.KernelTarget) and target.refillable
+def _orders(target) -> bool:
+    """Whether the target's backend runs blocks in a chosen order and parts of the grid."""
+    return isinstance(target, launch.KernelTarget) and target.capabilities.block_orders
 
 
 def repeatability(target, case, outs, family, seed, deterministic=True):
     """The case again in another block order (see the module docstring): (Finding or None,
     {role: differing elements})."""
     kw = {"schedule": "random", "seed": int(seed) * 7919 + 1, "workers": 1} \
-        if _cpu_kernels(target) else {}
+        if _orders(target) else {}
     try:
         again = target(case, guard="end", **kw)
     except KernelError:
@@ -143,7 +144,7 @@ def _written(target, case, mask, value, roles):
 
 def overlapping_writes(target, case, family):
     """Two blocks writing one element (see the module docstring): a Finding or None."""
-    if not _cpu_kernels(target) or target.quant is not None:
+    if not (_orders(target) and target.capabilities.block_subsets) or target.quant is not None:
         return None
     G = _grid_blocks(target, case)
     roles = _once_roles(target)

@@ -74,7 +74,7 @@ def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster, old=
         return {"results": results, "complete": False}
     gpu_text = None
     timings = None
-    if be.name == "cuda":
+    if be.capabilities.device_timings:
         from normcheck.report import gpu as gpu_section
 
         gpu = gpu_section.gpu_bandwidth(echo=lambda *a: None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from normcheck import bounds, formats, kernels, oracle
+from normcheck.backends import get_backend
 from normcheck.oracle import backward as oracle_backward
 
 __all__ = ["measure", "ROWS_SWEEP", "DX_FAMILIES"]
@@ -58,7 +59,8 @@ def _dgamma_sweep(backend, seed, cols, rows_sweep, orders):
                                            stats="saved", rstd=r, param_out=v.param_fmt.name)
             E = bounds.sound_backward("rmsnorm", x, dy, None, rstd=r)["dgamma"]
             runs = []
-            for s in range(orders if v.algorithm == "atomic" and backend == "cpu" else 1):
+            for s in range(orders if v.algorithm == "atomic" and
+                           get_backend(backend).capabilities.block_orders else 1):
                 launch = {"schedule": "random", "seed": s, "workers": 1} if s else {}
                 dg, _ = kernels.run_backward_dparams(v, x, dy, m, r, backend=backend, **launch)
                 runs.append(dg)

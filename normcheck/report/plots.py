@@ -171,7 +171,10 @@ def histograms(records, path: Path, bins) -> Path | None:
 def rsqrt_cost(records, path: Path, backend: str) -> Path | None:
     """What rsqrtf costs against the correctly rounded __frsqrt_rn (two-pass LayerNorm), per
     family — a GPU measurement; the cpu backend evaluates rsqrtf as 1/sqrtf, so it has none."""
-    if backend != "cuda":
+    from normcheck.backends import capabilities_of
+
+    caps = capabilities_of(backend)
+    if caps is None or not caps.hardware_rsqrt:
         return None
     fast = {(r.storage, r.order, r.family): r for r in records
             if r.kernel.endswith("_fast") and not r.param}

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from normcheck import escape, families
+from normcheck.backends import capabilities_of
 from normcheck.measure import mismatch
 from normcheck.metrics import short
 from normcheck.report import findings as fnd, folder, plots
@@ -470,7 +471,7 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
     cpu_note = ("\nThe cpu backend runs the same CUDA source compiled by g++ with normcheck's "
                 "SIMT shim: bit-identical to nvcc --fmad=false except for approximate "
                 "intrinsics (rsqrtf is 1/sqrtf here).  GPU timings and the rsqrtf measurement "
-                "need `--backend cuda`.\n") if prov.get("backend") == "cpu" else ""
+                "need `--backend cuda`.\n") if not getattr(capabilities_of(prov.get("backend")), "hardware_rsqrt", True) else ""
     sections.append(("Provenance", _provenance_md(prov, recs) + "\n" + cpu_note,
                      "<ul>" + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v))}</li>"
                                       for k, v in prov.items()

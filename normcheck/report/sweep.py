@@ -350,7 +350,7 @@ def provenance(backend, seed, mode) -> dict:
         pass
     return {"normcheck": __version__, "git_commit": commit or "unknown", "backend": p["backend"],
             "compiler": p.get("compiler"), "flags": p.get("flags"), "fmad": p.get("fmad"),
-            "sandbox": p.get("sandbox"), "cpu": cpu, "gpu": p.get("device") if p["backend"] == "cuda" else None,
+            "sandbox": p.get("sandbox"), "cpu": cpu, "gpu": p.get("device") if be.capabilities.device_timings else None,
             "cpu_vs_gpu": p.get("cpu_vs_gpu"),
             "python": sys.version.split()[0], "numpy": np.__version__,
             "mpmath": mpmath.__version__, "hypothesis": hypothesis.__version__,

@@ -1422,6 +1422,12 @@ class CpuBackend(base.Backend):
     """Compile CUDA C with g++ against the SIMT shim and run it on the CPU."""
 
     name = "cpu"
+    capabilities = base.Capabilities(host_launches=True, block_orders=True, fill=True,
+                                     block_subsets=True, threaded_builds=True)
+
+    @classmethod
+    def own_parts(cls) -> list:
+        return [("the sandbox helper", sandbox_helper_built, sandbox_helper)]
 
     def __init__(self):
         reason = self.unavailable_reason()
