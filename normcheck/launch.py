@@ -190,7 +190,7 @@ class KernelTarget:
         zero = a.fill == "zero"
         if first in specs.QUANT_ROLES or (first == "output" and self.quant is not None):
             return self._quant_buffer(a, first, case, zero)
-        if first in ("output", "h", "dx", "d_residual"):
+        if first in specs.ROW_OUTPUTS:
             shape = (rows, self._stride(a, rows, cols))
             return np.zeros(shape, fmt.dtype) if zero else poisoned(shape, fmt.dtype)
         if first in ("input", "residual", "dy", "dh", "y"):
@@ -206,9 +206,9 @@ class KernelTarget:
             if v is None:
                 v = np.full(cols, 1.0 if first == "gamma" and not self.norm.gemma else 0.0)
             return np.ascontiguousarray(_in_format(v, fmt))
-        if first in ("dgamma", "dbeta"):
+        if first in specs.PARAM_GRADS:
             return np.zeros(cols, fmt.dtype) if zero else poisoned((cols,), fmt.dtype)
-        if first in ("mean", "rstd"):
+        if first in specs.STAT_ROLES:
             if self.spec.backward:  # the saved statistics, as the forward wrote them
                 v = case.mean if first == "mean" else case.rstd
                 if v is None:
@@ -358,9 +358,9 @@ class KernelTarget:
                 out[last] = buf[:, :self.out.storage_cols(cols)]
             elif last in ("scales", "amax"):
                 out[last] = buf
-            elif last in ("output", "h", "dx", "d_residual"):
+            elif last in specs.ROW_OUTPUTS:
                 out[last] = buf[:, :cols]
-            elif last in ("dgamma", "dbeta") or (last in ("mean", "rstd") and
+            elif last in specs.PARAM_GRADS or (last in specs.STAT_ROLES and
                                                  not self.spec.backward):
                 out[last] = buf
         return out

@@ -86,12 +86,18 @@ from normcheck.errors import SpecError
 
 __all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "default_spec", "QUANT_ROLES",
            "default_backward_spec", "evaluate",
-           "evaluate_dims", "ROLES", "NORMS", "INPLACE", "scalar_type"]
+           "evaluate_dims", "ROLES", "NORMS", "INPLACE", "scalar_type", "ROW_GRADS",
+           "PARAM_GRADS", "GRADS", "ROW_OUTPUTS", "STAT_ROLES"]
 
 NORMS = norms.NORMS
 ROW_ROLES = ("output", "input", "residual", "h", "dy", "dx", "dh", "d_residual", "y")
 VEC_ROLES = ("gamma", "beta", "dgamma", "dbeta")
 STAT_ROLES = ("mean", "rstd")
+#: The groups of roles the checks ask about (one home: a role is added here, not re-listed).
+ROW_GRADS = ("dx", "d_residual")          # a backward's row outputs: the gradient of x (of h)
+PARAM_GRADS = ("dgamma", "dbeta")         # a backward's column sums
+GRADS = ROW_GRADS + PARAM_GRADS           # every backward output, in the order judged
+ROW_OUTPUTS = ("output", "h") + ROW_GRADS  # the row buffers a kernel writes
 #: A quantised output's: the static scale (an input, per tensor; nvfp4's encode scale), the
 #: scales a dynamic quantiser writes (per token, group or block), the amax it writes.
 QUANT_ROLES = ("scale", "scales", "amax")

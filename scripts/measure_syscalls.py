@@ -192,6 +192,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a short workload")
     ap.add_argument("--check", action="store_true", help="compare with the header, write nothing")
     ap.add_argument("--keep", metavar="DIR", help="keep the traces in DIR")
+    ap.add_argument("--tests", nargs="+", metavar="PATH",
+                    help="trace pytest on these test files only (a part of the workload: "
+                         "combine the parts' traces with --from)")
     ap.add_argument("--from", dest="source", metavar="DIR", action="append",
                     help="write the header from the traces kept in DIR (no new trace; "
                          "repeatable: the calls of every DIR)")
@@ -200,6 +203,8 @@ def main() -> int:
         sys.exit("strace is needed (apt-get install strace)")
     numbers = syscall_numbers()
     cmds = QUICK if a.quick else WORKLOAD
+    if a.tests:
+        cmds = [["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *a.tests]]
     if a.source:
         folders = [Path(d) for d in a.source]
     else:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import cases, formats, launch, norms, parts
+from normcheck import cases, formats, launch, norms, parts, spec as specs
 from normcheck.oracle import exact
 from normcheck.check.judge import (CHECK_FAMILIES, FATAL, Baseline, Failure, FamilyResult, Judge,
                                    Worst)
@@ -104,7 +104,6 @@ def _baseline_variants(spec, norm, dtype) -> list:
     """The built-ins a check of this norm and format will run as its yardstick (to build them
     beside the user's kernel); [] where they cannot be told yet."""
     from normcheck import kernels
-    from normcheck import spec as specs
 
     try:
         if spec is not None and not isinstance(spec, specs.KernelSpec):
@@ -130,8 +129,6 @@ def _failed_at_load(e, source, entry, norm, dtype, spec, out_dtype, backend, t0)
     """The verdict on a kernel file whose code broke the sandbox while it loaded (a static
     constructor's forbidden call, a forged reply): a fail of kind sandbox -- no row was run,
     and none needs to be: no sound kernel does that."""
-    from normcheck import spec as specs
-
     if spec is not None and not isinstance(spec, specs.KernelSpec):
         spec = specs.load(spec)
     n = norms.get(norm or (spec.norm if spec is not None else None) or "rmsnorm")
@@ -170,7 +167,7 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
     spec, n, fmt, out, contract, target = r.spec, r.norm, r.fmt, r.out, r.contract, r.target
     if contract is not None:
         _quant_args(spec, contract, rows, reference, out_dtype)
-    stats_roles = [role for role in ("mean", "rstd") if spec.has(role)]
+    stats_roles = [role for role in specs.STAT_ROLES if spec.has(role)]
     long = long_run(rows, cols, spec.cols, spec.cols_multiple_of)
     desc = r.desc
     if contract is not None:

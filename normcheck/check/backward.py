@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from normcheck import bounds, formats, kernels, launch, metrics, norms, oracle
+from normcheck import bounds, formats, kernels, launch, metrics, norms, oracle, spec as specs
 from normcheck.oracle import backward as oracle_backward
 from normcheck import families as families_mod
 from normcheck import measure as measure_mod
@@ -199,7 +199,7 @@ def _candidates(norm, case, role, fmt, eps):
                  1 / (np.sqrt(v) + eps))]
 
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        if role in ("dx", "d_residual"):
+        if role in specs.ROW_GRADS:
             dh = case.extra.get("dh")
             add = 0.0 if dh is None else dh.astype(np.float64)
             out.append(("gamma_dropped", "γ left out of dx (the seed article's formula: dy in "
@@ -334,7 +334,7 @@ def _find(norm, case, role, got, ref, limit, fmt, eps):
                 same_sign = float(np.mean(np.sign(y - t)[off] == np.sign(cand - t)[off]))
                 if nearer >= 0.8 and 0.2 <= size <= 5 and same_sign >= 0.8:
                     fits.append((8.0 - nearer, key, desc, kind))
-    if role in ("dx", "d_residual") and off.any():
+    if role in specs.ROW_GRADS and off.any():
         sig = _affine_signature(norm, case, y, t, off, fmt, eps)
         if sig is not None:
             fits.append((7.5, *sig, "order"))
@@ -432,7 +432,7 @@ def compare_role(role, ref, got, E, tol, fam, case, norm, scale, eps):
     k = np.unravel_index(m.argmax_ratio, got.shape)
     limit = bounds.sound_limit(_Scaled(ref, scale), E, tol.fail_floor)
     lim_ulp = float(limit[k] / fmt.ulp_array(np.abs(t[k])))
-    cause = _explain(norm, case, role, a, ref, limit, fmt if role not in ("dx", "d_residual")
+    cause = _explain(norm, case, role, a, ref, limit, fmt if role not in specs.ROW_GRADS
                      else formats.of_dtype(case.x.dtype), eps)
     where = f"{case.rows}x{case.cols}"
     return (Failure("accuracy", fam,
@@ -465,14 +465,14 @@ def _baseline(norm, case, roles, refs, fm, backend, mode):
         mean, rstd = oracle.saved_statistics(base, case.x, eps=case.eps)
     out = {}
     g = case.gamma if case.gamma is not None else np.ones(case.cols, case.x.dtype)
-    if any(r in roles for r in ("dx", "d_residual")):
+    if any(r in roles for r in specs.ROW_GRADS):
         v = kernels.get_backward(f"{base.name}_backward_dx_stable_{st}")
         dx = kernels.run_backward_dx(v, case.x, case.dy, g.astype(case.x.dtype), mean, rstd,
                                      backend=backend).astype(np.float64)
         if "dh" in case.extra:
             dx = dx + case.extra["dh"].astype(np.float64)
         out["dx"] = out["d_residual"] = [(v.name, dx)]
-    if any(r in roles for r in ("dgamma", "dbeta")):
+    if any(r in roles for r in specs.PARAM_GRADS):
         for algo in ("partial", "atomic"):
             v = kernels.get_backward(f"{base.name}_backward_dparams_{algo}_{st}")
             dg, db = kernels.run_backward_dparams(v, case.x, case.dy, mean, rstd,
@@ -524,7 +524,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
     fm = target.formats
     eps = res.eps
     stats = "saved" if mode == "y" else (spec.stats or "recomputed")
-    roles = [role for role in ("dx", "d_residual", "dgamma", "dbeta") if spec.has(role)]
+    roles = [role for role in specs.GRADS if spec.has(role)]
     t0 = time.perf_counter()
     results, failures, warnings = [], [], []
     races = {}
@@ -581,9 +581,9 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                         fr.cause = f.cause
                     if worst_case is None:
                         worst_case = (fam, case)
-            if orders and any(out in outs for out in ("dgamma", "dbeta")) and \
+            if orders and any(out in outs for out in specs.PARAM_GRADS) and \
                     be.capabilities.block_orders and fam in ("gaussian", "tall", "tiles"):
-                runs = {out: [] for out in ("dgamma", "dbeta") if out in outs}
+                runs = {out: [] for out in specs.PARAM_GRADS if out in outs}
                 for s_ in range(orders):  # every order seeded: the spread is reproducible
                     o = target(case, schedule="random", seed=seed * 1000 + s_ + 1, workers=1)
                     for out in runs:
@@ -652,7 +652,7 @@ def _warn_cause(n, case, role, outs, refs, E, fm, eps):
     """A warn's cause: the order-dependent candidates (a storage stage) against the output."""
     ref = refs[role]
     limit = np.zeros_like(ref.exact)  # every element off counts
-    fmt = ref.fmt if role not in ("dx", "d_residual") else formats.of_dtype(case.x.dtype)
+    fmt = ref.fmt if role not in specs.ROW_GRADS else formats.of_dtype(case.x.dtype)
     got = np.asarray(outs[role]).astype(np.float64)
     return _explain(n, case, role, got, ref, limit, fmt, eps)
 
