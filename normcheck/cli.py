@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--backward", action="store_true",
                    help="judge a backward kernel (dx, dγ, dβ); without a spec the ABI of "
                         "cuda_src/backward.cu's dx kernels")
-    c.add_argument("--orders", type=int, default=8,
+    c.add_argument("--orders", type=int, default=None,
                    help="--backward: seeded block orders for dγ's run-to-run spread (default 8)")
     c.add_argument("--quant", metavar="FIELDS", default=None,
                    help="judge a quantised output under a contract: a preset (vllm, trtllm, "
@@ -338,35 +338,9 @@ def _check(args) -> int:
 
     if args.source and args.source.endswith(".toml") and not args.spec:
         args.spec, args.source = args.source, None  # `normcheck check SPEC.toml`
-    if args.backward:
-        from normcheck.check.backward import check_backward
-
-        for flag, v, default in (("--rows", args.rows, None), ("--reference", args.reference,
-                                                                None),
-                                 ("--quant", args.quant, None)):
-            if v != default:
-                raise errors.invalid(flag, v, "nothing with --backward",
-                                     "a backward check has no long run, definitions or "
-                                     "quantised output")
-        result = check_backward(args.source, args.entry, args.norm, args.dtype, spec=args.spec,
-                                block=args.block, backend=args.backend,
-                                defines=_defines(args.defines), examples=args.examples,
-                                seed=args.seed, timeout=args.timeout, orders=args.orders,
-                                save_counterexample=args.save_counterexample,
-                                include=tuple(args.include))
-        _ci_files(args, result)
-        print(result.to_json() if args.json else result.render())
-        _github(args, result)
-        return result.exit_code(strict=args.strict)
-
-    result = check.check_kernel(args.source, args.entry, args.norm, args.dtype, block=args.block,
-                                spec=args.spec, backend=args.backend,
-                                defines=_defines(args.defines), reference=args.reference,
-                                out_dtype=args.out_dtype, examples=args.examples,
-                                search=args.search, seed=args.seed, timeout=args.timeout,
-                                save_counterexample=args.save_counterexample, rows=args.rows,
-                                cols=args.cols, progress=_long_progress, arch=args.arch,
-                                quant=_quant(args.quant), include=tuple(args.include))
+    result = check.run(check.CheckOptions.from_args(args, defines=_defines(args.defines),
+                                                    quant=_quant(args.quant)),
+                       progress=_long_progress)
     _ci_files(args, result)
     print(result.to_json() if args.json else result.render())
     _github(args, result)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import pytest
 
+from normcheck import escape
+
 __all__ = ["pytest_addoption", "pytest_configure", "pytest_collection_modifyitems",
            "normcheck_backend", "normcheck_backend_name", "assert_accurate", "failure_message"]
 
@@ -113,9 +115,9 @@ def failure_message(result, verbose: bool = False) -> str:
         from normcheck import cases
 
         parts.append(f"replay: {cases.command(result.counterexample)}")
-    line = " -- ".join(parts)
+    line = escape.terminal(" -- ".join(parts))  # a kernel's text reaches pytest's terminal
     if verbose:
-        return line + "\n" + result.render()
+        return line + "\n" + escape.terminal(result.render())
     return line + " (pytest -v for the whole report)"
 
 

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 
+import pytest
+
 from normcheck import check, norms
 from paths_support import beside
 
@@ -72,3 +74,25 @@ def test_a_norm_that_combines_existing_flags_is_one_line(tmp_path, monkeypatch):
     bad = check.check_kernel(spec=_spec(tmp_path, "gemma_fused_add_rmsnorm_plain_w",
                                         "add_gemma_rmsnorm_v2"), search=0, examples=8)
     assert bad.verdict == "fail" and bad.cause.key == "gemma_gamma", bad.render()
+
+
+def test_the_command_line_and_the_api_share_one_options_object(tmp_path):
+    """normcheck check builds a CheckOptions and calls check.run, as the API can (#33); the
+    options one kind of check lacks are refused once, for both."""
+    import argparse
+
+    from normcheck import errors
+    from normcheck.check import CheckOptions, run
+    from normcheck.cli import build_parser
+
+    spec = _spec(tmp_path, "gemma_fused_add_rmsnorm")
+    args = build_parser().parse_args(["check", "--spec", str(spec), "--search", "0",
+                                      "--examples", "4"])
+    opts = CheckOptions.from_args(args)
+    assert (opts.spec, opts.search, opts.examples, opts.backward) == (str(spec), 0, 4, False)
+    assert run(opts).verdict == "pass"
+    with pytest.raises(errors.InvalidArgument, match="rows=5: expected nothing with --backward"):
+        CheckOptions(spec=spec, backward=True, rows=5).backward_kwargs()
+    with pytest.raises(errors.InvalidArgument, match="orders=3: expected nothing without"):
+        CheckOptions(spec=spec, orders=3).forward()
+    assert isinstance(args, argparse.Namespace)

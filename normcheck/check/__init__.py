@@ -32,12 +32,13 @@ from normcheck.check.judge import (CHECK_FAMILIES, FATAL, Baseline, Failure, Fam
                                    Worst)
 from normcheck.check.resolve import (LIMITS, check_cols, check_counts, long_run, resolve)
 from normcheck.check.engine import assemble, fault_or_worst
+from normcheck.check.options import CheckOptions
 from normcheck.check.result import CheckResult
 from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance
 from normcheck.errors import SandboxViolation, invalid
 from normcheck.metrics import to_json
 
-__all__ = ["check_kernel", "check_callable", "CheckResult", "FamilyResult", "Failure", "Worst",
+__all__ = ["check_kernel", "check_callable", "run", "CheckOptions", "CheckResult", "FamilyResult", "Failure", "Worst",
            "Baseline", "Tolerance", "TOLERANCES", "STATISTICS", "CHECK_FAMILIES", "LIMITS",
            "to_json"]
 
@@ -139,6 +140,16 @@ def _failed_at_load(e, source, entry, norm, dtype, spec, out_dtype, backend, t0)
         kernel=entry or (spec.entries[0] if spec is not None and spec.entries else None)
         or str(source), norm=n, dtype=fmt.name, out_dtype=out.name, backend=backend,
         failures=[f], warnings=[], families=[], tolerance=TOLERANCES[out.name], t0=t0)
+
+
+def run(options: CheckOptions, progress=None) -> CheckResult:
+    """The check ``options`` ask for (forward, or backward with ``options.backward``): what the
+    command line calls, with the options it parsed."""
+    if options.backward:
+        from normcheck.check.backward import check_backward
+
+        return check_backward(**options.backward_kwargs())
+    return check_kernel(**options.forward(), progress=progress)
 
 
 def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, spec=None,
