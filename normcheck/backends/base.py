@@ -39,7 +39,7 @@ __all__ = ["Backend", "Param", "Source", "load_source", "define_flags", "check_d
            "cache_root", "cache_dir", "cache_info", "cache_clear", "install_file", "compiler_version",
            "cxx", "key_of", "parse_signature",
            "check_args", "check_launch", "dim3", "scalar_dtype", "parse_entry", "LIMITS",
-           "parse_arch", "DEFAULT_ARCH", "StructArg", "Capabilities"]
+           "parse_arch", "DEFAULT_ARCH", "StructArg", "Capabilities", "Kernel"]
 
 # An entry (a kernel's name, pasted into the launcher normcheck generates) is parsed, never
 # matched: a qualified C++ name with template arguments made of names, integers and types.
@@ -186,6 +186,38 @@ class Capabilities:
     device_timings: bool = False  # a launch's time is a device's (the report's bandwidth)
     hardware_rsqrt: bool = False  # rsqrtf is the hardware approximation, not 1/sqrtf
     threaded_builds: bool = False  # its kernels may be built on threads (ahead, in parallel)
+
+
+class Kernel(abc.ABC):
+    """A compiled entry, the one call every backend's kernels take:
+
+    ``kernel(grid, block, args, shared_mem=0, *, names=None, timeout=None, guard=None,
+    schedule=None, workers=None, seed=0, fill=0xFF, blocks=None)`` -> the launch's note (a
+    string it noted without failing) or None.  ``names`` label the arguments in errors,
+    ``timeout`` bounds the launch, ``guard`` which side of each array lies against an
+    inaccessible margin; ``schedule``/``workers``/``seed`` (the order blocks run in), ``fill``
+    (the byte undefined values are made of) and ``blocks`` (a part of the grid) are honoured
+    where the backend's :class:`Capabilities` say so, and refused (:meth:`refuse`) where they
+    do not."""
+
+    entry: str = "?"
+    capabilities: Capabilities = Capabilities()
+
+    @abc.abstractmethod
+    def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
+                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
+        """Launch; the launch's note or None."""
+
+    def refuse(self, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
+        """An InvalidArgument for a launch option this backend's capabilities lack."""
+        caps = self.capabilities
+        asked = (("schedule", schedule is not None, caps.block_orders),
+                 ("fill", fill != 0xFF, caps.fill),
+                 ("blocks", blocks is not None, caps.block_subsets))
+        for name, used, can in asked:
+            if used and not can:
+                raise invalid(name, {"schedule": schedule, "fill": fill, "blocks": blocks}[name],
+                              "a launch option this backend has", "run it on the cpu backend")
 
 
 class Backend(abc.ABC):

@@ -107,8 +107,12 @@ _SCALAR_PTX = {"f32": (np.float32,), "f64": (np.float64,), "s32": (np.int32,),
 # ------------------------------------------------------------------------------------------------
 # Backend
 # ------------------------------------------------------------------------------------------------
-class CudaKernel:
-    """A compiled entry on the GPU; ``kernel(grid, block, args, shared_mem=0)``."""
+class CudaKernel(base.Kernel):
+    """A compiled entry on the GPU (the call of :class:`normcheck.backends.base.Kernel`)."""
+
+    @property
+    def capabilities(self):
+        return self.backend.capabilities
 
     def __init__(self, backend, module, mangled, entry, params, options):
         self.backend = backend
@@ -154,7 +158,8 @@ class CudaKernel:
         return out
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
-                 schedule=None, workers=None, seed=0, guard=None):
+                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
+        self.refuse(schedule, workers, seed, fill, blocks)
         drv = self.backend.drv
         g, b, shared_mem = base.check_launch(grid, block, shared_mem)
         args = self._check(list(args), names)

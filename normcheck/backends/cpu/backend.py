@@ -1106,8 +1106,13 @@ def _addr2line() -> str | None:
     return None
 
 
-class CpuKernel:
-    """A compiled entry; call it as ``kernel(grid, block, args, shared_mem=0)``."""
+class CpuKernel(base.Kernel):
+    """A compiled entry (the call of :class:`normcheck.backends.base.Kernel`, every launch option
+    honoured)."""
+
+    @property
+    def capabilities(self):
+        return CpuBackend.capabilities
 
     def __init__(self, module: Module, entry: str, options: dict):
         self.module = module
@@ -1126,7 +1131,7 @@ class CpuKernel:
         return f"<CpuKernel {self.entry}({', '.join(p.ctype for p in self.params)})>"
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
-                 schedule=None, workers=None, seed=0, guard=None, fill=0xFF, blocks=None):
+                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
         """Run the kernel; returns what the launch noted without failing (the first warp
         shuffle that read a lane not taking part), or None -- also kept as ``last_note``.
         ``fill``: the byte undefined values are made of -- shared memory before a block
