@@ -19,7 +19,8 @@ import numpy as np
 from normcheck import formats, launch, norms
 from normcheck.causes import Cause
 from normcheck.check.engine import assemble, fault_or_worst
-from normcheck.check.judge import FATAL, Failure, check_h, undefined_dependence, with_notes
+from normcheck.check.judge import (FATAL, Failure, check_h, odd_rows, undefined_dependence,
+                                   with_notes)
 from normcheck.check.tolerances import TOLERANCES, Verdict
 from normcheck.errors import KernelError, KernelRaised
 from normcheck.launch import Case
@@ -369,8 +370,7 @@ class QuantJudge:
         for fi, fam in enumerate(fams):
             fr = QFamilyResult(fam)
             ws = qfamilies.widths(fam, self.contract, self.cols_range, self.multiple_of)
-            per = max(1, examples // len(ws))
-            per = per if per % 2 else max(1, per - 1)
+            per = odd_rows(max(1, examples // len(ws)))
             fam_fails, fam_worst = [], None
             for k, cols in enumerate(ws):
                 if self.timed_out:
