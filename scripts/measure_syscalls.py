@@ -124,23 +124,51 @@ def trace(cmds, out: Path) -> None:
 
 _CALL = re.compile(r"^(?:\d+\.\d+ )?(\w+)\(")
 # a clone's result: the new thread's id, in the tracer's PID namespace where it differs
-_CLONE = re.compile(r"^(?:\d+\.\d+ )?clone3?\((.*)\)\s+=\s+(\d+)(?: /\* (\d+) \*/)?")
+# (`= 3 /* 2190 in strace's PID NS */`)
+_CLONE = re.compile(r"^(?:\d+\.\d+ )?clone3?\((.*)\)\s+=\s+(\d+)(?: /\* (\d+)[^*]*\*/)?")
+
+
+# a new process's id (fork and vfork: subprocess's children), for telling reused ids apart
+_FORK = re.compile(r"^(?:\d+\.\d+ )?v?fork\(\)\s+=\s+(\d+)(?: /\* (\d+)[^*]*\*/)?")
+_EXIT = re.compile(r"^(?:\d+\.\d+ )?exit(?:_group)?\(")
+
+
+def _first_life(path: Path) -> list:
+    """The lines of a trace file up to the task's exit: with -ff a file is named by its pid, and
+    a pid Linux reuses later (a long workload starts tens of thousands of processes) appends a
+    second, unrelated life to the same file."""
+    out = []
+    with open(path, errors="replace") as fh:
+        for line in fh:
+            out.append(line)
+            if _EXIT.match(line):
+                break
+    return out
 
 
 def measure(folder: Path) -> collections.Counter:
-    """{call: count} made by worker threads after the mark, over every trace file."""
+    """{call: count} made by worker threads after the mark, over every trace file.  Only each
+    file's first life is read, and a thread id two clones returned (a reused pid) is dropped:
+    a call is counted only when the task that made it is known to be a sandboxed worker's."""
     files = list(folder.iterdir())
-    parent, marked = {}, {}
-    for f in files:
-        tid = int(f.name.rsplit(".", 1)[1])
-        with open(f, errors="replace") as fh:
-            for n, line in enumerate(fh):
-                m = _CLONE.match(line)
-                if m:
-                    parent[int(m.group(3) or m.group(2))] = (f.name.split(".")[0], tid,
-                                                "CLONE_THREAD" in m.group(1))
-                if MARK in line and line.lstrip("0123456789. ").startswith("write(-1"):
-                    marked[(f.name.split(".")[0], tid)] = n
+    lives = {f: _first_life(f) for f in files}
+    parent, seen, marked = {}, collections.Counter(), {}
+    for f, lines in lives.items():
+        run, tid = f.name.split(".")[0], int(f.name.rsplit(".", 1)[1])
+        for n, line in enumerate(lines):
+            m = _CLONE.match(line)
+            if m:
+                child = int(m.group(3) or m.group(2))
+                seen[child] += 1
+                parent[child] = (run, tid, "CLONE_THREAD" in m.group(1))
+            m = _FORK.match(line)
+            if m:
+                seen[int(m.group(2) or m.group(1))] += 1
+            if MARK in line and line.lstrip("0123456789. ").startswith("write(-1"):
+                marked[(run, tid)] = n
+    for child, k in seen.items():
+        if k > 1:
+            parent.pop(child, None)  # a reused id: which clone made this file's task is unknown
 
     def leader(run, t):
         while (run, t) not in marked and t in parent and parent[t][0] == run and parent[t][2]:
@@ -148,19 +176,18 @@ def measure(folder: Path) -> collections.Counter:
         return t
 
     calls = collections.Counter()
-    for f in files:
+    for f, lines in lives.items():
         run, tid = f.name.split(".")[0], int(f.name.rsplit(".", 1)[1])
         lead = leader(run, tid)
         if (run, lead) not in marked:
             continue
         start = marked[(run, lead)] if lead == tid else -1  # threads born after the mark
-        with open(f, errors="replace") as fh:
-            for n, line in enumerate(fh):
-                if n <= start:
-                    continue
-                m = _CALL.match(line)
-                if m and m.group(1) != "exited":
-                    calls[m.group(1)] += 1
+        for n, line in enumerate(lines):
+            if n <= start:
+                continue
+            m = _CALL.match(line)
+            if m and m.group(1) != "exited":
+                calls[m.group(1)] += 1
     return calls
 
 
@@ -195,6 +222,8 @@ def main() -> int:
     ap.add_argument("--tests", nargs="+", metavar="PATH",
                     help="trace pytest on these test files only (a part of the workload: "
                          "combine the parts' traces with --from)")
+    ap.add_argument("--describe", metavar="TEXT",
+                    help="what was traced, for the header (with --from: the parts)")
     ap.add_argument("--from", dest="source", metavar="DIR", action="append",
                     help="write the header from the traces kept in DIR (no new trace; "
                          "repeatable: the calls of every DIR)")
@@ -221,7 +250,7 @@ def main() -> int:
         sys.exit("no worker was traced after its mark: is NORMCHECK_SANDBOX=measure honoured?")
     for name, n in sorted(calls.items()):
         print(f"{name:24} {n}", file=sys.stderr)
-    what = "; ".join(" ".join(c[:3] + ["..."]) for c in cmds)
+    what = a.describe or "; ".join(" ".join(c[:3] + ["..."]) for c in cmds)
     text = header(calls, numbers, ("quick: " if a.quick else "") + what)
     if a.check:
         old = set(re.findall(r"// (\w+): measured", HEADER.read_text())) if HEADER.exists() \

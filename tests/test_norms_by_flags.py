@@ -91,8 +91,8 @@ def test_the_command_line_and_the_api_share_one_options_object(tmp_path):
     opts = CheckOptions.from_args(args)
     assert (opts.spec, opts.search, opts.examples, opts.backward) == (str(spec), 0, 4, False)
     assert run(opts).verdict == "pass"
-    with pytest.raises(errors.InvalidArgument, match="rows=5: expected nothing with --backward"):
+    with pytest.raises(errors.InvalidArgument, match="--rows=5: expected nothing with --backward"):
         CheckOptions(spec=spec, backward=True, rows=5).backward_kwargs()
-    with pytest.raises(errors.InvalidArgument, match="orders=3: expected nothing without"):
+    with pytest.raises(errors.InvalidArgument, match="--orders=3: expected nothing without"):
         CheckOptions(spec=spec, orders=3).forward()
     assert isinstance(args, argparse.Namespace)

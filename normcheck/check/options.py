@@ -65,7 +65,8 @@ class CheckOptions:
         """The keywords of :func:`normcheck.check.check_kernel`."""
         for name, default, why in BACKWARD_ONLY:
             if getattr(self, name) != default:
-                raise invalid(name, getattr(self, name), "nothing without --backward", why)
+                raise invalid(f"--{name}", getattr(self, name), "nothing without --backward",
+                              why)
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name not in ("backward", "orders")}
 
@@ -74,7 +75,8 @@ class CheckOptions:
         for name, default, why in FORWARD_ONLY:
             v = getattr(self, name)
             if v != default:
-                raise invalid(name, v, "nothing with --backward", why)
+                raise invalid(f"--{name.replace('_', '-')}", v, "nothing with --backward",
+                              why)
         kw = {f.name: getattr(self, f.name) for f in fields(self)
               if f.name in ("source", "entry", "norm", "dtype", "spec", "block", "backend",
                             "defines", "include", "examples", "seed", "timeout",
