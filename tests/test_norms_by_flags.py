@@ -57,6 +57,7 @@ def test_flashinfers_gemma_fused_add_rmsnorm_is_judged_without_a_built_in(tmp_pa
                        timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "judged against the sound bound only" in r.stdout and "verdict: PASS" in r.stdout
+    assert "no warn: no built-in kernel of this norm and format" in r.stdout
     r = subprocess.run([sys.executable, "-m", "normcheck", "check",
                         str(_spec(tmp_path, "gemma_fused_add_rmsnorm_plain_w")), "--search",
                         "0", "--examples", "8", "--json"], capture_output=True, text=True,
