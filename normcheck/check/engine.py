@@ -19,8 +19,51 @@ from normcheck.backends import get_backend
 from normcheck.causes import headline
 from normcheck.check.result import CheckResult
 from normcheck.check.tolerances import Verdict
+from normcheck.errors import FATAL
 
-__all__ = ["unique", "assemble", "fault_or_worst"]
+__all__ = ["unique", "assemble", "fault_or_worst", "run_families", "FamilyState"]
+
+
+class FamilyState:
+    """One family under way: its result (``fr``), the failures found so far, and whatever the
+    judge keeps between cases (attributes it sets itself)."""
+
+    def __init__(self, fr):
+        self.fr = fr
+        self.fails = []
+
+
+def run_families(judge, fams, examples: int, progress=None):
+    """The loop every check runs: for each family, its cases (``judge.plan``), each run and
+    measured (``judge.step``: the case, the measurement or None, its failures), stopping a family
+    at a fault or when nothing was measured, and never launching a kernel that hung again; the
+    launch that faulted first is kept for the replay (``judge.fault``); ``judge.finish`` judges
+    the family (its failures and warnings).  ``judge.stop`` (optional) ends the check after a
+    family.  Returns (family results, failures, warnings)."""
+    results, failures, warnings = [], [], []
+    for fi, fam in enumerate(fams):
+        st = judge.start(fam)
+        for k, (rows, cols) in enumerate(judge.plan(fam, examples)):
+            if judge.timed_out:
+                break  # a kernel that hung once is not launched again
+            case, m, fails = judge.step(st, fi, k, rows, cols)
+            fatal = any(f.kind in FATAL for f in fails)
+            if m is None and judge.fault is None and fatal:
+                judge.fault = (fam, case, fails[0])  # what a replay must run again
+            st.fr.rows += rows
+            st.fr.cols.append(cols)
+            st.fails += fails
+            if m is None or fatal:
+                break
+        fam_fails, fam_warns = judge.finish(st)
+        failures += fam_fails
+        warnings += fam_warns
+        results.append(st.fr)
+        if progress:
+            progress(fi + 1, len(fams))
+        if getattr(judge, "stop", None) is not None and judge.stop(failures):
+            break
+    return results, failures, warnings
 
 
 def unique(failures, key=lambda f: (f.kind, f.family)) -> list:

@@ -29,7 +29,7 @@ import numpy as np
 
 from normcheck import bounds, families, formats, kernels, launch, metrics, norms, oracle
 from normcheck import measure as measure_mod
-from normcheck.check import diagnose, hazards
+from normcheck.check import diagnose, engine, hazards
 from normcheck.check.tolerances import BIAS, STATISTICS, TOLERANCES, Tolerance, Verdict
 from normcheck.errors import FATAL as FATAL_KINDS
 from normcheck.errors import FailureKind, KernelError
@@ -447,98 +447,96 @@ class Judge:
                         f"stays within {allowed[i] / unit:.3g}, " +
                         measure_mod.mismatch(f"row {i}", got[i], t[i]))]
 
-    # the families ---------------------------------------------------------------------------------
+    # the families (check.engine.run_families drives these) --------------------------------------
     def run_families(self, fams, examples: int):
-        results, failures, warnings = [], [], []
-        worst = None
-        for fi, fam in enumerate(fams):
-            fr = FamilyResult(fam)
-            ws = families.widths(fam, self.cols_range, self.multiple_of)
-            per = odd_rows(max(1, examples // len(ws)))
-            base_max = {}
-            allu, alls = [], []
-            fam_fails = []
-            fam_worst = None
-            fbias = measure_mod.Bias()
-            for k, cols in enumerate(ws):
-                if self.timed_out:
-                    break  # a kernel that hung once is not launched again
-                case = self.case(fam, per, cols, seed=[self.seed, fi, k])
-                outs = self.run_target(fam, case)
-                m, fails = self.measure(fam, case, outs=outs)
-                if k == 0 and not isinstance(outs, Failure) and not any(
-                        f.kind in FATAL for f in fails):
-                    fails += self.hazards(fam, case, outs)
-                if m is None and self.fault is None and any(f.kind in FATAL for f in fails):
-                    self.fault = (fam, case, fails[0])  # what a replay must run again
-                fr.rows += per
-                fr.cols.append(cols)
-                fam_fails += fails
-                if m is None:
-                    break
-                allu.append(m.ulp.ravel())
-                alls.append(m.scaled.ravel())
-                fbias.merge(m.m.bias())
-                fr.max_of_bound = max(fr.max_of_bound, float(m.ratio.max()) if m.ratio.size
-                                      else 0.0)
-                fr.unbounded_rows += m.unbounded
-                w = self._worst(fam, case, m)
-                if w is not None and (fam_worst is None or (w.of_bound, w.scaled_ulp) >
-                                      (fam_worst[0].of_bound, fam_worst[0].scaled_ulp)):
-                    fam_worst = (w, case, m)
-                for name, v in self.baseline_errors(case, m.ref).items():
-                    base_max[name] = max(base_max.get(name, 0.0), v)
-                if any(f.kind in FATAL for f in fails):
-                    break
-            if allu:
-                fr.max_ulp, fr.p99_ulp, fr.mean_ulp = metrics.ulp_stats(np.concatenate(allu))
-                sc = np.concatenate(alls)
-                sc = sc[np.isfinite(sc)]
-                fr.max_scaled = float(sc.max()) if sc.size else 0.0
-            if base_max:
-                name = min(base_max, key=base_max.get)
-                fr.baseline = Baseline(name, base_max[name])
-            bias_fail = self._bias(fr, fam, fbias, fam_worst)
-            if bias_fail is not None and not any(f.kind in ("accuracy", "nonfinite")
-                                                 for f in fam_fails):
-                fam_fails.append(bias_fail)  # (beyond the bound already: that is the finding)
-            else:
-                bias_fail = None
-            for f in fam_fails:
-                fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
-            if fam_worst is not None:
-                w, case, m = fam_worst
-                fr.bound_ulp = float(w.ulp / w.of_bound) if w.of_bound > 0 else None
-                if worst is None or (w.of_bound, w.scaled_ulp) > (worst.of_bound,
-                                                                  worst.scaled_ulp):
-                    worst = w
-            if fam_fails:
-                fr.verdict = Verdict.FAIL
-                acc = [f for f in fam_fails if f.kind in ("accuracy", "nonfinite")]
-                if bias_fail is not None and not acc:
-                    fr.cause = bias_fail.cause
-                if acc and fam in self.undefined:
-                    fr.cause = acc[0].cause = self.undefined[fam]
-                elif acc and fam_worst is not None:
-                    fr.cause = acc[0].cause = self.diagnose(fam_worst[1], fam_worst[2])
-                fr.cause = fr.cause or next((f.cause for f in fam_fails if f.cause), None)
-            elif fr.baseline is not None:
-                fr.warn_at = max(self.tol.warn_floor, self.tol.warn_k * fr.baseline.max_scaled)
-                if fr.max_scaled > fr.warn_at:
-                    fr.verdict = Verdict.WARN
-                    if fam_worst is not None:
-                        fr.cause = self.diagnose(fam_worst[1], fam_worst[2])
-                    ratio = fr.max_scaled / fr.baseline.max_scaled if \
-                        fr.baseline.max_scaled > 0 else math.inf
-                    warnings.append(Failure(
-                        "warn", fam, f"max {fr.max_scaled:.4g} ulp (of max(|γx̂|,|β|)) is "
-                        f"{ratio:.3g}x the best built-in order ({fr.baseline.name}: "
-                        f"{fr.baseline.max_scaled:.4g}) and above the warn level "
-                        f"{fr.warn_at:.4g}; within the sound bound everywhere "
-                        f"({fr.max_of_bound:.3g} of it at most)", cause=fr.cause))
-            failures += fam_fails
-            results.append(fr)
-        return results, failures, warnings, worst
+        """(family results, failures, warnings, the worst row over all of them)."""
+        self.worst = None
+        results, failures, warnings = engine.run_families(self, fams, examples)
+        return results, failures, warnings, self.worst
+
+    def plan(self, fam, examples):
+        ws = families.widths(fam, self.cols_range, self.multiple_of)
+        per = odd_rows(max(1, examples // len(ws)))
+        return [(per, cols) for cols in ws]
+
+    def start(self, fam):
+        st = engine.FamilyState(FamilyResult(fam))
+        st.base_max, st.allu, st.alls, st.worst, st.bias = {}, [], [], None, measure_mod.Bias()
+        return st
+
+    def step(self, st, fi, k, rows, cols):
+        fam, fr = st.fr.family, st.fr
+        case = self.case(fam, rows, cols, seed=[self.seed, fi, k])
+        outs = self.run_target(fam, case)
+        m, fails = self.measure(fam, case, outs=outs)
+        if k == 0 and not isinstance(outs, Failure) and not any(
+                f.kind in FATAL for f in fails):
+            fails += self.hazards(fam, case, outs)
+        if m is None:
+            return case, None, fails
+        st.allu.append(m.ulp.ravel())
+        st.alls.append(m.scaled.ravel())
+        st.bias.merge(m.m.bias())
+        fr.max_of_bound = max(fr.max_of_bound, float(m.ratio.max()) if m.ratio.size else 0.0)
+        fr.unbounded_rows += m.unbounded
+        w = self._worst(fam, case, m)
+        if w is not None and (st.worst is None or (w.of_bound, w.scaled_ulp) >
+                              (st.worst[0].of_bound, st.worst[0].scaled_ulp)):
+            st.worst = (w, case, m)
+        for name, v in self.baseline_errors(case, m.ref).items():
+            st.base_max[name] = max(st.base_max.get(name, 0.0), v)
+        return case, m, fails
+
+    def finish(self, st):
+        fr, fam, fam_fails, fam_worst = st.fr, st.fr.family, st.fails, st.worst
+        warnings = []
+        if st.allu:
+            fr.max_ulp, fr.p99_ulp, fr.mean_ulp = metrics.ulp_stats(np.concatenate(st.allu))
+            sc = np.concatenate(st.alls)
+            sc = sc[np.isfinite(sc)]
+            fr.max_scaled = float(sc.max()) if sc.size else 0.0
+        if st.base_max:
+            name = min(st.base_max, key=st.base_max.get)
+            fr.baseline = Baseline(name, st.base_max[name])
+        bias_fail = self._bias(fr, fam, st.bias, fam_worst)
+        if bias_fail is not None and not any(f.kind in ("accuracy", "nonfinite")
+                                             for f in fam_fails):
+            fam_fails.append(bias_fail)  # (beyond the bound already: that is the finding)
+        else:
+            bias_fail = None
+        for f in fam_fails:
+            fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
+        if fam_worst is not None:
+            w, case, m = fam_worst
+            fr.bound_ulp = float(w.ulp / w.of_bound) if w.of_bound > 0 else None
+            if self.worst is None or (w.of_bound, w.scaled_ulp) > (self.worst.of_bound,
+                                                                   self.worst.scaled_ulp):
+                self.worst = w
+        if fam_fails:
+            fr.verdict = Verdict.FAIL
+            acc = [f for f in fam_fails if f.kind in ("accuracy", "nonfinite")]
+            if bias_fail is not None and not acc:
+                fr.cause = bias_fail.cause
+            if acc and fam in self.undefined:
+                fr.cause = acc[0].cause = self.undefined[fam]
+            elif acc and fam_worst is not None:
+                fr.cause = acc[0].cause = self.diagnose(fam_worst[1], fam_worst[2])
+            fr.cause = fr.cause or next((f.cause for f in fam_fails if f.cause), None)
+        elif fr.baseline is not None:
+            fr.warn_at = max(self.tol.warn_floor, self.tol.warn_k * fr.baseline.max_scaled)
+            if fr.max_scaled > fr.warn_at:
+                fr.verdict = Verdict.WARN
+                if fam_worst is not None:
+                    fr.cause = self.diagnose(fam_worst[1], fam_worst[2])
+                ratio = fr.max_scaled / fr.baseline.max_scaled if \
+                    fr.baseline.max_scaled > 0 else math.inf
+                warnings.append(Failure(
+                    "warn", fam, f"max {fr.max_scaled:.4g} ulp (of max(|γx̂|,|β|)) is "
+                    f"{ratio:.3g}x the best built-in order ({fr.baseline.name}: "
+                    f"{fr.baseline.max_scaled:.4g}) and above the warn level "
+                    f"{fr.warn_at:.4g}; within the sound bound everywhere "
+                    f"({fr.max_of_bound:.3g} of it at most)", cause=fr.cause))
+        return fam_fails, warnings
 
     def hazards(self, fam, case, outs) -> list:
         """The checks no tolerance makes (normcheck.check.hazards) on a family's first case:

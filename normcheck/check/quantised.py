@@ -18,9 +18,9 @@ import numpy as np
 
 from normcheck import formats, launch, norms
 from normcheck.causes import Cause
+from normcheck.check import engine
 from normcheck.check.engine import assemble, fault_or_worst
-from normcheck.check.judge import (FATAL, Failure, check_h, odd_rows, undefined_dependence,
-                                   with_notes)
+from normcheck.check.judge import Failure, check_h, odd_rows, undefined_dependence, with_notes
 from normcheck.check.tolerances import TOLERANCES, Verdict
 from normcheck.errors import KernelError, KernelRaised
 from normcheck.launch import Case
@@ -364,69 +364,70 @@ class QuantJudge:
 
     # -- the families -----------------------------------------------------------------------------
     def run_families(self, fams, examples: int, progress=None):
-        from normcheck.quant import diagnose
-
-        results, failures, worst = [], [], None
-        for fi, fam in enumerate(fams):
-            fr = QFamilyResult(fam)
-            ws = qfamilies.widths(fam, self.contract, self.cols_range, self.multiple_of)
-            per = odd_rows(max(1, examples // len(ws)))
-            fam_fails, fam_worst = [], None
-            for k, cols in enumerate(ws):
-                if self.timed_out:
-                    break
-                case = qfamilies.case(fam, self.norm, self.contract, self.storage, per, cols,
-                                      seed=[self.seed, fi, k], eps=self.eps,
-                                      weights_seed=self.seed)
-                m, fails = self.measure(fam, case)
-                if m is None and self.fault is None and any(f.kind in FATAL for f in fails):
-                    self.fault = (fam, case, fails[0])  # what a replay must run again
-                fr.rows += per
-                fr.cols.append(cols)
-                fam_fails += fails
-                if m is None:
-                    break
-                fr.q.add(m.counts)
-                fr.scales.add(m.scale_counts)
-                fr.amax.add(m.amax_counts)
-                fr.certified += m.ref.certified
-                fr.saturation += _saturation_points(m)
-                score = (m.cls == CONTRACT).sum(axis=1) * 1000 + (m.cls == ORDER).sum(axis=1)
-                if m.scale_cls is not None:
-                    score = score + 1000 * (m.scale_cls == CONTRACT).sum(axis=1)
-                i = int(np.argmax(score))
-                if fam_worst is None or score[i] > fam_worst[0]:
-                    fam_worst = (int(score[i]), case, m, i)
-                if any(f.kind in FATAL for f in fails):
-                    break
-            for f in fam_fails:
-                fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
-            if fam_fails:
-                fr.verdict = Verdict.FAIL
-                if fam in self.undefined:
-                    fr.cause = self.undefined[fam]
-                    for f in fam_fails:
-                        f.cause = f.cause or fr.cause
-                elif fam_worst is not None and any(f.kind in ("contract", "scale", "amax")
-                                                   for f in fam_fails):
-                    _, case, m, _ = fam_worst
-                    fr.cause = diagnose.explain(self, case, m)
-                    for f in fam_fails:
-                        if f.kind in ("contract", "scale", "amax") and not f.cause:
-                            f.cause = fr.cause
-                fr.cause = fr.cause or next((f.cause for f in fam_fails if f.cause), None)
-            if fam_worst is not None and (worst is None or fam_worst[0] > worst[0]):
-                worst = (fam_worst[0], fam, fam_worst[1], fam_worst[2], fam_worst[3])
-            failures += fam_fails
-            results.append(fr)
-            if progress:
-                progress(fi + 1, len(fams))
+        """(family results, failures, the worst row over all of them: a QWorst or None)."""
+        self.worst = None
+        results, failures, _ = engine.run_families(self, fams, examples, progress)
         w = None
-        if worst is not None:
-            _, fam, case, m, i = worst
+        if self.worst is not None:
+            _, fam, case, m, i = self.worst
             w = QWorst(fam, case.cols, i, _row_detail(case, m, i), case.head(i))
             w.case.extra = dict(case.extra)
         return results, failures, w
+
+    # the families (check.engine.run_families drives these) --------------------------------------
+    def plan(self, fam, examples):
+        ws = qfamilies.widths(fam, self.contract, self.cols_range, self.multiple_of)
+        per = odd_rows(max(1, examples // len(ws)))
+        return [(per, cols) for cols in ws]
+
+    def start(self, fam):
+        st = engine.FamilyState(QFamilyResult(fam))
+        st.worst = None
+        return st
+
+    def step(self, st, fi, k, rows, cols):
+        fam, fr = st.fr.family, st.fr
+        case = qfamilies.case(fam, self.norm, self.contract, self.storage, rows, cols,
+                              seed=[self.seed, fi, k], eps=self.eps, weights_seed=self.seed)
+        m, fails = self.measure(fam, case)
+        if m is None:
+            return case, None, fails
+        fr.q.add(m.counts)
+        fr.scales.add(m.scale_counts)
+        fr.amax.add(m.amax_counts)
+        fr.certified += m.ref.certified
+        fr.saturation += _saturation_points(m)
+        score = (m.cls == CONTRACT).sum(axis=1) * 1000 + (m.cls == ORDER).sum(axis=1)
+        if m.scale_cls is not None:
+            score = score + 1000 * (m.scale_cls == CONTRACT).sum(axis=1)
+        i = int(np.argmax(score))
+        if st.worst is None or score[i] > st.worst[0]:
+            st.worst = (int(score[i]), case, m, i)
+        return case, m, fails
+
+    def finish(self, st):
+        from normcheck.quant import diagnose
+
+        fr, fam, fam_fails, fam_worst = st.fr, st.fr.family, st.fails, st.worst
+        for f in fam_fails:
+            fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
+        if fam_fails:
+            fr.verdict = Verdict.FAIL
+            if fam in self.undefined:
+                fr.cause = self.undefined[fam]
+                for f in fam_fails:
+                    f.cause = f.cause or fr.cause
+            elif fam_worst is not None and any(f.kind in ("contract", "scale", "amax")
+                                               for f in fam_fails):
+                _, case, m, _ = fam_worst
+                fr.cause = diagnose.explain(self, case, m)
+                for f in fam_fails:
+                    if f.kind in ("contract", "scale", "amax") and not f.cause:
+                        f.cause = fr.cause
+            fr.cause = fr.cause or next((f.cause for f in fam_fails if f.cause), None)
+        if fam_worst is not None and (self.worst is None or fam_worst[0] > self.worst[0]):
+            self.worst = (fam_worst[0], fam, fam_worst[1], fam_worst[2], fam_worst[3])
+        return fam_fails, []
 
 
 def _codes(raw, fmt, cols):

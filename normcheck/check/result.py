@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from normcheck import cases
-from normcheck.check.judge import Worst
 from normcheck.check.render import render, render_quantised
 from normcheck.check.tolerances import Tolerance
 from normcheck.metrics import to_json
@@ -28,7 +27,7 @@ class CheckResult:
     failures: list
     warnings: list
     families: list
-    worst: Worst | None
+    worst: object | None  # check.judge.Worst (check.quantised.QWorst): the worst row found
     tolerance: Tolerance
     seconds: float
     baseline_note: str | None = None
