@@ -35,6 +35,7 @@ from normcheck.oracle import backward as oracle_backward
 from normcheck import families as families_mod
 from normcheck import measure as measure_mod
 from normcheck.causes import Cause
+from normcheck.check import engine
 from normcheck.check.engine import assemble
 from normcheck.check.judge import FATAL, Failure, FamilyResult, odd_rows, with_notes
 from normcheck.check.resolve import check_counts, resolve
@@ -516,119 +517,21 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
     for f in fams:
         if f not in families_mod.BACKWARD_FAMILIES:
             raise invalid("families", f, f"some of {', '.join(families_mod.BACKWARD_FAMILIES)}")
+    fams = [f for f in families_mod.BACKWARD_FAMILIES if f in fams]  # in the table's order
     res = resolve(source, entry, norm, dtype, spec=spec, block=block, backend=backend,
                 defines=defines, timeout=timeout, backward=True, include=tuple(include))
     spec, n, fmt, target = res.spec, res.norm, res.fmt, res.target
     mode = "y" if spec.has("y") else "x"
-    reads_gamma = spec.has("gamma")
     fm = target.formats
     eps = res.eps
     stats = "saved" if mode == "y" else (spec.stats or "recomputed")
     roles = [role for role in specs.GRADS if spec.has(role)]
     t0 = time.perf_counter()
-    results, failures, warnings = [], [], []
-    races = {}
-    lo, hi = spec.cols
-    m = max(1, spec.cols_multiple_of)
-    be = res.backend
-    worst_case = None
-    for fi, (fam, (_, (fam_rows, widths))) in enumerate(families_mod.BACKWARD_FAMILIES.items()):
-        if fam not in fams:
-            continue
-        fr = FamilyResult(fam)
-        ws = sorted({min(max(w, lo), hi) // m * m or m for w in widths})
-        rows = fam_rows or odd_rows(max(1, examples))
-        stats_by_role, base_by_role = {}, {}
-        for k, cols in enumerate(ws):
-            case = _case(fam, fmt.name, rows, cols, [seed, fi, k], n, fm, stats, eps,
-                         reads_gamma, mode)
-            try:
-                outs = target(case, guard="both")
-            except KernelError as e:
-                failures.append(Failure(e.kind, fam, str(e)))
-                fr.failures[e.kind] = fr.failures.get(e.kind, 0) + 1
-                if worst_case is None:
-                    worst_case = (fam, case)  # a replay runs the launch that faulted
-                break
-            ref = backward_reference(n, case, mode, stats, fm, fmt, eps)
-            E = backward_bounds(n, case, mode, ref, eps)
-            scale = term_scales(n, case, mode, eps)
-            fr.rows += rows
-            fr.cols.append(cols)
-            refs = {"dx": ref.dx, "d_residual": ref.dx, "dgamma": ref.dgamma,
-                    "dbeta": ref.dbeta}
-            base = _baseline(n, case, [role for role in roles if role in outs], refs, fm, be,
-                             mode)
-            for role in roles:
-                r_ref = refs[role]
-                if r_ref is None or role not in outs:
-                    continue
-                f, st = compare_role(role, r_ref, outs[role], E[role], TOLERANCES[r_ref.fmt.name],
-                                 fam, case, n, scale[role], eps)
-                acc = stats_by_role.setdefault(role, {"max_ulp": 0.0, "p99_ulp": 0.0,
-                                                      "max_scaled": 0.0, "of_bound": 0.0})
-                for key in acc:
-                    acc[key] = max(acc[key], st[key])
-                for name, vals in base.get(role, ()):
-                    prev = base_by_role.get(role, (name, 0.0))
-                    e = _scaled_max(r_ref, vals, scale[role])
-                    if e >= prev[1]:
-                        base_by_role[role] = (name, e)
-                if f is not None:
-                    failures.extend(with_notes([f], outs))
-                    fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
-                    if f.cause and not fr.cause:
-                        fr.cause = f.cause
-                    if worst_case is None:
-                        worst_case = (fam, case)
-            if orders and any(out in outs for out in specs.PARAM_GRADS) and \
-                    be.capabilities.block_orders and fam in ("gaussian", "tall", "tiles"):
-                runs = {out: [] for out in specs.PARAM_GRADS if out in outs}
-                for s_ in range(orders):  # every order seeded: the spread is reproducible
-                    o = target(case, schedule="random", seed=seed * 1000 + s_ + 1, workers=1)
-                    for out in runs:
-                        runs[out].append(o[out])
-                for out, vals in runs.items():
-                    races[f"{out} {fam} {rows}x{cols}"] = _spread(
-                        vals, formats.of_dtype(np.asarray(vals[0]).dtype))
-            if any(f.kind in FATAL for f in failures):
-                break
-        outputs = {}
-        for role, st in stats_by_role.items():
-            d = dict(st)
-            if role in base_by_role:
-                tol = TOLERANCES[refs[role].fmt.name] if refs.get(role) is not None else None
-                name, bmax = base_by_role[role]
-                d["baseline"] = {"name": name, "max_scaled": bmax}
-                if tol is not None:
-                    d["warn_at"] = max(tol.warn_floor, tol.warn_k * bmax)
-            outputs[role] = d
-        fr.outputs = outputs
-        fr.max_ulp = max([d["max_ulp"] for d in outputs.values()] + [0.0])
-        fr.p99_ulp = max([d["p99_ulp"] for d in outputs.values()] + [0.0])
-        fr.max_scaled = max([d["max_scaled"] for d in outputs.values()] + [0.0])
-        fr.max_of_bound = max([d["of_bound"] for d in outputs.values()] + [0.0])
-        if fr.failures:
-            fr.verdict = Verdict.FAIL
-        else:
-            over = [(role, d) for role, d in outputs.items()
-                    if "warn_at" in d and d["max_scaled"] > d["warn_at"]]
-            if over:
-                fr.verdict = Verdict.WARN
-                role, d = over[0]
-                worst_case = worst_case or (fam, case)
-                cause = _warn_cause(n, case, role, outs, refs, E, fm, eps)
-                fr.cause = fr.cause or cause
-                warnings.append(Failure(
-                    "warn", fam, f"{role}: max {d['max_scaled']:.4g} ulp (of the terms summed) "
-                    f"is {d['max_scaled'] / max(d['baseline']['max_scaled'], 1e-300):.3g}x the "
-                    f"built-in strategies' ({d['baseline']['name']}: "
-                    f"{d['baseline']['max_scaled']:.4g}) and above the warn level "
-                    f"{d['warn_at']:.4g}; within the sound bound ({d['of_bound']:.3g} of it)",
-                    cause=cause, output=role))
-        results.append(fr)
-        if any(f.kind in FATAL for f in failures):
-            break
+    judge = BackwardJudge(target, n, fmt, fm, spec, res.backend, roles, stats, mode, eps, seed,
+                          orders)
+    results, failures, warnings = engine.run_families(judge, fams, examples)
+    races, worst_case, be = judge.races, judge.worst_case, res.backend
+
     def save(verdict):
         if worst_case is None or not (verdict != "pass" or save_counterexample):
             return None
@@ -646,6 +549,137 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                       + ("; x̂ from y" if mode == "y" else ""),
         extra={"backward": {"outputs": roles, "stats": stats, "mode": mode,
                             "races_ulp": races, "orders": orders, "seed": seed}})
+
+
+class BackwardJudge:
+    """The backward check's side of check.engine.run_families: each family's widths at one row
+    count, every output (dx, dγ, dβ ...) measured against its own sound bound and the built-in
+    strategies' error, and on the cpu backend dγ's and dβ's spread over seeded block orders."""
+
+    def __init__(self, target, norm, fmt, fm, spec, backend, roles, stats, mode, eps, seed,
+                 orders):
+        self.target, self.n, self.fmt, self.fm, self.be = target, norm, fmt, fm, backend
+        self.roles, self.stats, self.mode, self.eps = roles, stats, mode, eps
+        self.seed, self.orders = seed, orders
+        self.reads_gamma = spec.has("gamma")
+        self.lo, self.hi = spec.cols
+        self.multiple = max(1, spec.cols_multiple_of)
+        #: a family's place in BACKWARD_FAMILIES seeds its rows, whichever families run
+        self.index = {f: i for i, f in enumerate(families_mod.BACKWARD_FAMILIES)}
+        self.timed_out = False
+        self.fault = None
+        self.worst_case = None  # (family, case) saved: the first failure's, or a warn's
+        self.races = {}
+
+    def plan(self, fam, examples):
+        fam_rows, widths = families_mod.BACKWARD_FAMILIES[fam][1]
+        m = self.multiple
+        ws = sorted({min(max(w, self.lo), self.hi) // m * m or m for w in widths})
+        rows = fam_rows or odd_rows(max(1, examples))
+        return [(rows, cols) for cols in ws]
+
+    def start(self, fam):
+        st = engine.FamilyState(FamilyResult(fam))
+        st.stats_by_role, st.base_by_role, st.last = {}, {}, None
+        return st
+
+    def step(self, st, fi, k, rows, cols):
+        n, fm, eps, fam = self.n, self.fm, self.eps, st.fr.family
+        case = _case(fam, self.fmt.name, rows, cols, [self.seed, self.index[fam], k], n, fm,
+                     self.stats, eps, self.reads_gamma, self.mode)
+        try:
+            outs = self.target(case, guard="both")
+        except KernelError as e:
+            self.timed_out = self.timed_out or e.kind == "timeout"
+            if self.worst_case is None:
+                self.worst_case = (fam, case)  # a replay runs the launch that faulted
+            return case, None, [Failure(e.kind, fam, str(e))]
+        ref = backward_reference(n, case, self.mode, self.stats, fm, self.fmt, eps)
+        E = backward_bounds(n, case, self.mode, ref, eps)
+        scale = term_scales(n, case, self.mode, eps)
+        refs = {"dx": ref.dx, "d_residual": ref.dx, "dgamma": ref.dgamma, "dbeta": ref.dbeta}
+        st.last = (case, outs, refs, E)
+        base = _baseline(n, case, [role for role in self.roles if role in outs], refs, fm,
+                         self.be, self.mode)
+        fails = []
+        for role in self.roles:
+            r_ref = refs[role]
+            if r_ref is None or role not in outs:
+                continue
+            f, rs = compare_role(role, r_ref, outs[role], E[role], TOLERANCES[r_ref.fmt.name],
+                                 fam, case, n, scale[role], eps)
+            acc = st.stats_by_role.setdefault(role, {"max_ulp": 0.0, "p99_ulp": 0.0,
+                                                     "max_scaled": 0.0, "of_bound": 0.0})
+            for key in acc:
+                acc[key] = max(acc[key], rs[key])
+            for name, vals in base.get(role, ()):
+                prev = st.base_by_role.get(role, (name, 0.0))
+                e = _scaled_max(r_ref, vals, scale[role])
+                if e >= prev[1]:
+                    st.base_by_role[role] = (name, e)
+            if f is not None:
+                fails.extend(with_notes([f], outs))
+                if f.cause and not st.fr.cause:
+                    st.fr.cause = f.cause
+                if self.worst_case is None:
+                    self.worst_case = (fam, case)
+        if self.orders and any(out in outs for out in specs.PARAM_GRADS) and \
+                self.be.capabilities.block_orders and fam in ("gaussian", "tall", "tiles"):
+            runs = {out: [] for out in specs.PARAM_GRADS if out in outs}
+            for s_ in range(self.orders):  # every order seeded: the spread is reproducible
+                o = self.target(case, schedule="random", seed=self.seed * 1000 + s_ + 1,
+                                workers=1)
+                for out in runs:
+                    runs[out].append(o[out])
+            for out, vals in runs.items():
+                self.races[f"{out} {fam} {rows}x{cols}"] = _spread(
+                    vals, formats.of_dtype(np.asarray(vals[0]).dtype))
+        return case, outs, fails
+
+    def finish(self, st):
+        fr, fam, warnings = st.fr, st.fr.family, []
+        for f in st.fails:
+            fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
+        outputs = {}
+        for role, rs in st.stats_by_role.items():
+            d = dict(rs)
+            if role in st.base_by_role:
+                refs = st.last[2] if st.last is not None else {}
+                tol = TOLERANCES[refs[role].fmt.name] if refs.get(role) is not None else None
+                name, bmax = st.base_by_role[role]
+                d["baseline"] = {"name": name, "max_scaled": bmax}
+                if tol is not None:
+                    d["warn_at"] = max(tol.warn_floor, tol.warn_k * bmax)
+            outputs[role] = d
+        fr.outputs = outputs
+        fr.max_ulp = max([d["max_ulp"] for d in outputs.values()] + [0.0])
+        fr.p99_ulp = max([d["p99_ulp"] for d in outputs.values()] + [0.0])
+        fr.max_scaled = max([d["max_scaled"] for d in outputs.values()] + [0.0])
+        fr.max_of_bound = max([d["of_bound"] for d in outputs.values()] + [0.0])
+        if fr.failures:
+            fr.verdict = Verdict.FAIL
+        else:
+            over = [(role, d) for role, d in outputs.items()
+                    if "warn_at" in d and d["max_scaled"] > d["warn_at"]]
+            if over:
+                fr.verdict = Verdict.WARN
+                role, d = over[0]
+                case, outs, refs, E = st.last
+                self.worst_case = self.worst_case or (fam, case)
+                cause = _warn_cause(self.n, case, role, outs, refs, E, self.fm, self.eps)
+                fr.cause = fr.cause or cause
+                warnings.append(Failure(
+                    "warn", fam, f"{role}: max {d['max_scaled']:.4g} ulp (of the terms summed) "
+                    f"is {d['max_scaled'] / max(d['baseline']['max_scaled'], 1e-300):.3g}x the "
+                    f"built-in strategies' ({d['baseline']['name']}: "
+                    f"{d['baseline']['max_scaled']:.4g}) and above the warn level "
+                    f"{d['warn_at']:.4g}; within the sound bound ({d['of_bound']:.3g} of it)",
+                    cause=cause, output=role))
+        return st.fails, warnings
+
+    def stop(self, failures) -> bool:
+        """A fault ends the backward check (the next family would launch the same kernel)."""
+        return any(f.kind in FATAL for f in failures)
 
 
 def _warn_cause(n, case, role, outs, refs, E, fm, eps):
