@@ -95,7 +95,7 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
         tolerance=judge.tol, t0=t0, save=save, worst=worst, arch=arch,
         rows_checked=sum(fr.rows for fr in results) + (search_stats["examples"]
                                                        if search_stats else 0),
-        baseline_note=judge.baseline_note, search=search_stats,
+        baseline_note=judge.baseline_note, search=search_stats, yardstick=bool(judge.baselines),
         extra={"peak_rss_mib": _peak_rss_mib(),
                **({"nondeterministic": judge.spreads} if judge.spreads else {}),
                **({"notes": judge.notes} if judge.notes else {})})
@@ -126,12 +126,12 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _failed_at_load(e, source, entry, norm, dtype, spec, out_dtype, backend, t0):
+def _failed_at_load(e, source, entry, norm, dtype, spec, out_dtype, backend, t0, include):
     """The verdict on a kernel file whose code broke the sandbox while it loaded (a static
     constructor's forbidden call, a forged reply): a fail of kind sandbox -- no row was run,
     and none needs to be: no sound kernel does that."""
     if spec is not None and not isinstance(spec, specs.KernelSpec):
-        spec = specs.load(spec)
+        spec = specs.load(spec, roots=include)
     n = norms.get(norm or (spec.norm if spec is not None else None) or "rmsnorm")
     fmt = formats.get(dtype or (spec.dtype if spec is not None else None) or "fp32")
     out = formats.get(out_dtype or (spec.out_dtype if spec is not None else None) or fmt.name)
@@ -173,7 +173,8 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
                     arch=arch, quant=quant, include=tuple(include))
     except SandboxViolation as e:  # code that runs as the module loads (a static constructor)
         prep.wait()
-        return _failed_at_load(e, source, entry, norm, dtype, spec, out_dtype, backend, t0)
+        return _failed_at_load(e, source, entry, norm, dtype, spec, out_dtype, backend, t0,
+                               tuple(include))
     prep.wait()
     spec, n, fmt, out, contract, target = r.spec, r.norm, r.fmt, r.out, r.contract, r.target
     if contract is not None:

@@ -23,9 +23,8 @@ def render(r) -> str:
                  "terms it sums) more than k x the best built-in strategy's on the same rows "
                  "(normcheck.check.tolerances)"]
         return "\n".join(lines + _body(r, backward=True))
-    yardstick = not (r.baseline_note and "sound bound only" in r.baseline_note)
     warn = (f"warn: max scaled > {t.warn_k:g}x the best built-in and > {t.warn_floor:g} ulp"
-            if yardstick else "no warn: no built-in kernel of this norm and format to measure "
+            if r.yardstick else "no warn: no built-in kernel of this norm and format to measure "
             "against")
     lines = [f"normcheck check: {r.kernel} ({r.norm_desc}, {r.dtype} -> {r.out_dtype}, "
              f"{r.backend} backend)",

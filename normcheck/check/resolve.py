@@ -355,16 +355,18 @@ def resolve_case(k: dict, path, backend, run_embedded: bool, notes: list) -> Res
                           f"this case carries its kernel's C++ source: replaying it compiles "
                           f"and runs that code on this machine -- only if you trust the file, "
                           f"run normcheck replay {path} {EMBEDDED_FLAG}")
-        src = k["source_text"]
+        src, src_root = k["source_text"], []
         notes.append("ran the C++ source embedded in the case file (--run-embedded-source)")
     else:
         if not src or not Path(src).is_file():
             raise invalid("case.source", src, "the kernel's source file, as it was when the "
                           "case was saved", "restore the file, or run the check again")
         src = str(_case_path("source", src, k.get("sha256"), path))
+        src_root = [Path(src).parent]
         if k.get("sha256") and sha256(src) != k["sha256"]:
             notes.append(f"{src} has changed since the case was saved: replaying the file as it "
                          "is now")
+    include = [str(_beneath_case("include", d, path)) for d in (k.get("include") or [])]
     spec = None
     if k.get("spec"):
         sp = Path(k["spec"])
@@ -375,12 +377,8 @@ def resolve_case(k: dict, path, backend, run_embedded: bool, notes: list) -> Res
         if k.get("spec_sha256") and sha256(sp) != k["spec_sha256"]:
             notes.append(f"{sp} has changed since the case was saved")
         # the spec's paths beneath its folder, the case's source's (checked above) or a folder
-        # the check was given with -I (checked here like the source)
-        include = [str(_beneath_case("include", d, path)) for d in (k.get("include") or [])]
-        spec = specs.load(sp, roots=[Path(src).parent, *include]) if isinstance(src, str) \
-            and "\n" not in src else specs.load(sp, roots=include)
-    else:
-        include = [str(_beneath_case("include", d, path)) for d in (k.get("include") or [])]
+        # the check was given with -I (checked like the source)
+        spec = specs.load(sp, roots=[*src_root, *include])
     entries = k.get("entries") or [k.get("entry")]
     entry = entries[0] if (spec is None or len(spec.launches) == 1) else None
     quant = None

@@ -36,6 +36,7 @@ class CheckResult:
     provenance: dict | None = None
     cause: str | None = None
     extra: dict = field(default_factory=dict)
+    yardstick: bool = True  # a built-in kernel measured beside it (warn's rule); False: none
 
     @property
     def passed(self) -> bool:
