@@ -271,16 +271,24 @@ def _threads() -> int:
     return len(os.listdir(_TASKS))
 
 
+#: How long joined threads may take to leave /proc/self/task (they are past pthread_join but
+#: still finishing their exit in the kernel, which on a loaded machine -- CI: 2 cores, two test
+#: processes each running a report -- once took more than a second for a sound built-in).
+EXIT_GRACE_S = 10.0
+
+
 def _left_running(before: int) -> int:
-    """Threads beyond ``before`` still alive after a launch.  A joined thread may still be
-    listed for a moment while Linux finishes its exit: the count is taken again for up to a
-    second before a thread is called left running."""
-    deadline = time.monotonic() + 1.0
+    """Threads beyond ``before`` still alive after a launch: the count is taken again, at
+    growing intervals, for up to EXIT_GRACE_S before a thread is called left running (a launch
+    without one pays one count)."""
+    deadline = time.monotonic() + EXIT_GRACE_S
+    pause = 0.002
     while True:
         left = _threads() - before
         if left <= 0 or time.monotonic() > deadline:
             return left
-        time.sleep(0.002)
+        time.sleep(pause)
+        pause = min(2 * pause, 0.1)
 
 
 def _cpu() -> float:
