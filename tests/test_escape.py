@@ -749,3 +749,30 @@ def test_diff_of_hostile_json_is_a_clear_error(tmp_path, text):
     r = _cli("diff", str(good), str(bad), cwd=tmp_path)
     assert r.returncode == 2 and "normcheck: error:" in r.stderr, r.stderr
     assert "internal error" not in r.stderr
+
+
+def test_the_thread_count_is_exact_while_the_watchdog_counts_too(monkeypatch):
+    # os.listdir of a descriptor reads a dup that shares the directory offset: two listings at
+    # once (the watchdog's and the launch's) counted 0, 8 or 12 threads where there were 4,
+    # and a sound built-in's launch was failed for '3 threads still running'
+    import collections
+    import threading
+
+    from normcheck.backends.cpu import worker
+
+    fd = os.open("/proc/self/task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    monkeypatch.setattr(worker, "_TASKS", fd)
+    stop = []
+    hammers = [threading.Thread(target=lambda: [worker._threads() for _ in iter(
+        lambda: bool(stop), True)]) for _ in range(2)]
+    try:
+        for t in hammers:
+            t.start()
+        time.sleep(0.05)
+        seen = collections.Counter(worker._threads() for _ in range(5000))
+    finally:
+        stop.append(1)
+        for t in hammers:
+            t.join()
+        os.close(fd)
+    assert len(seen) == 1, seen

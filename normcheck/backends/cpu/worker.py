@@ -265,16 +265,23 @@ THREADS_PER_LAUNCH = 256
 _THREAD_LIMIT = 0  # nonzero while a launch runs
 
 
+_TASKS_LOCK = threading.Lock()
+
+
 def _threads() -> int:
+    """The worker's threads.  One listing at a time: os.listdir of a descriptor reads a dup of
+    it, which shares the directory offset, so the watchdog's listing and the launch's own could
+    interleave and count entries twice or skip them (a sound launch was once failed for '3
+    threads still running')."""
     if _TASKS is None:
         return 0
-    return len(os.listdir(_TASKS))
+    with _TASKS_LOCK:
+        return len(os.listdir(_TASKS))
 
 
-#: How long joined threads may take to leave /proc/self/task (they are past pthread_join but
-#: still finishing their exit in the kernel, which on a loaded machine -- CI: 2 cores, two test
-#: processes each running a report -- once took more than a second for a sound built-in).
-EXIT_GRACE_S = 10.0
+#: How long joined threads may take to leave /proc/self/task (past pthread_join, a thread is
+#: still finishing its exit in the kernel; on a loaded machine that can take a while).
+EXIT_GRACE_S = 2.0
 
 
 def _left_running(before: int) -> int:
