@@ -25,7 +25,8 @@ import numpy as np
 
 from normcheck.errors import invalid
 
-__all__ = ["Format", "FP32", "FP16", "BF16", "FORMATS", "get", "of_dtype", "ulp_error"]
+__all__ = ["Format", "FP32", "FP16", "BF16", "FORMATS", "get", "of_dtype", "ulp_error",
+           "POISON_BITS", "poison_bits"]
 
 
 @dataclass(frozen=True)
@@ -295,6 +296,16 @@ def of_dtype(dtype, what: str = "dtype") -> Format:
             return f
     raise invalid(what, str(dt), "float32, float16 or bfloat16 (ml_dtypes)",
                   "convert the array with .astype(np.float32) or use a supported storage format")
+
+
+#: A NaN with a payload no arithmetic produces (computed NaNs are the default quiet NaN): what an
+#: output buffer holds before a launch, so an element the kernel never writes is recognisable.
+POISON_BITS = {"fp16": 0x7D5A, "bf16": 0x7FA5, "fp32": 0x7FA5A5A5}
+
+
+def poison_bits(dtype) -> int:
+    """The bits of the poison NaN of dtype's format."""
+    return POISON_BITS[of_dtype(dtype).name]
 
 
 def ulp_error(fmt: Format, actual, exact, rounded) -> np.ndarray:

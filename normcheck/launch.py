@@ -22,32 +22,24 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from normcheck import formats, norms, spec as specs
-from normcheck.backends import get_backend
 from normcheck.errors import KernelRaised, SpecError, invalid
 
 __all__ = ["Case", "KernelTarget", "CallableTarget", "Outputs", "bind", "buffer_formats",
            "poisoned", "poison_bits", "unwritten"]
 
-# A NaN with a payload no arithmetic produces (computed NaNs are the default quiet NaN): what an
-# output buffer holds before the launch, so an element the kernel never writes is recognisable.
-_POISON_BITS = {"fp16": 0x7D5A, "bf16": 0x7FA5, "fp32": 0x7FA5A5A5}
-
-
 def poisoned(shape, dtype) -> np.ndarray:
-    """An array of the poison NaN of dtype's format."""
+    """An array of the poison NaN of dtype's format (:data:`normcheck.formats.POISON_BITS`)."""
     fmt = formats.of_dtype(dtype)
-    return np.full(shape, _POISON_BITS[fmt.name], fmt.uint).view(fmt.dtype)
+    return np.full(shape, formats.POISON_BITS[fmt.name], fmt.uint).view(fmt.dtype)
 
 
-def poison_bits(dtype) -> int:
-    """The bits of the poison NaN of dtype's format."""
-    return _POISON_BITS[formats.of_dtype(dtype).name]
+poison_bits = formats.poison_bits
 
 
 def unwritten(a) -> np.ndarray:
     """Mask of the elements still holding the poison (never written by the kernel)."""
     fmt = formats.of_dtype(np.asarray(a).dtype)
-    return np.asarray(a).view(fmt.uint) == _POISON_BITS[fmt.name]
+    return np.asarray(a).view(fmt.uint) == formats.POISON_BITS[fmt.name]
 
 
 @dataclass
@@ -340,7 +332,9 @@ class KernelTarget:
                 grid, block, shm = (1,), (1,), 0
             else:
                 grid = specs.evaluate_dims(ln.grid, rows, cols, "launch.grid")
-                block = specs.evaluate_dims(ln.block, rows, cols, "launch.block")
+                block = specs.evaluate_dims(ln.block, rows, cols, "launch.block") \
+                    if ln.num_warps is None else \
+                    (32 * specs.evaluate(ln.num_warps, rows, cols, "launch.num_warps"),)
                 shm = specs.evaluate(ln.shared_mem, rows, cols, "launch.shared_mem")
             kern = self.kernels[ln.entry]
             note = kern(grid, block, args, shared_mem=shm, names=names, timeout=self.timeout,
@@ -376,7 +370,9 @@ def _in_format(a, fmt):
 def bind(spec: specs.KernelSpec, source, *, norm, dtype, out_dtype=None, backend="cpu",
          defines=None, timeout=None, options=None, arch=None, quant=None) -> KernelTarget:
     """Compile the entries of ``spec`` (from ``source``) and return the target."""
-    be = get_backend(backend)
+    from normcheck.backends import for_source
+
+    be = for_source(backend, source)
     entries = list(dict.fromkeys(spec.entries))
     if any(e is None for e in entries):
         raise invalid("entry", None, "the kernel to run (--entry, or entry in the spec)")
@@ -392,8 +388,10 @@ def bind(spec: specs.KernelSpec, source, *, norm, dtype, out_dtype=None, backend
         options = {**(options or {}), "arch": arch}
     compiled = be.compile_many(source, entries, defines=d, options=options,
                                include_dirs=spec.include_dirs)
-    return KernelTarget(spec, norms.get(norm), dtype, out_dtype, compiled, timeout, quant=quant,
-                        capabilities=be.capabilities)
+    target = KernelTarget(spec, norms.get(norm), dtype, out_dtype, compiled, timeout,
+                          quant=quant, capabilities=be.capabilities)
+    target.backend = be  # what ran it (a Triton file: the Triton backend), for the provenance
+    return target
 
 
 class CallableTarget:

@@ -65,8 +65,30 @@ the exact function has γ = 1; no ``beta``: β = 0 (an affine-free norm). Output
 start as a NaN poison; ``fill = "zero"`` starts them at zero (for kernels that accumulate into
 them). Scalar roles take ``type`` (int32 by default; float32 for eps; float16 / half and bfloat16
 for a kernel taking ε or a constant in a storage format, rounded to it). Expressions use rows,
-cols, integers, + - * // % ( ), min, max and ceil_div; a float scalar's expression divides as a
-real number (``value = "1 / cols"`` with ``type = "float32"``).
+cols, integers, + - * // % ( ), min, max, ceil_div and next_pow2 (the least power of two >= its
+argument); a float scalar's expression divides as a real number (``value = "1 / cols"`` with
+``type = "float32"``).
+
+A Triton kernel is a ``source`` ending in ``.py`` and ``entry`` its ``@triton.jit`` function;
+its ``tl.constexpr`` parameters are ``[[args]]`` with ``role = "const"`` and a ``value``
+(``value = "next_pow2(cols)"``), a pointer left out (``role = "null"``) is passed as None,
+``[launch] num_warps`` (an expression, default: block / 32) is passed through, and ``grid`` is
+the programs (``"rows"``, or ``"rows, 2"``)::
+
+    source = "rms_norm.py"
+    entry = "_rms_norm_fwd_kernel"
+    [launch]
+    grid = "rows"
+    num_warps = "4"
+    [[args]]
+    role = "output"
+    [[args]]
+    role = "stride"                     # the row pitch of the buffers it names (default all)
+    ...
+    [[args]]
+    role = "const"
+    name = "BLOCK_SIZE"
+    value = "next_pow2(cols)"
 """
 
 from __future__ import annotations
@@ -120,7 +142,7 @@ _SCALAR_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": 
 FLOAT_TYPES = ("float32", "float", "float64", "float16", "half", "bfloat16")
 _ARG_KEYS = {"role", "dtype", "type", "value", "stride", "name", "size", "fill", "fields",
              "offset", "of"}
-_LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host"}
+_LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host", "num_warps"}
 _TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "convention", "eps", "cols",
              "cols_multiple_of", "launch", "args", "source", "defines", "include", "reference",
              "backward", "stats", "arch", "quant", "deterministic"}
@@ -163,6 +185,7 @@ class LaunchSpec:
     block: str = "256"
     shared_mem: str = "0"
     host: bool = False    # the entry is a host function that launches the kernels itself
+    num_warps: str | None = None  # a Triton kernel's warps (block = 32 * num_warps threads)
 
 
 @dataclass
@@ -239,6 +262,16 @@ def default_spec(norm, block: int = 256) -> KernelSpec:
     roles += ["eps", "rows", "cols"]
     return KernelSpec(launches=[LaunchSpec([ArgSpec(r) for r in roles], block=str(int(block)))],
                       norm=n.name)
+
+
+def default_triton_spec(norm, constexprs=(), block: int = 256) -> KernelSpec:
+    """The default ABI of a Triton kernel: the default ABI's (y, x, γ, β, eps, rows, cols), then
+    each ``tl.constexpr`` parameter -- a block size, next_pow2(cols); grid = rows."""
+    spec = default_spec(norm, block)
+    for name in constexprs:
+        spec.launches[0].args.append(ArgSpec("const", type="int32", value="next_pow2(cols)",
+                                             name=name))
+    return spec
 
 
 def default_backward_spec(norm, block: int = 256) -> KernelSpec:
@@ -446,9 +479,9 @@ def _parse_launch(tab, where, entry=None) -> LaunchSpec:
         if ln.host and any(k in tab for k in ("grid", "block", "shared_mem")):
             raise _err(where, "grid", tab.get("grid", tab.get("block")), "no grid, block or "
                        "shared_mem with host = true (the host function launches its kernels)")
-    for k in ("grid", "block", "shared_mem"):
+    for k in ("grid", "block", "shared_mem", "num_warps"):
         if k in tab:
-            check_expression(str(tab[k]), f"{where}: {k}", dims=k != "shared_mem")
+            check_expression(str(tab[k]), f"{where}: {k}", dims=k in ("grid", "block"))
             setattr(ln, k, str(tab[k]))
     if ln.entry is not None:
         if not isinstance(ln.entry, str):
@@ -493,8 +526,9 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
             raise _err(where, "launch", launch, "a [launch] table with grid, block, shared_mem, "
                        "or an array of [[launch]] tables")
         for k in launch:
-            if k not in ("grid", "block", "shared_mem", "host"):
-                raise _err(where, f"launch.{k}", launch[k], "grid, block, shared_mem or host")
+            if k not in ("grid", "block", "shared_mem", "host", "num_warps"):
+                raise _err(where, f"launch.{k}", launch[k], "grid, block, shared_mem, host or "
+                           "num_warps (a Triton kernel's)")
         launches = [_parse_launch({**launch, "args": data.get("args")}, where,
                                   entry=data.get("entry"))]
     spec = KernelSpec(launches=launches, norm=data.get("norm"), dtype=data.get("dtype"),
@@ -684,7 +718,8 @@ def _check_quant_roles(spec: KernelSpec, roles, where: str):
 # ------------------------------------------------------------------------------------------------
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Div: operator.floordiv}
-_FUNCS = {"min": min, "max": max, "ceil_div": lambda a, b: -(-a // b)}
+_FUNCS = {"min": min, "max": max, "ceil_div": lambda a, b: -(-a // b),
+          "next_pow2": lambda a: 1 << max(0, int(a) - 1).bit_length()}
 _LIMIT = 1 << 62
 
 
@@ -713,7 +748,7 @@ def check_expression(expr: str, where: str, dims: bool = False):
         for n in ast.walk(p):
             if isinstance(n, ast.Name) and n.id not in ("rows", "cols") and n.id not in _FUNCS:
                 raise SpecError(f"{where}={expr!r}: unknown name {n.id!r}; only rows, cols, "
-                                "min, max and ceil_div")
+                                "min, max, ceil_div and next_pow2")
 
 
 def evaluate_dims(expr: str, rows: int, cols: int, where: str = "expression") -> tuple:
@@ -762,8 +797,8 @@ def evaluate(expr: str, rows: int, cols: int, where: str = "expression", real: b
             if not args:
                 raise SpecError(f"{where}={expr!r}: {n.func.id}() needs arguments")
             return _FUNCS[n.func.id](*args)
-        raise SpecError(f"{where}={expr!r}: only rows, cols, integers, + - * // %, min, max "
-                        "and ceil_div are allowed" + (" (and / and floats: a float const)"
+        raise SpecError(f"{where}={expr!r}: only rows, cols, integers, + - * // %, min, max, "
+                        "ceil_div and next_pow2 are allowed" + (" (and / and floats: a float const)"
                                                       if real else ""))
 
     return float(ev(tree)) if real else int(ev(tree))

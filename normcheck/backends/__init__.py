@@ -12,7 +12,8 @@ from __future__ import annotations
 from normcheck.backends.base import Backend
 from normcheck.errors import BackendUnavailable, InvalidArgument, invalid
 
-__all__ = ["get_backend", "backend_class", "capabilities_of", "BACKENDS", "Backend"]
+__all__ = ["get_backend", "backend_class", "capabilities_of", "for_source", "BACKENDS",
+           "Backend"]
 
 BACKENDS = ("cpu", "cuda", "auto")
 _cache = {}
@@ -29,6 +30,10 @@ def backend_class(name: str) -> type:
         from normcheck.backends.cuda import CudaBackend
 
         return CudaBackend
+    if name in ("triton-cpu", "triton-gpu"):
+        from normcheck.backends.triton.backend import TritonCpuBackend, TritonGpuBackend
+
+        return TritonCpuBackend if name == "triton-cpu" else TritonGpuBackend
     raise invalid("backend", name, "cpu or cuda")
 
 
@@ -45,6 +50,10 @@ def get_backend(name: str = "cpu") -> Backend:
     """The backend called ``name`` ("cpu", "cuda" or "auto"); a Backend passes through."""
     if isinstance(name, Backend):
         return name
+    if name in ("triton-cpu", "triton-gpu"):
+        if name not in _cache:
+            _cache[name] = backend_class(name)()
+        return _cache[name]
     if name not in BACKENDS:
         raise invalid("backend", name, f"one of {', '.join(BACKENDS)}",
                       "use cpu everywhere, cuda on a machine with an NVIDIA GPU and PyCUDA")
@@ -56,3 +65,19 @@ def get_backend(name: str = "cpu") -> Backend:
     if name not in _cache:
         _cache[name] = backend_class(name)()
     return _cache[name]
+
+
+def for_source(backend, source) -> Backend:
+    """The backend that runs ``source`` under ``backend``: a Triton file (``.py``) runs on
+    triton-cpu where CUDA C runs on the cpu backend, on triton-gpu where it runs on cuda."""
+    be = get_backend(backend)
+    from normcheck.backends.triton.backend import is_triton
+
+    if not is_triton(source) or be.name.startswith("triton-"):
+        return be
+    from normcheck.backends.triton.backend import available
+
+    why = available()
+    if why:
+        raise BackendUnavailable(f"{source} is a Triton kernel and {why}",) from None
+    return get_backend("triton-gpu" if be.capabilities.device_timings else "triton-cpu")

@@ -91,7 +91,7 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
 
     return assemble(
         kernel=label, norm=norm, dtype=judge.fmt.name, out_dtype=judge.out.name,
-        backend=backend, failures=failures, warnings=warnings, families=results,
+        backend=getattr(judge.target, "backend", None) or backend, failures=failures, warnings=warnings, families=results,
         tolerance=judge.tol, t0=t0, save=save, worst=worst, arch=arch,
         rows_checked=sum(fr.rows for fr in results) + (search_stats["examples"]
                                                        if search_stats else 0),

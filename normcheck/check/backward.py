@@ -539,7 +539,8 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
 
     return assemble(
         kernel=target.label, norm=n, norm_desc=n.describe() + " backward", reference="exact",
-        dtype=fmt.name, out_dtype=fm.get("dx", fm.get("d_residual", fmt)).name, backend=be.name,
+        dtype=fmt.name, out_dtype=fm.get("dx", fm.get("d_residual", fmt)).name,
+        backend=getattr(target, "backend", None) or be,
         failures=failures, warnings=warnings, families=results,
         tolerance=TOLERANCES[fm.get("dx", fmt).name], t0=t0, save=save,
         key=lambda f: (f.kind, f.family, f.output),  # one per output (dx, dgamma, dbeta)

@@ -73,7 +73,9 @@ def judge_quantised(target, *, label, norm, storage, contract, eps, backend, exa
              "saturation": [p for fr in results for p in fr.saturation]}
     return assemble(
         kernel=label, norm=norm, reference=contract.name, dtype=storage.name,
-        out_dtype=contract.qformat.name, backend=backend, failures=failures, warnings=[],
+        out_dtype=contract.qformat.name,
+        backend=getattr(getattr(judge, "target", None), "backend", None) or backend,
+        failures=failures, warnings=[],
         families=results, tolerance=TOLERANCES["quantised"], t0=t0, save=save, worst=worst,
         max_ulp=0.0, arch=arch, extra={"quant": quant})
 

@@ -21,6 +21,7 @@ import numpy as np
 from normcheck import formats, launch, norms, spec as specs
 from normcheck.backends import get_backend
 from normcheck.backends.base import Backend, parse_arch
+from normcheck.backends.triton.backend import is_triton, signature as triton_signature
 from normcheck.files import SOURCE_BYTES, read_limited
 from normcheck.errors import invalid
 from normcheck.formats import Format
@@ -190,8 +191,12 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
             raise invalid("entry", None, "the kernel to run (give --entry or a spec)")
         if not isinstance(block, int) or isinstance(block, bool) or not 1 <= block <= 1024:
             raise invalid("block", block, "1 to 1024 threads")
-        spec = specs.default_backward_spec(n, block) if backward else \
-            specs.default_spec(n, block)
+        triton = _triton_signature(source, entry)
+        if triton is not None and not backward:
+            spec = specs.default_triton_spec(n, triton.constexprs, block)
+        else:
+            spec = specs.default_backward_spec(n, block) if backward else \
+                specs.default_spec(n, block)
         spec.launches[0].entry = entry
     else:
         if spec.norm and spec.norm != n.name:
@@ -242,7 +247,7 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
                              out_dtype=out.name if out is not None else None,
                              backend=be, defines=defines, timeout=timeout, arch=arch,
                              quant=contract)
-    if default_abi:
+    if default_abi and not is_triton(src):
         _check_order(spec, target, src)
     eps = np.float32(spec.eps) if spec.eps is not None else \
         np.float32(1e-6 if contract is not None else 1e-5)
@@ -264,6 +269,14 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
         desc.update({"reference": n.reference,
                      "out_dtype": out.name if out is not None else contract.qformat.name})
     return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc)
+
+
+def _triton_signature(source, entry):
+    """The signature of a Triton kernel file's entry (its syntax tree), or None for CUDA C."""
+    if not is_triton(source):
+        return None
+    text = read_limited(source, "source", SOURCE_BYTES, "a readable Triton .py file")
+    return triton_signature(text.decode("utf-8", "replace"), entry, Path(source).name)
 
 
 def _arch_define(spec, defines, arch):

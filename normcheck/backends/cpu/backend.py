@@ -628,14 +628,16 @@ _ADDRESS_SPACE_SPENT = re.compile(r"could not map fiber stacks|failed to map seg
                                   r"cannot allocate memory|could not map \d+ bytes")
 
 
-class _Worker:
+class Worker:
     """One worker process, started by normcheck-launch (:mod:`normcheck.backends.confine`);
     restarted after a crash, a timeout, a malformed reply, or before a launch whose CPU budget
     would not fit in the worker's lifetime limit.  The arena it shares with this process is an
     unlinked file: nothing is left in /dev/shm whatever happens.  Everything it sends is
     untrusted (:mod:`normcheck.backends.cpu.wire`)."""
 
-    def __init__(self):
+    def __init__(self, module: str = "normcheck.backends.cpu.worker", extra_env=None):
+        self.module = module  # the worker's program (python -m ...)
+        self.extra_env = extra_env  # a callable: more environment for the worker, or None
         self.proc = None
         self.stderr = None
         self.lock = threading.RLock()
@@ -691,7 +693,9 @@ class _Worker:
             extra["LD_PRELOAD"] = lib
             extra["NORMCHECK_SANDBOX_READ"] = os.pathsep.join(
                 sandbox.read_dirs(str(base.cache_dir("cpu").resolve())))
-        cmd = confine.command([sys.executable, "-m", "normcheck.backends.cpu.worker"])
+        if self.extra_env is not None:
+            extra.update(self.extra_env())
+        cmd = confine.command([sys.executable, "-m", self.module])
         env = sandbox.worker_environment(extra)
         # started from one thread that lives as long as normcheck: normcheck-launch dies with
         # the *thread* that started it (PR_SET_PDEATHSIG follows the creating thread), so a
@@ -889,7 +893,7 @@ _SPAWNER = []
 
 
 def _spawner():
-    """The one thread the worker is started from (see _Worker._start)."""
+    """The one thread the worker is started from (see Worker._start)."""
     if not _SPAWNER:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -897,7 +901,7 @@ def _spawner():
     return _SPAWNER[0]
 
 
-_worker = _Worker()
+_worker = Worker()
 atexit.register(_worker.close)
 
 
@@ -1023,7 +1027,7 @@ def _array_region(a, guard, size):
             size + region)
 
 
-def _layout(args, guard, params=None):
+def array_layout(args, guard, params=None):
     """Where each array goes in the arena: (wire records, [(array, data offset)], size,
     [names of the arrays inside structs]).  Records: one per kernel parameter, then the arrays
     that structs point to (their records follow the parameters; a struct's record names them by
@@ -1194,7 +1198,7 @@ class CpuKernel(base.Kernel):
 
     def _launch(self, g, b, shm, args, names, timeout, schedule, workers, seed, guard, fill,
                 locate=True):
-        records, layout, size, hidden = _layout(args, guard, self.params)
+        records, layout, size, hidden = array_layout(args, guard, self.params)
         self._hidden = hidden
         threads = b[0] * b[1] * b[2]
         with _worker.lock:

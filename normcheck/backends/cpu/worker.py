@@ -98,7 +98,7 @@ def guard_bytes(length: int) -> int:
     return min(max(_PAGE, -(-length // _PAGE) * _PAGE), GUARD_MAX)
 
 
-def _map_guarded(offset: int, length: int) -> int:
+def map_guarded(offset: int, length: int) -> int:
     """Map arena[offset, offset+length) with an inaccessible margin (guard_bytes) on each side;
     returns the address of the data (the whole reservation starts one margin before it)."""
     g = guard_bytes(length)
@@ -111,6 +111,11 @@ def _map_guarded(offset: int, length: int) -> int:
         _libc.munmap(base, total)
         return 0
     return base + g
+
+
+def unmap(base: int, length: int):
+    """Unmap what :func:`map_guarded` reserved (its margins included)."""
+    _libc.munmap(base, length)
 
 
 def _report_page():
@@ -155,7 +160,7 @@ def launch(req):
                 continue
             if a[0] == "array":
                 _, offset, region, start, nbytes, itemsize = a
-                rbase = _map_guarded(offset, region)
+                rbase = map_guarded(offset, region)
                 if not rbase:
                     return {"ok": False, "kind": "launch",
                             "message": f"could not map {nbytes} bytes for argument {i}"}
@@ -363,8 +368,13 @@ def _send(out, value):
     out.flush()
 
 
-def main():
+def main(handlers=None, prepare=None):
+    """Serve requests until stdin closes.  ``handlers``: {op: fn(req) -> reply} beyond ping
+    (this worker's: signatures and launch); ``prepare``: called before the sandbox is entered
+    (what must be imported or opened while files can still be read)."""
     global _ARENA, _TASKS
+    if handlers is None:
+        handlers = {"signatures": signatures, "launch": launch}
     parent = os.getppid()
     _ARENA = int(os.environ["NORMCHECK_ARENA_FD"])
     inp, out = sys.stdin.buffer, sys.stdout.buffer
@@ -374,6 +384,8 @@ def main():
     _die_with_parent(parent)
     from normcheck.backends.cpu import sandbox
 
+    if prepare is not None:
+        prepare()
     try:
         _TASKS = os.open("/proc/self/task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -393,10 +405,10 @@ def main():
         op = req.get("op")
         if op == "ping":
             rep = {"ok": True, "sandbox": state}
-        elif op == "signatures":
-            rep = signatures(req)
+        elif op in handlers:
+            rep = handlers[op](req)
         else:
-            rep = launch(req)
+            rep = {"ok": False, "kind": "launch", "message": f"unknown request {op!r}"}
         rep["cpu"] = _cpu()
         rep["seq"] = req.get("seq")
         _send(proto, rep)

@@ -1,0 +1,406 @@
+"""Triton kernels as a backend: ``compile_many`` on a ``.py`` file returns kernels with the one
+call every backend's kernels take (:class:`normcheck.backends.base.Kernel`).
+
+``triton-cpu`` runs them under normcheck's executor (:mod:`.executor`) in a sandboxed worker
+process (:mod:`.worker`); ``triton-gpu`` runs them with real Triton on a CUDA device (torch
+and a GPU needed).  normcheck picks the Triton backend from the source: a kernel file ending in
+``.py`` runs on ``triton-cpu`` under ``--backend cpu`` and on ``triton-gpu`` under ``--backend
+cuda`` (:func:`normcheck.backends.for_source`).
+
+The parent never imports Triton nor the user's file: a kernel's parameters, and which of them
+are ``tl.constexpr``, are read from the file's syntax tree (:func:`signature`).  A launch's
+``block`` is ``32 * num_warps`` threads (the spec's ``num_warps``); the cpu executor ignores
+it.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from normcheck.backends import base
+from normcheck.errors import (BackendUnavailable, CompileError, FailureKind, KernelCrash,
+                              KernelError, KernelTimeout, SandboxViolation, invalid)
+from normcheck.files import SOURCE_BYTES, read_limited
+
+__all__ = ["TritonCpuBackend", "TritonGpuBackend", "TritonKernel", "signature", "is_triton",
+           "EXTRA", "Signature"]
+
+EXTRA = "pip install 'normcheck[triton]'"
+DEFAULT_TIMEOUT = 120.0
+
+
+def is_triton(source) -> bool:
+    """Whether ``source`` names a Triton kernel file (a path ending in .py)."""
+    return isinstance(source, (str, Path)) and "\n" not in str(source) and \
+        str(source).endswith(".py")
+
+
+def available() -> str | None:
+    """Why Triton cannot run here, or None."""
+    if importlib.util.find_spec("triton") is None:
+        return f"Triton is not installed ({EXTRA} adds it)"
+    return None
+
+
+@dataclass(frozen=True)
+class Signature:
+    params: tuple        # the parameter names, in order
+    constexprs: tuple    # those annotated tl.constexpr
+    line: int            # the def's line
+    derived: tuple = ()  # set by @triton.heuristics / @triton.autotune configs, not passed
+    imports: tuple = ()  # the modules the file imports (absolute, dotted), imported by the
+    #                      worker before its sandbox closes the file system
+
+    @property
+    def passed(self) -> tuple:
+        """The parameters a launch passes (in order): all but the derived ones."""
+        return tuple(p for p in self.params if p not in self.derived)
+
+
+def _derived(decorators) -> tuple:
+    """The names @triton.heuristics({...}) and @triton.autotune(configs=[Config({...})]) set
+    (literal dict keys)."""
+    out = []
+    for d in decorators:
+        if not isinstance(d, ast.Call):
+            continue
+        for n in ast.walk(d):
+            if isinstance(n, ast.Dict) and (
+                    ast.unparse(d.func).endswith("heuristics") or
+                    any(isinstance(c, ast.Call) and ast.unparse(c.func).endswith("Config")
+                        and c.args and c.args[0] is n for c in ast.walk(d))):
+                out += [k.value for k in n.keys if isinstance(k, ast.Constant)]
+    return tuple(dict.fromkeys(out))
+
+
+def _is_jit(dec) -> bool:
+    node = dec.func if isinstance(dec, ast.Call) else dec
+    text = ast.unparse(node)
+    return text.split(".")[-1] in ("jit", "autotune", "heuristics")
+
+
+def signature(text: str, entry: str, where: str = "source") -> Signature:
+    """The parameters of the ``@triton.jit`` function ``entry`` of a file's text, from its
+    syntax tree (nothing of the file runs)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as e:
+        raise CompileError(f"{where}: not valid Python: line {e.lineno}: {e.msg}") from None
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry]
+    if not found:
+        jits = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+                and any(_is_jit(d) for d in n.decorator_list)]
+        raise invalid("entry", entry, f"a @triton.jit function of {where}",
+                      f"its kernels: {', '.join(jits) or 'none'}")
+    fn = found[0]
+    if not any(_is_jit(d) for d in fn.decorator_list):
+        raise invalid("entry", entry, "a function decorated with @triton.jit",
+                      "name the kernel, not its Python wrapper")
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    cons = [a.arg for a in fn.args.posonlyargs + fn.args.args
+            if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")]
+    return Signature(tuple(params), tuple(cons), fn.lineno, _derived(fn.decorator_list),
+                     _imports(tree, where))
+
+
+def _imports(tree, where) -> tuple:
+    """The modules a file imports (import a.b; from a.b import c: a.b and a.b.c), each checked
+    to be installed here: the file runs alone, in a worker that imports them before its
+    sandbox closes the file system."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out += [a.name for a in n.names]
+        elif isinstance(n, ast.ImportFrom):
+            if n.level:
+                raise CompileError(f"{where}: line {n.lineno}: a relative import (from "
+                                   f"{'.' * n.level}{n.module or ''} import ...); normcheck "
+                                   "runs the file alone: copy what it needs into it")
+            out.append(n.module)
+            out += [f"{n.module}.{a.name}" for a in n.names if a.name != "*"]
+    for name in dict.fromkeys(out):
+        top = name.split(".")[0]
+        if importlib.util.find_spec(top) is None:
+            raise CompileError(f"{where}: imports {name}, which is not installed where "
+                               f"normcheck runs ({top} not found); normcheck runs the file "
+                               "alone: install it, or copy what the kernel needs into the file")
+    return tuple(dict.fromkeys(out))
+
+
+def _worker():
+    global _WORKER
+    if _WORKER is None:
+        from normcheck.backends.cpu import sandbox
+        from normcheck.backends.cpu.backend import Worker
+
+        def env():
+            _STARTED_WITH.clear()
+            _STARTED_WITH.update(_IMPORTS)
+            return {"NORMCHECK_SANDBOX_READ": os.pathsep.join(sandbox.read_dirs(
+                str(base.cache_dir("triton").resolve()))), "TRITON_INTERPRET": "1",
+                "TRITON_CACHE_DIR": str(base.cache_dir("triton").resolve() / "triton"),
+                "NORMCHECK_TRITON_IMPORTS": ",".join(sorted(_IMPORTS))}
+
+        _WORKER = Worker("normcheck.backends.triton.worker", extra_env=env)
+    return _WORKER
+
+
+_WORKER = None
+_IMPORTS: set = set()       # the modules the worker imports before its sandbox
+_STARTED_WITH: set = set()  # those the running worker imported
+
+_SCHEDULES = ("forward", "reverse", "random")
+
+
+def _reply(rep):
+    from normcheck.backends.cpu import wire
+
+    if rep.get("ok") is True:
+        return wire.check(rep, {"ok": (True,), "seconds": float}, "the launch reply")
+    kinds = tuple(str(k) for k in FailureKind) + ("load", "launch")
+    return wire.check(rep, {"ok": (False,), "kind": kinds, "message": str}, "the launch reply")
+
+
+class TritonKernel(base.Kernel):
+    """A ``@triton.jit`` entry of a file, run by the executor in the Triton worker."""
+
+    def __init__(self, path: Path, cached: Path, entry: str, sig: Signature, options: dict):
+        self.path, self.cached, self.entry, self.sig = path, cached, entry, sig
+        self.options = options
+        self.params = sig.params
+        self.last_seconds = None
+
+    @property
+    def capabilities(self):
+        return TritonCpuBackend.capabilities
+
+    def __repr__(self):
+        return f"<TritonKernel {self.entry}({', '.join(self.sig.params)})>"
+
+    def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
+                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
+        from normcheck.backends.cpu import backend as cpu
+        from normcheck.formats import poison_bits
+
+        self.refuse(schedule, workers, seed, fill, blocks)
+        g = base.dim3(grid, "grid")
+        args = list(args)
+        if len(args) != len(self.sig.passed):
+            derived = (f" ({', '.join(self.sig.derived)} set by its decorators)"
+                       if self.sig.derived else "")
+            raise invalid("args", len(args), f"{len(self.sig.passed)} arguments for "
+                          f"{self.entry}({', '.join(self.sig.passed)}){derived}",
+                          "one [[args]] table per parameter, constexprs included")
+        schedule = schedule or "forward"
+        if schedule not in _SCHEDULES:
+            raise invalid("schedule", schedule, f"one of {', '.join(_SCHEDULES)}")
+        timeout = float(timeout or self.options.get("timeout") or DEFAULT_TIMEOUT)
+        for i, a in enumerate(args):
+            if isinstance(a, base.StructArg):
+                raise invalid(f"args[{i}]", "struct", "pointers and scalars (a Triton kernel "
+                              "takes no struct)")
+        records, layout, size, _hidden = cpu.array_layout(args, "end")
+        dtypes = [a.dtype.name if isinstance(a, np.ndarray) else "" for a in args]
+        # an element still holding the poison of its format is an output no program has
+        # written (the rows normcheck generates never hold these NaN payloads)
+        poison = [poison_bits(a.dtype) if isinstance(a, np.ndarray) and a.dtype.name in
+                  ("float32", "float16", "bfloat16") else -1 for a in args]
+        w = _worker()
+        with w.lock:
+            if not set(self.sig.imports) <= _STARTED_WITH:
+                _IMPORTS.update(self.sig.imports)
+                w._kill()  # started again, importing these too
+            mm = w.arena(size)
+            view = np.frombuffer(mm, np.uint8, count=size)
+            try:
+                for a, off, region, start in layout:
+                    view[off:off + region] = 0xA5
+                    view[off + start:off + start + a.nbytes] = a.reshape(-1).view(np.uint8)
+                req = {"op": "launch", "module": str(self.cached), "filename": str(self.path),
+                       "entry": self.entry, "params": list(self.sig.passed),
+                       "constexprs": list(self.sig.constexprs), "grid": list(g),
+                       "args": records, "dtypes": dtypes,
+                       "names": [str(n) for n in (names or self.sig.params)],
+                       "poison": poison, "schedule": schedule, "seed": int(seed)}
+                rep = w.request(req, timeout, _reply, cpu_need=timeout)
+                if isinstance(rep, tuple):
+                    if rep[0] == "timeout":
+                        raise KernelTimeout(f"{self.entry}: did not finish within {timeout:g} s "
+                                            "(a loop that never ends?)")
+                    line = w.report()
+                    m = re.search(r"kind=sandbox (?:syscall=(\d+)|call=(\w+))", line)
+                    if m:
+                        from normcheck.backends.cpu.sandbox import syscall_name
+
+                        call = syscall_name(int(m.group(1))) if m.group(1) else m.group(2)
+                        raise SandboxViolation(
+                            f"{self.entry}: made a call the sandbox refuses: {call} (the "
+                            "sandbox allows a kernel only the calls a launch needs)")
+                    raise KernelCrash(f"{self.entry}: {w.describe_death(rep)}")
+                if rep["ok"]:
+                    for a, off, region, start in layout:
+                        a.reshape(-1).view(np.uint8)[:] = view[off + start:off + start + a.nbytes]
+            finally:
+                del view
+        if not rep["ok"]:
+            if rep["kind"] == "load":
+                raise CompileError(f"{self.path.name}: {rep['message']}")
+            if rep["kind"] == "launch":
+                raise KernelCrash(f"{self.entry}: {rep['message']}")
+            err = KernelError(f"{self.entry}: {rep['message']}")
+            err.kind = FailureKind(rep["kind"])
+            raise err
+        self.last_seconds = rep["seconds"]
+        return None
+
+
+def load(source) -> tuple:
+    """(path, text, cached copy) of a Triton file: read within normcheck's limit, copied into
+    the cache (the sandboxed worker reads it there)."""
+    path = Path(source)
+    raw = read_limited(path, "source", SOURCE_BYTES, "a readable Triton .py file")
+    text = raw.decode("utf-8", "replace")
+    digest = hashlib.sha256(raw).hexdigest()[:24]
+    cached = base.cache_dir("triton") / f"{digest}.py"
+    if not cached.exists():
+        base.install_file(raw, cached)
+    return path.resolve(), text, cached
+
+
+class TritonCpuBackend(base.Backend):
+    """Triton kernels under normcheck's executor, on the CPU, in the sandboxed worker."""
+
+    name = "triton-cpu"
+    capabilities = base.Capabilities(block_orders=True)
+
+    @classmethod
+    def own_parts(cls) -> list:
+        from normcheck.backends.cpu.backend import CpuBackend
+
+        return CpuBackend.own_parts()
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return available()
+
+    def __init__(self):
+        reason = self.unavailable_reason()
+        if reason:
+            raise BackendUnavailable(f"the Triton backend cannot run here: {reason}")
+
+    def compile_many(self, source, entries, *, defines=None, options=None,
+                     include_dirs=()) -> dict:
+        if defines:
+            raise invalid("defines", defines, "none for a Triton kernel (constexprs are "
+                          "[[args]] with role = \"const\")")
+        path, text, cached = load(source)
+        t0 = time.perf_counter()
+        out = {e: TritonKernel(path, cached, e, signature(text, e, path.name),
+                               dict(options or {})) for e in entries}
+        self.parse_seconds = time.perf_counter() - t0
+        return out
+
+    def provenance(self, options=None) -> dict:
+        from importlib.metadata import version
+
+        st = _worker().sandbox_state() or {}
+        return {"backend": self.name, "compiler": f"triton {version('triton')} (interpreter)",
+                "flags": "TRITON_INTERPRET=1", "fmad": False, "arch": None,
+                "device": "cpu (normcheck's Triton executor)",
+                "sandbox": st.get("detail", "?"), "cpu_vs_gpu": CPU_VS_GPU}
+
+
+CPU_VS_GPU = ("Triton's interpreter with normcheck's rounding corrections: every cast and "
+              "bf16/fp16/fp32 operation rounds to nearest even (rtz where asked), tl.fma once; "
+              "a*b+c is never contracted (the GPU contracts it by default); tl.sum adds "
+              "neighbour pairs in the element type (the GPU's tree follows its layout); "
+              "sqrt, rsqrt and division are correctly rounded (the GPU's may be approximate)")
+
+
+class TritonGpuBackend(base.Backend):
+    """Triton kernels with real Triton on a CUDA device (torch's tensors carry the arrays)."""
+
+    name = "triton-gpu"
+    capabilities = base.Capabilities(device_timings=True, hardware_rsqrt=True)
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        why = available()
+        if why:
+            return why
+        if importlib.util.find_spec("torch") is None:
+            return "torch is not installed (Triton launches on torch's CUDA tensors)"
+        import torch
+
+        if not torch.cuda.is_available():
+            return "no CUDA device is visible to torch"
+        return None
+
+    def __init__(self):
+        reason = self.unavailable_reason()
+        if reason:
+            raise BackendUnavailable(f"the Triton GPU backend cannot run here: {reason}")
+
+    def compile_many(self, source, entries, *, defines=None, options=None,
+                     include_dirs=()) -> dict:
+        path, text, _cached = load(source)
+        ns = {"__name__": f"normcheck_user_{path.stem}", "__file__": str(path)}
+        import linecache
+
+        linecache.cache[str(path)] = (len(text), None, text.splitlines(True), str(path))
+        exec(compile(text, str(path), "exec"), ns)  # noqa: S102 -- on the GPU, like PyCUDA's
+        return {e: _GpuKernel(ns, e, signature(text, e, path.name)) for e in entries}
+
+    def provenance(self, options=None) -> dict:
+        import torch
+        from importlib.metadata import version
+
+        return {"backend": self.name, "compiler": f"triton {version('triton')}",
+                "flags": "", "fmad": True, "arch": None,
+                "device": torch.cuda.get_device_name(0), "sandbox": "none (GPU)",
+                "cpu_vs_gpu": "-"}
+
+
+class _GpuKernel(base.Kernel):
+    capabilities = TritonGpuBackend.capabilities
+
+    def __init__(self, ns, entry, sig):
+        self.fn, self.entry, self.sig = ns[entry], entry, sig
+        self.params = sig.params
+
+    def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
+                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
+        import torch
+
+        self.refuse(schedule, workers, seed, fill, blocks)
+        dev, call = [], []
+        for p, a in zip(self.sig.params, args):
+            if isinstance(a, np.ndarray):
+                t = torch.from_numpy(a.view(f"u{a.dtype.itemsize}") if a.dtype.name in (
+                    "bfloat16",) else a).cuda()
+                if a.dtype.name == "bfloat16":
+                    t = t.view(torch.bfloat16)
+                dev.append((a, t))
+                call.append(t)
+            elif p in self.sig.constexprs and isinstance(a, np.generic):
+                call.append(a.item())
+            elif isinstance(a, np.generic):
+                call.append(a.item())
+            else:
+                call.append(a)
+        num_warps = max(1, base.dim3(block, "block")[0] // 32)
+        self.fn[tuple(base.dim3(grid, "grid"))](*call, num_warps=num_warps)
+        torch.cuda.synchronize()
+        for a, t in dev:
+            host = t.view(torch.uint16) if a.dtype.name == "bfloat16" else t
+            a.reshape(-1).view(np.uint8)[:] = host.cpu().numpy().reshape(-1).view(np.uint8)
+        return None

@@ -1,0 +1,156 @@
+"""The Triton backend's worker process: runs a ``@triton.jit`` kernel under the executor, inside
+the cpu backend's sandbox.
+
+Started like the cpu backend's worker (by ``normcheck-launch``, with its limits, sharing an
+arena with normcheck) and served by the same loop (:func:`normcheck.backends.cpu.worker.main`):
+Triton, numpy and the executor are imported before the sandbox is entered; the user's file is
+executed inside it (its text read from normcheck's cache, its lines named by the user's path).
+
+Request::
+
+    {"op": "launch", "module": cached path, "filename": the user's path, "entry": name,
+     "params": [names], "constexprs": [names], "grid": [x, y, z], "args": [records as the cpu
+     worker's], "dtypes": [numpy dtype name | ""], "names": [labels], "poison": [bits | -1],
+     "schedule": "forward" | "reverse" | "random", "seed": s}
+
+Reply: {"ok": True, "seconds": t} or {"ok": False, "kind": a FailureKind or "load",
+"message": ...}.
+"""
+
+import ctypes
+import time
+
+import numpy as np
+
+from normcheck.backends.cpu import worker as base_worker
+
+_modules = {}
+
+
+def _prepare():
+    """Before the sandbox: Triton, numpy and the executor imported; the source lines of
+    Triton's own language modules cached (the interpreter reads a @jit function's source, and
+    in the sandbox a file's metadata cannot be read: entries without a modification time are
+    never checked against the file)."""
+    import importlib
+    import linecache
+    import os
+    import sys
+
+    import numpy.ma  # noqa: F401 -- imported lazily by the interpreter's reductions
+    import triton.language.extra.cuda.libdevice  # noqa: F401 -- what the executor runs
+    import triton.language.extra.libdevice  # noqa: F401 -- what a kernel file imports
+
+    from normcheck.backends.triton import executor
+
+    for name in filter(None, os.environ.get("NORMCHECK_TRITON_IMPORTS", "").split(",")):
+        try:  # the kernel file's imports (a.b.c may name an attribute, not a module)
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if name.startswith("triton.") and f and f.endswith(".py"):
+            lines = linecache.getlines(f)
+            linecache.cache[f] = (sum(map(len, lines)), None, lines, f)
+    import inspect
+
+    executor.install()
+    inspect.getmodule(executor.tl.sum)  # its cache of every module's file, filled now
+
+
+def _read(path) -> str:
+    """A file's text, read without open() (whose isatty() check is an ioctl the sandbox
+    refuses)."""
+    import os
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _namespace(req):
+    key = req["module"]
+    ns = _modules.get(key)
+    if ns is None:
+        from normcheck.backends.triton import executor
+
+        text = _read(key)
+        ns = executor.load_module(text, req["filename"], f"normcheck_user_{len(_modules)}")
+        _modules[key] = ns
+    return ns
+
+
+def _order(n, schedule, seed):
+    if schedule == "reverse":
+        return list(range(n - 1, -1, -1))
+    if schedule == "random":
+        return [int(i) for i in np.random.default_rng(seed).permutation(n)]
+    return None
+
+
+def launch(req):
+    from normcheck.backends.triton import executor
+    from normcheck.errors import KernelError
+
+    try:
+        ns = _namespace(req)
+    except Exception as e:  # noqa: BLE001 -- the user's file raised as it ran
+        return {"ok": False, "kind": "load",
+                "message": f"{type(e).__name__}: {str(e)[:600]}"}
+    try:
+        fn, meta = executor.kernel_function(ns, req["entry"])
+    except (KeyError, TypeError) as e:
+        return {"ok": False, "kind": "load", "message": f"{req['entry']}: {e}"}
+    maps, args = [], []
+    constexprs = set(req["constexprs"])
+    try:
+        for i, rec in enumerate(req["args"]):
+            if rec[0] == "array":
+                _, offset, region, start, nbytes, itemsize = rec
+                rbase = base_worker.map_guarded(offset, region)
+                if not rbase:
+                    return {"ok": False, "kind": "launch",
+                            "message": f"could not map {nbytes} bytes for argument {i}"}
+                g = base_worker.guard_bytes(region)
+                maps.append((rbase - g, region + 2 * g))
+                raw = (ctypes.c_char * max(nbytes, 1)).from_address(rbase + start)
+                arr = np.frombuffer(raw, np.uint8, count=nbytes)
+                args.append(arr.view(np.dtype(_dtype(req["dtypes"][i]))))
+            elif rec[0] == "null":
+                args.append(None)
+            else:
+                v = np.frombuffer(rec[2], np.dtype(rec[1]))[0]
+                args.append(v.item() if req["params"][i] in constexprs else v)
+        poison = {i: int(p) for i, p in enumerate(req["poison"]) if int(p) >= 0}
+        g = req["grid"]
+        t0 = time.perf_counter()
+        try:
+            executor.run(fn, meta, req["params"], constexprs, g, args, req["names"], poison,
+                         _order(g[0] * g[1] * g[2], req["schedule"], req["seed"]))
+        except KernelError as e:
+            return {"ok": False, "kind": str(e.kind), "message": str(e)}
+        return {"ok": True, "seconds": time.perf_counter() - t0}
+    finally:
+        del args
+        for base, length in maps:
+            base_worker.unmap(base, length)
+
+
+def _dtype(name):
+    import ml_dtypes
+
+    return getattr(ml_dtypes, name) if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2") \
+        else name
+
+
+if __name__ == "__main__":
+    base_worker.main({"launch": launch}, prepare=_prepare)

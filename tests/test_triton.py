@@ -1,0 +1,377 @@
+"""Triton kernels: the executor's fidelity (each measurement of Triton's interpreter it
+corrects), the faults it names with the kernel's line, the sandbox around a kernel file, and
+the example kernels (Liger, unsloth, flash-attention and vLLM styles; planted bugs) checked
+end to end.  Skipped where Triton is not installed (``pip install 'normcheck[triton]'``)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from fractions import Fraction
+
+import importlib.util
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("Triton is not installed (pip install 'normcheck[triton]')",
+                allow_module_level=True)
+
+# before anything imports Triton: the executor sets TRITON_INTERPRET=1 first
+from normcheck.backends.triton import executor as ex  # noqa: E402
+from normcheck import formats  # noqa: E402
+from normcheck.cli import main  # noqa: E402
+from normcheck.errors import BackendUnavailable, CompileError  # noqa: E402
+from normcheck.kernels import CUDA_SRC  # noqa: E402
+
+EXAMPLES = CUDA_SRC / "examples" / "triton"
+PLANTED = EXAMPLES / "planted_bugs.py"
+
+_KERNELS = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def to_bf16(Y, X, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + o, tl.load(X + o, mask=o < n).to(tl.bfloat16), mask=o < n)
+
+
+@triton.jit
+def to_bf16_rtz(Y, X, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + o, mask=o < n)
+    tl.store(Y + o, x.to(tl.bfloat16, fp_downcast_rounding="rtz"), mask=o < n)
+
+
+@triton.jit
+def to_f32(Y, X, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + o, tl.load(X + o, mask=o < n).to(tl.float32), mask=o < n)
+
+
+@triton.jit
+def add(Z, X, Y, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    tl.store(Z + o, tl.load(X + o, mask=m) + tl.load(Y + o, mask=m), mask=m)
+
+
+@triton.jit
+def mul(Z, X, Y, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    tl.store(Z + o, tl.load(X + o, mask=m) * tl.load(Y + o, mask=m), mask=m)
+
+
+@triton.jit
+def fma(W, X, Y, Z, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    r = tl.fma(tl.load(X + o, mask=m), tl.load(Y + o, mask=m), tl.load(Z + o, mask=m))
+    tl.store(W + o, r, mask=m)
+
+
+@triton.jit
+def row_sum(S, X, BLOCK: tl.constexpr):
+    tl.store(S, tl.sum(tl.load(X + tl.arange(0, BLOCK)), axis=0))
+
+
+@triton.jit
+def row_max(S, X, BLOCK: tl.constexpr):
+    tl.store(S, tl.max(tl.load(X + tl.arange(0, BLOCK)), axis=0))
+'''
+
+
+@pytest.fixture(scope="module")
+def ns(tmp_path_factory):
+    path = tmp_path_factory.mktemp("triton") / "fidelity.py"
+    path.write_text(_KERNELS)
+    return ex.load_module(_KERNELS, str(path), "normcheck_fidelity")
+
+
+def _run(ns, name, args, params, n, block=1024):
+    fn, meta = ex.kernel_function(ns, name)
+    ex.run(fn, meta, params, {"BLOCK"}, (max(1, -(-n // block)),), [*args, block],
+           params)
+
+
+def _elementwise(ns, name, out, *ins):
+    names = {"to_bf16": "YXn", "to_bf16_rtz": "YXn", "to_f32": "YXn", "add": "ZXYn",
+             "mul": "ZXYn", "fma": "WXYZn"}[name]
+    _run(ns, name, [out, *ins, np.int32(out.size)], [*names, "BLOCK"], out.size)
+    return out
+
+
+def _random_f32(n, seed):
+    """Float32 values over many binades, ties of bf16 (low 16 bits 0x8000) among them."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0x0080_0000, 0x7F00_0000, n, dtype=np.uint32)
+    bits[: n // 4] = (bits[: n // 4] & 0xFFFF_0000) | 0x8000  # exact halfway cases
+    sign = rng.integers(0, 2, n, dtype=np.uint32) << 31
+    return (bits | sign).view(np.float32)
+
+
+# -- fidelity: each measurement of the interpreter the executor corrects --------------------------
+def test_fp32_to_bf16_rounds_to_nearest_even(ns):
+    # Triton's interpreter truncates (100,000/100,000 equal to round-toward-zero, measured on
+    # 3.8.0); the GPU rounds to nearest even, and so must the executor: every one of 100,000
+    # values, a quarter of them exact ties, equals ml_dtypes' round-to-nearest-even.
+    x = _random_f32(100_000, 1)
+    y = _elementwise(ns, "to_bf16", np.zeros(x.size, ml_dtypes.bfloat16), x)
+    want = x.astype(ml_dtypes.bfloat16)
+    assert np.array_equal(y.view(np.uint16), want.view(np.uint16))
+    assert not np.array_equal(y.view(np.uint16), (x.view(np.uint32) >> 16).astype(np.uint16))
+
+
+def test_rtz_is_honoured_where_asked(ns):
+    x = _random_f32(20_000, 2)
+    y = _elementwise(ns, "to_bf16_rtz", np.zeros(x.size, ml_dtypes.bfloat16), x)
+    want = formats.BF16.round_toward_zero(x.astype(np.float64))
+    assert np.array_equal(y.astype(np.float64), want)
+
+
+def test_bf16_subnormal_converts_exactly(ns):
+    # the interpreter turns the bf16 subnormal 1.5 * 2**-130 into 2**-127 (measured on 3.8.0)
+    v = np.array([1.5 * 2.0**-130, -(2.0**-133), 2.0**-127 + 2.0**-133, 0.0],
+                 dtype=np.float64)
+    x = v.astype(np.float32).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(x.astype(np.float64), v)  # all representable in bf16
+    y = _elementwise(ns, "to_f32", np.zeros(v.size, np.float32), x)
+    assert np.array_equal(y.astype(np.float64), v)
+
+
+@pytest.mark.parametrize("op", ["add", "mul"])
+def test_bf16_arithmetic_is_correctly_rounded(ns, op):
+    # the interpreter adds and multiplies the uint16 bit patterns as integers (0/4,096 right,
+    # 0.0947 + (-0.126) gave -2.02e36, measured on 3.8.0); the GPU's bf16 + and * are correctly
+    # rounded: the float64 result (exact for two bf16 operands) rounded once to bf16
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(4096).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal(4096).astype(ml_dtypes.bfloat16)
+    a[0], b[0] = 0.0947, -0.126
+    z = _elementwise(ns, op, np.zeros(4096, ml_dtypes.bfloat16), a, b)
+    f = np.add if op == "add" else np.multiply
+    want = formats.BF16.cast(f(a.astype(np.float64), b.astype(np.float64)))
+    assert np.array_equal(z.view(np.uint16), want.view(np.uint16))
+    if op == "add":
+        assert abs(float(z[0]) - (0.0947 - 0.126)) < 2**-9
+
+
+def test_fma_rounds_once(ns):
+    # tl.fma rounds twice in 3.8.0's interpreter; the GPU's fma.rn once.  The crafted first
+    # case tells them apart: (1+2**-12)**2 - 1 = 2**-11 + 2**-24 exactly (one rounding), while
+    # rounding the product first gives 2**-11.  The rest are random, against exact fractions.
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(2000).astype(np.float32)
+    y = rng.standard_normal(2000).astype(np.float32)
+    z = (-(x.astype(np.float64) * y) + rng.standard_normal(2000) * 1e-6).astype(np.float32)
+    x[0] = y[0] = np.float32(1 + 2.0**-12)
+    z[0] = np.float32(-1.0)
+    w = _elementwise(ns, "fma", np.zeros(2000, np.float32), x, y, z)
+    assert float(w[0]) == 2.0**-11 + 2.0**-24
+    for i in range(2000):
+        exact = Fraction(float(x[i])) * Fraction(float(y[i])) + Fraction(float(z[i]))
+        assert float(w[i]) == formats.FP32.round(exact), i
+
+
+def test_fp16_sum_accumulates_in_fp16_as_neighbour_pairs(ns):
+    # Triton's tl.sum of fp16 adds in fp16 on the GPU; the interpreter accumulates in fp32
+    # (measured).  [2048, 1, 1, ...] (1,024 values) in fp16 as the executor's stated order --
+    # neighbour pairs, level by level -- gives 2048 + 1022 = 3070 (2048 + 1 ties to 2048); an
+    # fp32 accumulation would give 3071, stored 3072.
+    x = np.ones(1024, np.float16)
+    x[0] = 2048
+    s = np.zeros(1, np.float16)
+    _run(ns, "row_sum", [s, x], ["S", "X", "BLOCK"], 1, block=1024)
+    assert float(s[0]) == 3070.0
+
+
+def test_bf16_sum_and_max_are_of_the_values(ns):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(256).astype(ml_dtypes.bfloat16)
+    s = np.zeros(1, ml_dtypes.bfloat16)
+    _run(ns, "row_sum", [s, x], ["S", "X", "BLOCK"], 1, block=256)
+    assert abs(float(s[0]) - float(x.astype(np.float64).sum())) < 0.1
+    m = np.zeros(1, ml_dtypes.bfloat16)
+    x[7] = -100.0  # the largest bit pattern, the smallest value
+    _run(ns, "row_max", [m, x], ["S", "X", "BLOCK"], 1, block=256)
+    assert float(m[0]) == float(x.astype(np.float32).max())
+
+
+# -- the CLI on Triton files ---------------------------------------------------------------------
+def _check(capsys, *args):
+    rc = main(["check", *map(str, args), "--json"])
+    out = capsys.readouterr().out
+    return rc, json.loads(out)
+
+
+@pytest.mark.parametrize("name", ["liger_rms_norm", "unsloth_rms_layernorm",
+                                  "flash_attn_layer_norm", "vllm_rms_norm"])
+def test_style_examples_pass(capsys, name):
+    rc, d = _check(capsys, "--spec", EXAMPLES / f"{name}.toml", "--examples", "8")
+    assert (rc, d["verdict"]) == (0, "pass"), d.get("failures")
+    assert d["backend"] == "triton-cpu"
+    assert "a*b+c is never contracted" in d["provenance"]["cpu_vs_gpu"]
+
+
+@pytest.mark.parametrize("entry, norm, dtype, kind, cause", [
+    ("rms_sound", "rmsnorm", "bf16", None, None),
+    ("ln_sound", "layernorm", "fp16", None, None),
+    ("rms_bf16_accumulate", "rmsnorm", "bf16", "accuracy", "storage_sums"),
+    ("rms_missing_mask", "rmsnorm", "bf16", "out_of_bounds", None),
+    ("rms_truncating_store", "rmsnorm", "bf16", "rounding_bias", "round_toward_zero"),
+    ("ln_one_pass", "layernorm", "fp32", "nonfinite", "one_pass"),
+    ("ln_bessel", "layernorm", "fp16", "accuracy", "bessel"),
+])
+def test_planted_bugs_fail_with_their_cause(capsys, entry, norm, dtype, kind, cause):
+    rc, d = _check(capsys, PLANTED, "--entry", entry, "--norm", norm, "--dtype", dtype,
+                   "--examples", "8")
+    if kind is None:
+        assert (rc, d["verdict"]) == (0, "pass"), d.get("failures")
+        return
+    assert (rc, d["verdict"]) == (1, "fail")
+    assert kind in {f["kind"] for f in d["failures"]}
+    if cause is not None:
+        assert d["cause_key"] == cause, d["cause"]
+
+
+def test_a_missing_mask_is_named_with_the_kernel_line(capsys):
+    rc, d = _check(capsys, PLANTED, "--entry", "rms_missing_mask", "--norm", "rmsnorm",
+                   "--dtype", "bf16", "--examples", "2")
+    oob = next(f for f in d["failures"] if f["kind"] == "out_of_bounds")
+    text = PLANTED.read_text().splitlines()
+    line = next(i + 1 for i, t in enumerate(text) if "(x * rstd * w).to(Y.dtype.element_ty))"
+                in t and "mask" not in t)
+    assert f"planted_bugs.py:{line}: `tl.store(" in oob["detail"]
+    assert "of the unmasked store" in oob["detail"] and "of `output`" in oob["detail"]
+
+
+def _kernel_file(tmp_path, body, name="k.py"):
+    src = textwrap.dedent('''
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def k(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+            row = tl.program_id(0)
+            offs = tl.arange(0, BLOCK_SIZE)
+            mask = offs < cols
+            x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)
+            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+            w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+        ''') + textwrap.indent(textwrap.dedent(body), "    ")
+    p = tmp_path / name
+    p.write_text(src)
+    return p
+
+
+_STORE = "tl.store(Y + row * cols + offs, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)\n"
+
+
+@pytest.mark.parametrize("body, kind, words", [
+    # reads the previous row's output: programs run in any order on a GPU
+    ("prev = tl.load(Y + (row - 1) * cols + offs, mask=mask & (row > 0), other=0.0)\n"
+     + _STORE.replace("(x * rstd * w)", "(x * rstd * w + prev.to(tl.float32) * 0)"),
+     "nondeterministic", "which program (0, 0, 0) wrote"),
+    # reads its own output before writing it
+    ("y0 = tl.load(Y + row * cols + offs, mask=mask)\n"
+     + _STORE.replace("(x * rstd * w)", "(x * rstd * w + y0.to(tl.float32))"),
+     "unwritten", "before any program wrote it"),
+    # a Python error in the kernel: named with its line
+    ("z = x + tl.zeros([3], dtype=tl.float32)\n" + _STORE, "error", "k.py:14"),
+])
+def test_faults_are_named(capsys, tmp_path, body, kind, words):
+    p = _kernel_file(tmp_path, body)
+    rc, d = _check(capsys, p, "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp16",
+                   "--examples", "2")
+    assert (rc, d["verdict"]) == (1, "fail")
+    f = next(f for f in d["failures"] if f["kind"] == kind)
+    assert words in f["detail"], f["detail"]
+
+
+def test_a_kernel_that_never_ends_times_out(capsys, tmp_path):
+    p = _kernel_file(tmp_path, "while rows > 0:\n    x = x + 1\n" + _STORE)
+    rc, d = _check(capsys, p, "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp16",
+                   "--examples", "1", "--timeout", "3")
+    assert (rc, d["verdict"]) == (1, "fail")
+    assert "timeout" in {f["kind"] for f in d["failures"]}
+
+
+def test_a_kernel_file_runs_in_the_sandbox(capsys, tmp_path):
+    # what the file runs as it is imported runs in the worker's sandbox: a new session is a
+    # call the allow-list refuses, named
+    p = _kernel_file(tmp_path, _STORE)
+    p.write_text("import os\nos.setsid()\n" + p.read_text())
+    rc, d = _check(capsys, p, "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp16",
+                   "--examples", "1")
+    assert (rc, d["verdict"]) == (1, "fail")
+    f = d["failures"][0]
+    assert f["kind"] == "sandbox" and "setsid" in f["detail"], f
+
+
+def test_bad_kernel_files_are_clear_errors(capsys, tmp_path):
+    p = _kernel_file(tmp_path, _STORE)
+    text = p.read_text()
+    p.write_text("import liger_kernel_not_installed_here\n" + text)
+    with pytest.raises(CompileError, match="liger_kernel_not_installed_here, which is not "
+                       "installed"):
+        from normcheck.backends.triton.backend import signature
+
+        signature(p.read_text(), "k", p.name)
+    assert main(["check", str(p), "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp16"]) == 2
+    p.write_text(text)
+    assert main(["check", str(p), "--entry", "nope", "--norm", "rmsnorm",
+                 "--dtype", "fp16"]) == 2
+    assert "its kernels: k" in capsys.readouterr().err
+    spec = tmp_path / "k.toml"
+    spec.write_text('source = "k.py"\nentry = "k"\nnorm = "rmsnorm"\ndtype = "fp16"\n' +
+                    "".join(f'[[args]]\nrole = "{r}"\n' for r in
+                            ("output", "input", "gamma", "eps", "rows", "cols")))
+    assert main(["check", "--spec", str(spec), "--examples", "1"]) == 2
+    assert "7 arguments for k(Y, X, W, eps, rows, cols, BLOCK_SIZE)" in \
+        capsys.readouterr().err
+
+
+def test_without_triton_a_triton_file_names_the_extra(monkeypatch):
+    from normcheck.backends import for_source
+    from normcheck.backends.triton import backend
+
+    monkeypatch.setattr(backend, "available", lambda: "Triton is not installed "
+                        f"({backend.EXTRA} adds it)")
+    with pytest.raises(BackendUnavailable, match=r"normcheck\[triton\]"):
+        for_source("cpu", str(PLANTED))
+
+
+def test_default_abi_spec_and_next_pow2():
+    from normcheck import spec as specs
+
+    s = specs.default_triton_spec("layernorm", ("BLOCK_SIZE",))
+    assert [a.role for a in s.args] == ["output", "input", "gamma", "beta", "eps", "rows",
+                                        "cols", "const"]
+    assert [specs.evaluate("next_pow2(cols)", 1, c) for c in (1, 2, 3, 768, 1024, 1025)] == \
+        [1, 2, 4, 1024, 1024, 2048]
+
+
+def test_example_index_lists_every_triton_example():
+    docs = (EXAMPLES / "README.md").read_text()
+    for p in sorted(EXAMPLES.glob("*.py")):
+        assert f"`{p.name}`" in docs, p.name
+
+
+@pytest.mark.gpu
+def test_gpu_and_cpu_agree_on_a_triton_kernel():
+    """On a GPU the same spec runs with real Triton; the two runs agree within the sound bound
+    (bit for bit is not asked: the GPU contracts a*b+c and sums in its own tree)."""
+    from normcheck.backends.triton.backend import TritonGpuBackend
+
+    if TritonGpuBackend.unavailable_reason():
+        pytest.skip(TritonGpuBackend.unavailable_reason())
+    for be in ("cpu", "cuda"):
+        rc = main(["check", "--spec", str(EXAMPLES / "liger_rms_norm.toml"), "--examples", "8",
+                   "--backend", be])
+        assert rc == 0
