@@ -411,12 +411,19 @@ def _replay(args) -> int:
 def _spec(args) -> int:
     from normcheck import skeleton
     from normcheck.backends import get_backend
+    from normcheck.backends.triton.backend import is_triton, load, signature
 
-    opts = {"arch": args.arch} if args.arch else None
-    k = get_backend("cpu").compile_many(args.source, [args.entry],
-                                        defines=_defines(args.defines), options=opts,
-                                        include_dirs=tuple(args.include))[args.entry]
-    text, rows = skeleton.skeleton(args.source, args.entry, k.params)
+    if is_triton(args.source):  # its parameters from its syntax tree: nothing of it runs
+        _path, src_text, _cached = load(args.source)
+        names, params = skeleton.triton_params(signature(src_text, args.entry,
+                                                         _path.name))
+        text, rows = skeleton.skeleton(args.source, args.entry, params, names=names)
+    else:
+        opts = {"arch": args.arch} if args.arch else None
+        k = get_backend("cpu").compile_many(args.source, [args.entry],
+                                            defines=_defines(args.defines), options=opts,
+                                            include_dirs=tuple(args.include))[args.entry]
+        text, rows = skeleton.skeleton(args.source, args.entry, k.params)
     print(text, end="")
     print("normcheck spec: guessed " + "; ".join(
         f"{nm} -> {r if isinstance(r, str) else '+'.join(r)}" for nm, _p, r, _w in rows),

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from normcheck import formats, launch, oracle, spec as specs
-from normcheck.backends import get_backend
+from normcheck.backends import for_source
 from normcheck.errors import invalid
 
-__all__ = ["Variant", "variants", "get", "run", "run_case", "target", "oracle_norm", "reference", "CUDA_SRC",
+__all__ = ["Variant", "variants", "TRITON_SOURCE", "get", "run", "run_case", "target", "oracle_norm", "reference", "CUDA_SRC",
            "NORMS", "ORDERS", "ALGORITHMS", "BackwardVariant", "backward_variants",
            "get_backward", "run_backward_dx", "run_backward_dparams"]
 
@@ -61,6 +61,13 @@ class Variant:
     convention: str | None
     fast_math: bool
     source: str
+    language: str = "cuda"  # "cuda" (a .cu entry) or "triton" (a @triton.jit function)
+
+    @property
+    def entry(self) -> str:
+        """The kernel in ``source``: the name itself, or (Triton) the function of its
+        algorithm, whose precision order is a constexpr argument."""
+        return f"triton_{self.norm}_{self.algorithm}" if self.language == "triton" else self.name
 
     @property
     def fmt(self) -> formats.Format:
@@ -82,8 +89,14 @@ class Variant:
         """The ABI of the built-in, as a spec: the default ABI of its norm (docs/DESIGN.md,
         "Kernel ABI"), its entry and source, ``block`` threads a row (default BLOCK)."""
         sp = specs.default_spec(self.norm, BLOCK if block is None else block)
-        sp.launches[0].entry = self.name
+        sp.launches[0].entry = self.entry
         sp.source = str(self.path)
+        if self.language == "triton":  # ORDER and BLOCK_SIZE, constexprs after the ABI's
+            sp.launches[0].args += [
+                specs.ArgSpec("const", type="int32", name="ORDER",
+                              value=str(ORDERS.index(self.order) if self.order else 0)),
+                specs.ArgSpec("const", type="int32", name="BLOCK_SIZE",
+                              value="min(4096, next_pow2(cols))")]
         if self.convention:
             sp.convention = self.convention
         return sp
@@ -119,7 +132,15 @@ def _build() -> list[Variant]:
 
 
 _VARIANTS = _build()
-_BY_NAME = {v.name: v for v in _VARIANTS}
+#: The built-in Triton norms (cuda_src/triton/norms.py): LayerNorm naive, two-pass and
+#: Welford-style, RMSNorm, each storage and order (Triton's own: the storage is the pointers')
+TRITON_SOURCE = "triton/norms.py"
+_TRITON = [Variant(_name("triton", norm, algo, st, order), norm, algo, st, order, None, False,
+                   TRITON_SOURCE, "triton")
+           for norm, algos in (("layernorm", ("naive", "two_pass", "welford")),
+                               ("rmsnorm", ("rms",)))
+           for algo in algos for st in STORAGES for order in _orders(st)]
+_BY_NAME = {v.name: v for v in (*_VARIANTS, *_TRITON)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -283,9 +304,10 @@ def _backward_inputs(v, x, dy, gamma, mean, rstd):
 
 
 def variants(*, norm=None, storage=None, algorithm=None, order=None, fast_math=None,
-             convention=None) -> list[Variant]:
-    """Every built-in variant, optionally filtered by attribute values."""
-    sel = _VARIANTS
+             convention=None, language="cuda") -> list[Variant]:
+    """Every built-in variant of ``language`` ("cuda", "triton", or None: both), optionally
+    filtered by attribute values."""
+    sel = {"cuda": _VARIANTS, "triton": _TRITON, None: _VARIANTS + _TRITON}[language]
     for key, val in (("norm", norm), ("storage", storage), ("algorithm", algorithm),
                      ("order", order), ("fast_math", fast_math), ("convention", convention)):
         if val is not None:
@@ -312,21 +334,24 @@ _lock = threading.Lock()
 
 def is_compiled(variant: Variant | BackwardVariant, backend="cpu", options=None) -> bool:
     """Whether this process holds the compiled source of ``variant`` already."""
-    key = (get_backend(backend).name, variant.source, tuple(sorted(dict(options or {}).items())))
+    key = (for_source(backend, variant.path).name, variant.source,
+           tuple(sorted(dict(options or {}).items())))
     return key in _modules
 
 
 def compiled(variant: Variant | BackwardVariant, backend="cpu", options=None):
     """The compiled kernel of ``variant`` (its whole source file is built once per backend and
     options, e.g. {"fmad": True} on cuda)."""
-    be = get_backend(backend)
+    be = for_source(backend, variant.path)
     opts = dict(options or {})
     key = (be.name, variant.source, tuple(sorted(opts.items())))
     with _lock:
         if key not in _modules:
-            entries = [v.name for v in (*_VARIANTS, *_BACKWARD) if v.source == variant.source]
+            entries = list(dict.fromkeys(v.entry if isinstance(v, Variant) else v.name for v in
+                                         (*_VARIANTS, *_TRITON, *_BACKWARD)
+                                         if v.source == variant.source))
             _modules[key] = be.compile_many(variant.path, entries, options=opts)
-    return _modules[key][variant.name]
+    return _modules[key][variant.entry if isinstance(variant, Variant) else variant.name]
 
 
 def _param(a, name, cols, fmt, default):
@@ -350,8 +375,8 @@ def target(variant, backend="cpu", block=BLOCK, options=None,
     v = get(variant)
     sp = v.spec(block)
     return launch.KernelTarget(sp, oracle_norm(v), v.storage, v.storage,
-                               {v.name: compiled(v, backend, options)}, timeout, label=v.name,
-                               capabilities=get_backend(backend).capabilities)
+                               {v.entry: compiled(v, backend, options)}, timeout, label=v.name,
+                               capabilities=for_source(backend, v.path).capabilities)
 
 
 def run_case(variant, case: launch.Case, backend="cpu", block=BLOCK, options=None,

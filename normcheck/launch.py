@@ -234,7 +234,12 @@ class KernelTarget:
             return np.zeros(shape, fmt.dtype)
         if fmt is formats.FP32:
             return poisoned(shape, np.float32)
-        return np.full(shape, fmt.poison(self.alternate_poison), np.uint8).view(fmt.dtype)
+        codes = np.full(shape, fmt.poison(self.alternate_poison), np.uint8).view(fmt.dtype)
+        if self.capabilities.language == "triton" and getattr(fmt, "element", None):
+            import ml_dtypes  # a Triton pointer's element type is the array's: fp8, not bytes
+
+            return codes.view(getattr(ml_dtypes, fmt.element))
+        return codes
 
     def _value(self, a: specs.ArgSpec, case: Case, buffers: dict):
         """The value of a (non-struct) argument or field: a scalar, None, or its buffer (one
@@ -349,7 +354,7 @@ class KernelTarget:
         for a, buf in buffers.values():
             last = a.roles[-1]  # an in-place buffer is read as its exit role
             if last == "output" and self.quant is not None:
-                out[last] = buf[:, :self.out.storage_cols(cols)]
+                out[last] = buf[:, :self.out.storage_cols(cols)].view(self.out.dtype)
             elif last in ("scales", "amax"):
                 out[last] = buf
             elif last in specs.ROW_OUTPUTS:

@@ -145,16 +145,61 @@ def guess_role(name: str, param) -> tuple[str | list, str]:
     return "const", "not recognised: give its value"
 
 
-def skeleton(source, entry: str, params, text: str | None = None) -> tuple[str, list]:
+def stride_of(name: str) -> str | None:
+    """The row buffer a stride's name says it is the pitch of (``X_row_stride``,
+    ``stride_y_row``, ``input_stride``), or None."""
+    for tok in name.lower().replace("_ptr", "").split("_"):
+        for names, role in ((_OUT, "output"), (_IN, "input"), (_RES, "residual")):
+            if tok in names and tok not in ("a", "n", "in", "o"):
+                return role
+    return None
+
+
+def triton_params(sig) -> tuple[list, list]:
+    """(names, Params) of a Triton kernel's signature (normcheck.backends.triton.backend.
+    Signature), typed as the roles read them: Triton declares no types, so a name a norm's
+    pointer goes by (``X``, ``W_ptr``, ``Y`` ...) is a pointer -- read (const) unless it names
+    an output -- a constexpr is a const, ``eps`` a float, the rest int."""
+    from normcheck.backends.base import Param
+
+    names, params = [], []
+    reads = _IN | _GAMMA | _BETA | _RES
+    for nm in sig.passed:
+        n = nm.lower()
+        stem = n[:-4] if n.endswith("_ptr") else n
+        if nm in sig.constexprs:
+            t = "constexpr"
+        elif stem in reads or n in reads:
+            t = "const T*"
+        elif stem in _OUT | _MEAN | _RSTD or n in _OUT | _MEAN | _RSTD:
+            t = "T*"
+        elif n in _EPS or "eps" in n:
+            t = "float"
+        else:
+            t = "int"
+        names.append(nm)
+        params.append(Param(t, 8, 0))
+    return names, params
+
+
+def skeleton(source, entry: str, params, text: str | None = None,
+             names: list | None = None) -> tuple[str, list]:
     """(the TOML spec, [(parameter, role, why)]) for ``entry`` of ``source`` whose compiled
-    parameters are ``params`` (normcheck.backends.base.Param)."""
-    if text is None:
-        text = Path(source).read_text(errors="replace")
-    names = parameter_names(text, entry) or []
-    names += [""] * (len(params) - len(names))
+    parameters are ``params`` (normcheck.backends.base.Param; a Triton kernel's:
+    :func:`triton_params`, with their ``names``)."""
+    triton = names is not None
+    if names is None:
+        if text is None:
+            text = Path(source).read_text(errors="replace")
+        names = parameter_names(text, entry) or []
+    names = list(names) + [""] * (len(params) - len(names))
     rows = []
     for i, (nm, p) in enumerate(zip(names, params)):
-        role, why = guess_role(nm or f"arg{i}", p)
+        if p.ctype == "constexpr":
+            role, why = "const", "a tl.constexpr" + (": a block size" if "BLOCK" in nm.upper()
+                                                     else ": give its value")
+        else:
+            role, why = guess_role(nm or f"arg{i}", p)
         rows.append((nm or f"arg{i}", p, role, why))
     roles = {r for _, _, role, _ in rows for r in (role if isinstance(role, list) else [role])}
     norm = ("add_" if "residual" in roles else "") + ("layernorm" if "beta" in roles
@@ -173,17 +218,24 @@ def skeleton(source, entry: str, params, text: str | None = None) -> tuple[str, 
              f'dtype = "{dtype or "fp16"}"' + ("" if dtype else
                                                  "                  # TODO: the storage format"),
              "", "[launch]",
-             'grid = "rows"                 # TODO: one block a row? (an expression of rows, cols)',
+             'grid = "rows"                 # TODO: one ' + ("program" if triton else "block") +
+             ' a row? (an expression of rows, cols)',
+             'num_warps = "4"               # TODO: the warps your launcher passes' if triton else
              'block = "256"                 # TODO: the block your launcher uses', ""]
     for nm, p, role, why in rows:
         lines.append("[[args]]")
         r = f'["{role[0]}", "{role[1]}"]' if isinstance(role, list) else f'"{role}"'
         lines.append(f"role = {r}".ljust(30) + f"# {p.ctype} {nm}: {why}")
         if role == "const":
-            lines.append('value = "0"                   # TODO: its value (an expression)')
+            if p.ctype == "constexpr" and "BLOCK" in nm.upper():
+                lines.append('value = "next_pow2(cols)"     # the row in one block (check it)')
+            else:
+                lines.append('value = "0"                   # TODO: its value (an expression)')
             lines.append(f'name = "{nm}"')
         if role == "stride":
-            lines.append('of = ["input", "output"]      # TODO: the buffers it is the pitch of')
+            of = stride_of(nm)
+            lines.append(f'of = ["{of}"]'.ljust(30) + f"# named for {of}" if of else
+                         'of = ["input", "output"]      # TODO: the buffers it is the pitch of')
         if not p.is_pointer and role in ("rows", "cols", "const", "stride") and \
                 p.base not in ("int", "int32_t"):
             t = {"long": "int64", "long int": "int64", "int64_t": "int64", "long long": "int64",

@@ -264,10 +264,12 @@ def default_spec(norm, block: int = 256) -> KernelSpec:
                       norm=n.name)
 
 
-def default_triton_spec(norm, constexprs=(), block: int = 256) -> KernelSpec:
-    """The default ABI of a Triton kernel: the default ABI's (y, x, γ, β, eps, rows, cols), then
-    each ``tl.constexpr`` parameter -- a block size, next_pow2(cols); grid = rows."""
-    spec = default_spec(norm, block)
+def default_triton_spec(norm, constexprs=(), block: int = 256,
+                        backward: bool = False) -> KernelSpec:
+    """The default ABI of a Triton kernel: the default ABI's (y, x, γ, β, eps, rows, cols) --
+    or the backward one's (dx, dy, x, γ, mean, rstd, rows, cols) -- then each ``tl.constexpr``
+    parameter, a block size: next_pow2(cols); grid = rows."""
+    spec = default_backward_spec(norm, block) if backward else default_spec(norm, block)
     for name in constexprs:
         spec.launches[0].args.append(ArgSpec("const", type="int32", value="next_pow2(cols)",
                                              name=name))

@@ -186,6 +186,7 @@ class Capabilities:
     device_timings: bool = False  # a launch's time is a device's (the report's bandwidth)
     hardware_rsqrt: bool = False  # rsqrtf is the hardware approximation, not 1/sqrtf
     threaded_builds: bool = False  # its kernels may be built on threads (ahead, in parallel)
+    language: str = "cuda"       # the kernels it runs: "cuda" (C) or "triton" (.py)
 
 
 class Kernel(abc.ABC):

@@ -101,14 +101,18 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
                **({"notes": judge.notes} if judge.notes else {})})
 
 
-def _baseline_variants(spec, norm, dtype) -> list:
-    """The built-ins a check of this norm and format will run as its yardstick (to build them
-    beside the user's kernel); [] where they cannot be told yet."""
+def _baseline_variants(spec, norm, dtype, source=None) -> list:
+    """The CUDA built-ins a check of this norm and format will run as its yardstick (to build
+    them beside the user's kernel); [] where they cannot be told yet, or where there is nothing
+    to build (a Triton kernel's yardstick is Triton's)."""
     from normcheck import kernels
+    from normcheck.backends.triton.backend import is_triton
 
     try:
         if spec is not None and not isinstance(spec, specs.KernelSpec):
             spec = specs.load(spec)
+        if is_triton(source if source is not None else getattr(spec, "source", None)):
+            return []
         norm = norm or (spec.norm if spec is not None else None)
         dtype = dtype or (spec.dtype if spec is not None else None)
         if norm is None or dtype is None:
@@ -165,7 +169,7 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
     paths may also lie beneath (the command line's ``-I``)."""
     check_counts(examples, search, seed)
     prep = parts.prepare(backend if backend != "auto" else "cpu",
-                         _baseline_variants(spec, norm, dtype))
+                         _baseline_variants(spec, norm, dtype, source))
     t0 = time.perf_counter()
     try:
         r = resolve(source, entry, norm, dtype, spec=spec, block=block, backend=backend,

@@ -270,7 +270,10 @@ class Judge:
             return [], ("no built-in kernel computes the hf definition: judged against the "
                         "sound bound only")
         algos = ["two_pass", "welford"] if n.centred else ["rms"]
-        vs = [v for v in kernels.variants(norm=n.name, storage=self.fmt.name, fast_math=False)
+        language = self.target.capabilities.language if hasattr(self.target, "capabilities") \
+            else "cuda"  # a Triton kernel's yardstick: the built-in Triton norms
+        vs = [v for v in kernels.variants(norm=n.name, storage=self.fmt.name, fast_math=False,
+                                          language=language)
               if v.algorithm in algos and v.order in (None, "upcast_square")
               and (not n.fused or v.convention == self.convention or self.fmt.name == "fp32")]
         if not vs:  # the fail rule needs no built-in: only warn's yardstick is missing

@@ -192,8 +192,8 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
         if not isinstance(block, int) or isinstance(block, bool) or not 1 <= block <= 1024:
             raise invalid("block", block, "1 to 1024 threads")
         triton = _triton_signature(source, entry)
-        if triton is not None and not backward:
-            spec = specs.default_triton_spec(n, triton.constexprs, block)
+        if triton is not None:
+            spec = specs.default_triton_spec(n, triton.constexprs, block, backward)
         else:
             spec = specs.default_backward_spec(n, block) if backward else \
                 specs.default_spec(n, block)

@@ -130,6 +130,13 @@ class QFormat:
         return np.dtype(np.int8) if self.kind == "int" else np.dtype(np.uint8)
 
     @property
+    def element(self) -> str | None:
+        """The ml_dtypes type a typed language (Triton) stores this format as, where there is
+        one (its codes are the same bytes); None for codes only (e8m0, fp4, int8 as int8)."""
+        return {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz",
+                "e5m2fnuz": "float8_e5m2fnuz"}.get(self.name)
+
+    @property
     def packed(self) -> bool:
         """Two 4-bit codes per byte, the even element in the low nibble."""
         return self.bits == 4

@@ -30,13 +30,24 @@ ORDER_NAMES = {None: "", "upcast_square": "upcast-then-square",
                "storage_accumulate": "accumulate-in-storage"}
 
 
+def is_triton_builtin(r) -> bool:
+    """Whether a record is of a built-in Triton norm (named beside the CUDA built-ins)."""
+    from normcheck import kernels
+    from normcheck.errors import InvalidArgument
+
+    try:
+        return not r.user and kernels.get(r.kernel).language == "triton"
+    except InvalidArgument:  # a kernel of another normcheck's results
+        return False
+
+
 def kernel_label(r) -> str:
     """A kernel as the findings name it: algorithm, precision order, convention, rsqrtf; a
     user kernel by its own name."""
     if r.user:
         spec = Path(r.spec).name if r.spec else ""
         return f"{r.kernel} (yours{': ' + spec if spec else ''})"
-    s = r.algorithm or ""
+    s = ("Triton " if is_triton_builtin(r) else "") + (r.algorithm or "")
     if r.order:
         s += f" {ORDER_NAMES.get(r.order, r.order)}"
     if r.convention:

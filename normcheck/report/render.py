@@ -32,7 +32,7 @@ _COL_NAMES = ["fp32", "fp16 up", "fp16 sq", "fp16 acc", "bf16 up", "bf16 sq", "b
 def _row_label(r):
     if r.user:
         return f"{r.kernel} (yours, {r.norm})"
-    s = f"{r.norm} {r.algorithm}"
+    s = f"{r.norm} {'Triton ' if fnd.is_triton_builtin(r) else ''}{r.algorithm}"
     if r.convention:
         s += f" ({r.convention})"
     if r.fast_math:

@@ -118,7 +118,10 @@ def plan(mode="quick", kernels_pattern=None, seed=0, specs=None) -> Plan:
 
     from normcheck.quant import kernels as qkernels
 
-    vs = [v for v in kernels.variants()
+    from normcheck.backends.triton.backend import available as triton_missing
+
+    # the built-in Triton norms beside the CUDA ones, where Triton is installed
+    vs = [v for v in kernels.variants(language="cuda" if triton_missing() else None)
           if kernels_pattern is None or fnmatch.fnmatchcase(v.name, kernels_pattern)]
     qs = [v for v in qkernels.variants()
           if kernels_pattern is None or fnmatch.fnmatchcase(v.name, kernels_pattern)]

@@ -35,6 +35,9 @@ __all__ = ["TritonCpuBackend", "TritonGpuBackend", "TritonKernel", "signature", 
            "EXTRA", "Signature"]
 
 EXTRA = "pip install 'normcheck[triton]'"
+#: The Triton versions the executor's corrections are measured on (tests/test_triton.py passes
+#: on each); another runs, its provenance says so.
+TESTED_VERSIONS = ("3.8", "3.9")
 DEFAULT_TIMEOUT = 120.0
 
 
@@ -59,6 +62,7 @@ class Signature:
     derived: tuple = ()  # set by @triton.heuristics / @triton.autotune configs, not passed
     imports: tuple = ()  # the modules the file imports (absolute, dotted), imported by the
     #                      worker before its sandbox closes the file system
+    stubbed: tuple = ()  # those not installed here (or relative): stood in for at import
 
     @property
     def passed(self) -> tuple:
@@ -108,32 +112,38 @@ def signature(text: str, entry: str, where: str = "source") -> Signature:
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
     cons = [a.arg for a in fn.args.posonlyargs + fn.args.args
             if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")]
+    installed, missing = _imports(tree, where)
     return Signature(tuple(params), tuple(cons), fn.lineno, _derived(fn.decorator_list),
-                     _imports(tree, where))
+                     installed, missing)
 
 
 def _imports(tree, where) -> tuple:
-    """The modules a file imports (import a.b; from a.b import c: a.b and a.b.c), each checked
-    to be installed here: the file runs alone, in a worker that imports them before its
-    sandbox closes the file system."""
-    out = []
+    """(installed, missing): the modules a file imports (import a.b; from a.b import c: a.b and
+    a.b.c) that are installed here -- the worker imports them before its sandbox closes the
+    file system -- and those that are not (a project's own helpers: ``from
+    liger_kernel.ops.utils import ...``, ``from .utils import ...``), which the file's host code
+    uses and its kernels normally do not: they are stood in for as it is imported, and a kernel
+    that calls one fails naming it."""
+    out, missing = [], []
     for n in ast.walk(tree):
         if isinstance(n, ast.Import):
-            out += [a.name for a in n.names]
+            out += [(a.name, ()) for a in n.names]
         elif isinstance(n, ast.ImportFrom):
             if n.level:
-                raise CompileError(f"{where}: line {n.lineno}: a relative import (from "
-                                   f"{'.' * n.level}{n.module or ''} import ...); normcheck "
-                                   "runs the file alone: copy what it needs into it")
-            out.append(n.module)
-            out += [f"{n.module}.{a.name}" for a in n.names if a.name != "*"]
-    for name in dict.fromkeys(out):
-        top = name.split(".")[0]
-        if importlib.util.find_spec(top) is None:
-            raise CompileError(f"{where}: imports {name}, which is not installed where "
-                               f"normcheck runs ({top} not found); normcheck runs the file "
-                               "alone: install it, or copy what the kernel needs into the file")
-    return tuple(dict.fromkeys(out))
+                missing.append("." * n.level + (n.module or ""))
+                continue
+            out.append((n.module, [f"{n.module}.{a.name}" for a in n.names if a.name != "*"]))
+    installed = []
+    for name, subs in out:
+        try:
+            found = importlib.util.find_spec(name.split(".")[0]) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:  # `from a.b import c`: c may be a module, imported too
+            installed += [name, *subs]
+        else:
+            missing.append(name)
+    return tuple(dict.fromkeys(installed)), tuple(dict.fromkeys(missing))
 
 
 def _worker():
@@ -230,7 +240,8 @@ class TritonKernel(base.Kernel):
                        "constexprs": list(self.sig.constexprs), "grid": list(g),
                        "args": records, "dtypes": dtypes,
                        "names": [str(n) for n in (names or self.sig.params)],
-                       "poison": poison, "schedule": schedule, "seed": int(seed)}
+                       "poison": poison, "schedule": schedule, "seed": int(seed),
+                       "stubs": list(self.sig.stubbed)}
                 rep = w.request(req, timeout, _reply, cpu_need=timeout)
                 if isinstance(rep, tuple):
                     if rep[0] == "timeout":
@@ -280,7 +291,7 @@ class TritonCpuBackend(base.Backend):
     """Triton kernels under normcheck's executor, on the CPU, in the sandboxed worker."""
 
     name = "triton-cpu"
-    capabilities = base.Capabilities(block_orders=True)
+    capabilities = base.Capabilities(block_orders=True, language="triton")
 
     @classmethod
     def own_parts(cls) -> list:
@@ -306,6 +317,14 @@ class TritonCpuBackend(base.Backend):
         t0 = time.perf_counter()
         out = {e: TritonKernel(path, cached, e, signature(text, e, path.name),
                                dict(options or {})) for e in entries}
+        stubbed = {m for k in out.values() for m in k.sig.stubbed}
+        stubbed = sorted(m for m in stubbed if not any(m.startswith(o + ".") for o in stubbed))
+        if stubbed:
+            import sys
+
+            print(f"normcheck: {path.name} imports {', '.join(stubbed)}, not installed here: "
+                  "stood in for while it is imported (host code); a kernel that calls one "
+                  "fails naming it", file=sys.stderr)
         self.parse_seconds = time.perf_counter() - t0
         return out
 
@@ -313,7 +332,11 @@ class TritonCpuBackend(base.Backend):
         from importlib.metadata import version
 
         st = _worker().sandbox_state() or {}
-        return {"backend": self.name, "compiler": f"triton {version('triton')} (interpreter)",
+        v = version("triton")
+        untested = "" if v.startswith(TESTED_VERSIONS) else \
+            f"; triton {v}: the executor's corrections were measured on " \
+            f"{' and '.join(TESTED_VERSIONS)}"
+        return {"backend": self.name, "compiler": f"triton {v} (interpreter{untested})",
                 "flags": "TRITON_INTERPRET=1", "fmad": False, "arch": None,
                 "device": "cpu (normcheck's Triton executor)",
                 "sandbox": st.get("detail", "?"), "cpu_vs_gpu": CPU_VS_GPU}
@@ -330,7 +353,8 @@ class TritonGpuBackend(base.Backend):
     """Triton kernels with real Triton on a CUDA device (torch's tensors carry the arrays)."""
 
     name = "triton-gpu"
-    capabilities = base.Capabilities(device_timings=True, hardware_rsqrt=True)
+    capabilities = base.Capabilities(device_timings=True, hardware_rsqrt=True,
+                                     language="triton")
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

@@ -2,7 +2,7 @@
 
 The executor is Triton's own interpreter (``TRITON_INTERPRET=1``: the kernel's Python runs
 with ``tl.*`` on numpy arrays, one program at a time), corrected where it rounds unlike a GPU.
-Measured on triton 3.8.0 (tests/test_triton.py holds the executor to each):
+Measured on triton 3.8.0 (tests/test_triton.py holds the executor to each, on 3.8 and 3.9):
 
 ====================================  ===================================  ==========================
 the interpreter                       a GPU                                here
@@ -65,19 +65,7 @@ from normcheck.errors import (FailureKind, KernelError, KernelRaised,  # noqa: E
                               MisalignedAccess, OutOfBounds)
 
 __all__ = ["install", "load_module", "kernel_function", "run", "Memory", "RacyRead", "ReadUnwritten",
-           "OverlappingWrites", "TESTED_VERSIONS", "version_note"]
-
-#: The Triton versions the corrections were measured on (the fidelity test runs on whichever
-#: is installed; another version runs, with a note in the provenance).
-TESTED_VERSIONS = ("3.8",)
-
-def version_note() -> str | None:
-    v = triton.__version__
-    if not v.startswith(TESTED_VERSIONS):
-        return (f"triton {v}: the executor's corrections were measured on "
-                f"{', '.join(TESTED_VERSIONS)}.x")
-    return None
-
+           "OverlappingWrites"]
 
 # -- failures -------------------------------------------------------------------------------------
 class RacyRead(KernelError):
@@ -327,13 +315,13 @@ def install():
     for name in ("create_si_to_fp", "create_ui_to_fp", "create_fp_to_si", "create_fp_to_ui",
                  "create_fp_ext", "create_fp_trunc"):
         patches[name] = lambda self, src, dst_type: _cast(self, src, dst_type)
-    patches["create_load"] = _load
-    patches["create_store"] = _store
+    for name in ("create_masked_load", "create_masked_store", "create_load", "create_store"):
+        _ORIGINAL[name] = getattr(_B, name)
+    patches["create_load"] = _unmasked("create_load")
+    patches["create_store"] = _unmasked("create_store")
     patches["create_masked_load"] = _masked_load
     patches["create_masked_store"] = _masked_store
     patches["create_extern_elementwise"] = _extern
-    for name in ("create_masked_load", "create_masked_store"):
-        _ORIGINAL[name] = getattr(_B, name)
     for name, fn in patches.items():
         setattr(_B, name, fn)
     ti.ReduceOps.sum = _sum
@@ -362,6 +350,21 @@ def _extern(self, libName, libPath, symbol, argList, retType, isPure):
         return _fma(self, *argList)
     with np.errstate(all="ignore"):
         return ti.TensorHandle(stored(spec[0](*[values(a) for a in argList]), t), t)
+
+
+def _patch_libdevice(scope):
+    """libdevice reached as a module attribute inside a kernel (``libdevice.rsqrt``,
+    ``tl.extra.cuda.libdevice.rsqrt``): CUDA's functions given the interpreter's semantic, and
+    Triton's stubs (empty bodies on a CPU: they would return None) made those, for the run."""
+    from triton.language.extra import libdevice as stub
+    from triton.language.extra.cuda import libdevice as cuda_ld
+
+    ti._patch_builtin(cuda_ld, ti.interpreter_builder, scope)
+    for name in dir(stub):
+        f = getattr(cuda_ld, name, None)
+        if not name.startswith("_") and callable(getattr(stub, name)) and f is not None and \
+                tl.core.is_builtin(f):
+            ti._patch_attr(stub, name, f, ti.interpreter_builder, scope)
 
 
 class _LibdeviceModule:
@@ -507,58 +510,183 @@ def _elem_size(ptrs):
     return max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
 
 
-def _masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
+_UNMASKED = []  # set while an unmasked load or store runs (it calls the masked one)
+
+
+def _bool_mask(mask):
+    """A mask as booleans: Triton 3.9's interpreter makes ``mask & (row > 0)`` an int32 array,
+    which its own load then refuses ("mask has unsupported dtype"); nonzero is true, as on a
+    GPU."""
+    if mask is not None and mask.data.dtype != np.bool_:
+        return ti.TensorHandle(mask.data.astype(np.bool_), tl.int1)
+    return mask
+
+
+def _masked_load(self, ptrs, mask, other, *rest):
+    mask = _bool_mask(mask)
     mem = _MEMORY[-1]
-    lanes, k, elems = mem.check(ptrs, mask, _elem_size(ptrs), "load")
+    lanes, k, elems = mem.check(ptrs, None if _UNMASKED else mask, _elem_size(ptrs), "load")
     mem.loaded(k, elems)
-    return _ORIGINAL["create_masked_load"](self, ptrs, mask, other, cache_modifier,
-                                           eviction_policy, is_volatile)
+    return _ORIGINAL["create_masked_load"](self, ptrs, mask, other, *rest)
 
 
-def _masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy):
+def _masked_store(self, ptrs, value, mask, *rest):
+    mask = _bool_mask(mask)
     mem = _MEMORY[-1]
-    lanes, k, elems = mem.check(ptrs, mask, _elem_size(ptrs), "store")
+    lanes, k, elems = mem.check(ptrs, None if _UNMASKED else mask, _elem_size(ptrs), "store")
     mem.stored(k, elems)
-    return _ORIGINAL["create_masked_store"](self, ptrs, value, mask, cache_modifier,
-                                            eviction_policy)
+    return _ORIGINAL["create_masked_store"](self, ptrs, value, mask, *rest)
 
 
-def _load(self, ptr, _0, _1, is_volatile):
-    mask = ti.TensorHandle(np.ones_like(ptr.data, dtype=bool), tl.int1)
-    mem = _MEMORY[-1]
-    lanes, k, elems = mem.check(ptr, None, _elem_size(ptr), "load")
-    mem.loaded(k, elems)
-    return _ORIGINAL["create_masked_load"](self, ptr, mask, None, _0, _1, is_volatile)
+def _unmasked(name):
+    def f(self, *args):  # the arguments differ between Triton versions: passed through
+        _UNMASKED.append(True)
+        try:
+            return _ORIGINAL[name](self, *args)
+        finally:
+            _UNMASKED.pop()
 
-
-def _store(self, ptr, val, _0, _1):
-    mask = ti.TensorHandle(np.ones_like(ptr.data, dtype=bool), tl.int1)
-    mem = _MEMORY[-1]
-    lanes, k, elems = mem.check(ptr, None, _elem_size(ptr), "store")
-    mem.stored(k, elems)
-    return _ORIGINAL["create_masked_store"](self, ptr, val, mask, None, None)
+    return f
 
 
 # -- loading a module -----------------------------------------------------------------------------
 _LIBDEVICE_STUB = "triton.language.extra.libdevice"
 
 
-def load_module(text: str, filename: str, name: str) -> dict:
+class Missing:
+    """What a name from a module that is not installed stands for while the file is imported:
+    called, it gives another (a decorator, a version test); false; iterated, empty.  Called
+    while a kernel runs, it fails naming itself."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return Missing(f"{self._name}.{attr}")
+
+    def __call__(self, *args, **kwargs):
+        if _MEMORY:
+            raise ImportError(f"the kernel calls {self._name}, from a module not installed "
+                              "here (stood in for while the file was imported): install it, "
+                              "or copy what the kernel needs into the file")
+        return Missing(f"{self._name}()")
+
+    def __bool__(self):
+        return False
+
+    def __iter__(self):
+        return iter(())
+
+    def __getitem__(self, key):
+        return Missing(f"{self._name}[{key!r}]")
+
+    def __repr__(self):
+        return f"<not installed: {self._name}>"
+
+
+def _missing_attr(module: str):
+    def attr(name):
+        if name.startswith("__"):  # __file__, __spec__ ...: absent, as on any module
+            raise AttributeError(name)
+        return Missing(f"{module}.{name}")
+
+    return attr
+
+
+def _stub_modules(stubs, package: str):
+    """Modules standing in for ``stubs`` (absolute names, or relative ones resolved against
+    ``package``) in sys.modules; every attribute a :class:`Missing`."""
+    import types
+
+    for raw in stubs:
+        level = len(raw) - len(raw.lstrip("."))
+        name = raw if not level else ".".join(filter(None, [package, raw.lstrip(".")]))
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            mod_name = ".".join(parts[:i])
+            if mod_name in sys.modules and not getattr(sys.modules[mod_name], "_normcheck_stub",
+                                                       False):
+                continue
+            mod = types.ModuleType(mod_name)
+            mod._normcheck_stub = True
+            mod.__path__ = []
+            mod.__getattr__ = _missing_attr(mod_name)
+            sys.modules[mod_name] = mod
+            if i > 1:
+                setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], mod)
+
+
+#: What import-time host code that asks torch for its GPU is told (the cpu backend presents
+#: sm_90 to CUDA C the same way): an H100-class device, one of it.
+PRESENTED = {"name": "sm_90 presented by normcheck", "major": 9, "minor": 0,
+             "multi_processor_count": 132, "warp_size": 32, "total_memory": 80 << 30,
+             "max_shared_memory_per_block_optin": 227 << 10, "regs_per_multiprocessor": 65536}
+
+
+class _presented_device:
+    """While a file is imported: torch.cuda's device queries (current_device,
+    get_device_properties, get_device_capability, device_count) answer for the presented
+    device, so module-level code such as an autotune config list built from the device's warp
+    size runs on a machine without one; restored after."""
+
+    def __enter__(self):
+        import types
+
+        self.saved = []
+        torch = sys.modules.get("torch")
+        cuda = getattr(torch, "cuda", None) if torch is not None else None
+        if cuda is None:
+            return self
+        props = types.SimpleNamespace(**PRESENTED)
+        for name, fn in (("current_device", lambda: 0),
+                         ("get_device_properties", lambda *a, **k: props),
+                         ("get_device_capability", lambda *a, **k: (PRESENTED["major"],
+                                                                    PRESENTED["minor"])),
+                         ("device_count", lambda: 1)):
+            self.saved.append((cuda, name, getattr(cuda, name, None)))
+            setattr(cuda, name, fn)
+        return self
+
+    def __exit__(self, *exc):
+        for obj, name, old in self.saved:
+            setattr(obj, name, old)
+        return False
+
+
+def load_module(text: str, filename: str, name: str, stubs=()) -> dict:
     """Execute a kernel file's text as a module (its lines registered for tracebacks and for
-    the interpreter, which reads a kernel's source); its namespace."""
+    the interpreter, which reads a kernel's source); its namespace.  ``stubs``: the modules it
+    imports that are not installed (or relative), stood in for (:class:`Missing`)."""
     install()
     lines = text.splitlines(keepends=True)
     linecache.cache[filename] = (len(text), None, lines, filename)
-    ns = {"__name__": name, "__file__": filename, "__builtins__": __builtins__}
+    package = f"{name}_package"
+    ns = {"__name__": f"{package}.{name}", "__file__": filename, "__builtins__": __builtins__,
+          "__package__": package}
+    _stub_modules([package] + list(stubs), package)
     code = compile(text, filename, "exec")
-    exec(code, ns)  # noqa: S102 -- the user's kernel file, in the sandboxed worker
+    with _presented_device():
+        exec(code, ns)  # noqa: S102 -- the user's kernel file, in the sandboxed worker
     stub = sys.modules.get(_LIBDEVICE_STUB)
     for k, v in list(ns.items()):  # libdevice's stubs (empty on a CPU) -> the executor's
         if v is stub and stub is not None:
             ns[k] = _LibdeviceModule()
         elif callable(v) and getattr(v, "__module__", None) == _LIBDEVICE_STUB:
             ns[k] = getattr(_LibdeviceModule(), getattr(v, "__name__", k))
+        elif tl.core.is_builtin(v):  # `from triton.language.math import rsqrt`: a builtin
+            ns[k] = _with_semantic(v)  # called by name, as the compiler would call it
     return ns
+
+
+def _with_semantic(f):
+    def call(*args, **kwargs):
+        kwargs.pop("_semantic", None)
+        return f(*args, _semantic=ti.interpreter_semantic, **kwargs)
+
+    call.__name__ = getattr(f, "__name__", "builtin")
+    return call
 
 
 def kernel_function(ns: dict, entry: str):
@@ -604,6 +732,7 @@ _TL_OF = {"float32": tl.float32, "float16": tl.float16, "bfloat16": tl.bfloat16,
           "float64": tl.float64, "int8": tl.int8, "uint8": tl.uint8, "int16": tl.int16,
           "uint16": tl.uint16, "int32": tl.int32, "uint32": tl.uint32, "int64": tl.int64,
           "uint64": tl.uint64, "float8_e4m3fn": tl.float8e4nv, "float8_e5m2": tl.float8e5,
+          "float8_e4m3fnuz": tl.float8e4b8, "float8_e5m2fnuz": tl.float8e5b16,
           "bool": tl.int1}
 
 
@@ -640,6 +769,7 @@ def run(fn, meta, params, constexprs, grid, args, names, poison=None, order=None
     mem.grid = (gx, gy, gz)
     rewritten = fn.rewrite()
     scope = ti._patch_lang(rewritten)
+    _patch_libdevice(scope)
     _MEMORY.append(mem)
     n = gx * gy * gz
     ids = list(range(n)) if order is None else list(order)

@@ -84,7 +84,8 @@ def _namespace(req):
         from normcheck.backends.triton import executor
 
         text = _read(key)
-        ns = executor.load_module(text, req["filename"], f"normcheck_user_{len(_modules)}")
+        ns = executor.load_module(text, req["filename"], f"normcheck_user_{len(_modules)}",
+                                  stubs=req.get("stubs", ()))
         _modules[key] = ns
     return ns
 
@@ -148,8 +149,7 @@ def launch(req):
 def _dtype(name):
     import ml_dtypes
 
-    return getattr(ml_dtypes, name) if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2") \
-        else name
+    return getattr(ml_dtypes, name) if name.startswith(("bfloat16", "float8_")) else name
 
 
 if __name__ == "__main__":
