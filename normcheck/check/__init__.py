@@ -33,7 +33,7 @@ from normcheck.check.judge import (CHECK_FAMILIES, FATAL, Baseline, Failure, Fam
 from normcheck.check.resolve import (LIMITS, check_cols, check_counts, long_run, resolve)
 from normcheck.check.engine import assemble, fault_or_worst
 from normcheck.check.options import CheckOptions
-from normcheck.check.result import CheckResult
+from normcheck.check.result import CheckResult, ForwardDetail
 from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance
 from normcheck.errors import SandboxViolation, invalid
 from normcheck.metrics import to_json
@@ -96,9 +96,7 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
         rows_checked=sum(fr.rows for fr in results) + (search_stats["examples"]
                                                        if search_stats else 0),
         baseline_note=judge.baseline_note, search=search_stats, yardstick=bool(judge.baselines),
-        extra={"peak_rss_mib": _peak_rss_mib(),
-               **({"nondeterministic": judge.spreads} if judge.spreads else {}),
-               **({"notes": judge.notes} if judge.notes else {})})
+        detail=ForwardDetail(_peak_rss_mib(), judge.spreads or None, judge.notes or None))
 
 
 def _baseline_variants(spec, norm, dtype, source=None) -> list:

@@ -36,6 +36,7 @@ from normcheck import families as families_mod
 from normcheck import measure as measure_mod
 from normcheck.causes import Cause
 from normcheck.check import engine
+from normcheck.check.result import BackwardDetail
 from normcheck.check.engine import assemble
 from normcheck.check.judge import FATAL, Failure, FamilyResult, odd_rows, with_notes
 from normcheck.check.resolve import check_counts, resolve
@@ -548,8 +549,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                       "(normcheck.bounds.sound_backward); warn beyond k x the built-in "
                       "strategies' on the same rows; statistics " + stats
                       + ("; x̂ from y" if mode == "y" else ""),
-        extra={"backward": {"outputs": roles, "stats": stats, "mode": mode,
-                            "races_ulp": races, "orders": orders, "seed": seed}})
+        detail=BackwardDetail(roles, stats, mode, races, orders, seed))
 
 
 class BackwardJudge:

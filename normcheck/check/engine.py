@@ -96,7 +96,7 @@ def assemble(*, kernel, norm, dtype, out_dtype, backend, failures, warnings, fam
     """The CheckResult of a judge's findings.  ``save(verdict)`` saves the counterexample when
     the check's rule asks for one and returns its path (or None); ``key`` deduplicates (default
     a kind per family); ``max_ulp``/``rows_checked`` default to the families' largest and sum;
-    ``fields`` go to the result as they are (baseline_note, search, extra ...)."""
+    ``fields`` go to the result as they are (baseline_note, search, detail ...)."""
     uniq = unique(failures, key) if key is not None else unique(failures)
     verdict = Verdict.of(uniq, warnings)
     cause = headline([(f.family, f.cause) for f in uniq + list(warnings)])

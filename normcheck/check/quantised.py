@@ -19,6 +19,7 @@ import numpy as np
 from normcheck import formats, launch, norms
 from normcheck.causes import Cause
 from normcheck.check import engine
+from normcheck.check.result import QuantisedDetail
 from normcheck.check.engine import assemble, fault_or_worst
 from normcheck.check.judge import Failure, check_h, odd_rows, undefined_dependence, with_notes
 from normcheck.check.tolerances import TOLERANCES, Verdict
@@ -67,17 +68,17 @@ def judge_quantised(target, *, label, norm, storage, contract, eps, backend, exa
             exclusive=save_counterexample is None,
             **({"scale": _f32_array(c.extra["scale"])} if "scale" in c.extra else {})))
 
-    quant = {"contract": contract.as_dict(), "describe": contract.describe(),
-             "values": total_q.as_dict(), "scales": total_s.as_dict(),
-             "amax": total_a.as_dict(), "families": [fr.as_dict() for fr in results],
-             "saturation": [p for fr in results for p in fr.saturation]}
+    detail = QuantisedDetail(contract.as_dict(), contract.describe(), total_q.as_dict(),
+                             total_s.as_dict(), total_a.as_dict(),
+                             [fr.as_dict() for fr in results],
+                             [p for fr in results for p in fr.saturation])
     return assemble(
         kernel=label, norm=norm, reference=contract.name, dtype=storage.name,
         out_dtype=contract.qformat.name,
         backend=getattr(getattr(judge, "target", None), "backend", None) or backend,
         failures=failures, warnings=[],
         families=results, tolerance=TOLERANCES["quantised"], t0=t0, save=save, worst=worst,
-        max_ulp=0.0, arch=arch, extra={"quant": quant})
+        max_ulp=0.0, arch=arch, detail=detail)
 
 
 def _f32_array(v):

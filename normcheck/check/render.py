@@ -12,9 +12,9 @@ __all__ = ["render", "render_quantised", "explain"]
 
 def render(r) -> str:
     t = r.tolerance
-    if r.extra and r.extra.get("backward"):
+    if r.kind == "backward":
         lines = [f"normcheck check --backward: {r.kernel} ({r.norm_desc}, {r.dtype}, "
-                 f"{r.backend} backend; outputs {', '.join(r.extra['backward']['outputs'])})",
+                 f"{r.backend} backend; outputs {', '.join(r.detail.outputs)})",
                  "fail: beyond what a sound float backward kernel can produce -- sums in any "
                  "order, one final rounding (normcheck.bounds.sound_backward), never below "
                  f"{t.fail_floor:g} ulp; or non-finite, unwritten, a crash, out of bounds, a "
@@ -63,7 +63,7 @@ def explain() -> str:
 
 
 def _backward_table(r):
-    roles = r.extra["backward"]["outputs"]
+    roles = r.detail.outputs
     head = ["family", "rows", "cols"]
     for role in roles:
         head += [f"{role} max/p99/scaled", "x bound", "best built-in"]
@@ -130,12 +130,12 @@ def _body(r, backward=False) -> list:
                 if f.cause:
                     lines.append(f"      likely cause: {f.cause}")
             lines.append("")
-    notes = (r.extra or {}).get("notes")
+    notes = getattr(r.detail, "notes", None)
     if notes:
         lines.append("the launches noted (whatever the verdict):")
         lines += [f"  {n}" for n in notes]
         lines.append("")
-    spread = (r.extra or {}).get("nondeterministic")
+    spread = getattr(r.detail, "nondeterministic", None)
     if spread:
         lines.append("run to run (declared nondeterministic): " + "; ".join(
             f"{fam}: {', '.join(f'{n} elements of {role}' for role, n in d.items())} differ "
@@ -153,17 +153,17 @@ def _body(r, backward=False) -> list:
         from normcheck import cases
 
         lines.append(f"replay: {cases.command(r.counterexample)}")
-    bw = r.extra.get("backward") if r.extra else None
-    if bw and bw.get("races_ulp"):
-        worst = max(bw["races_ulp"].items(), key=lambda kv: kv[1])
-        lines.append(f"nondeterminism: over {bw['orders']} block orders seeded from the check's "
-                     f"seed {bw.get('seed', 0)} (atomics arriving in each), the largest spread "
+    bw = r.detail if r.kind == "backward" else None
+    if bw and bw.races_ulp:
+        worst = max(bw.races_ulp.items(), key=lambda kv: kv[1])
+        lines.append(f"nondeterminism: over {bw.orders} block orders seeded from the check's "
+                     f"seed {bw.seed} (atomics arriving in each), the largest spread "
                      f"is {worst[1]:.3g} ulps ({worst[0]}); "
-                     + "; ".join(f"{k}: {v:.3g}" for k, v in bw["races_ulp"].items()))
+                     + "; ".join(f"{k}: {v:.3g}" for k, v in bw.races_ulp.items()))
     long = next((f for f in r.families if f.family == "long"), None)
     if long is not None:
         lines.append(f"long run: {long.rows:,} rows of {long.cols[0]} in batches of about 2^20 "
-                     f"elements; peak memory of this process {r.extra.get('peak_rss_mib', 0):,.0f}"
+                     f"elements; peak memory of this process {getattr(r.detail, 'peak_rss_mib', 0):,.0f}"
                      f" MiB; p99 from a histogram (at most "
                      f"{100 / StreamStats.BINS_PER_OCTAVE:g}% high)")
     lines.append(f"verdict: {r.verdict.upper()} -- {r.rows_checked} rows in {r.seconds:.1f} s"
@@ -172,7 +172,7 @@ def _body(r, backward=False) -> list:
 
 
 def render_quantised(r) -> str:
-    q = r.extra["quant"]
+    q = r.detail.as_dict()["quant"]
     c = q["contract"]
     lines = [f"normcheck check: {r.kernel} ({r.norm_desc}, {r.dtype} -> {c['format']} "
              f"{c['granularity']}, {r.backend} backend)",

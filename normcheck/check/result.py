@@ -9,7 +9,62 @@ from normcheck.check.render import render, render_quantised
 from normcheck.check.tolerances import Tolerance
 from normcheck.metrics import to_json
 
-__all__ = ["CheckResult"]
+__all__ = ["CheckResult", "ForwardDetail", "BackwardDetail", "QuantisedDetail"]
+
+
+# -- what each kind of check adds to its result (typed; JSON keeps its keys) -------------------------
+@dataclass
+class ForwardDetail:
+    """A forward check's: the process's peak memory, per-family spreads of a nondeterministic
+    kernel, what launches noted."""
+
+    kind = "forward"
+    peak_rss_mib: float = 0.0
+    nondeterministic: dict | None = None
+    notes: list | None = None
+
+    def as_dict(self) -> dict:
+        return {"peak_rss_mib": self.peak_rss_mib,
+                **({"nondeterministic": self.nondeterministic} if self.nondeterministic
+                   else {}), **({"notes": self.notes} if self.notes else {})}
+
+
+@dataclass
+class BackwardDetail:
+    """A backward check's: the outputs judged, the statistics, the mode, the spread of the
+    block orders tried (ulp per output), how many orders and their seed."""
+
+    kind = "backward"
+    outputs: list
+    stats: str
+    mode: str
+    races_ulp: dict
+    orders: int
+    seed: int
+
+    def as_dict(self) -> dict:
+        return {"backward": {"outputs": self.outputs, "stats": self.stats, "mode": self.mode,
+                             "races_ulp": self.races_ulp, "orders": self.orders,
+                             "seed": self.seed}}
+
+
+@dataclass
+class QuantisedDetail:
+    """A quantised check's: the contract, and the values, scales and amax measured."""
+
+    kind = "quantised"
+    contract: dict
+    describe: str
+    values: dict
+    scales: dict
+    amax: dict
+    families: list
+    saturation: list
+
+    def as_dict(self) -> dict:
+        return {"quant": {"contract": self.contract, "describe": self.describe,
+                          "values": self.values, "scales": self.scales, "amax": self.amax,
+                          "families": self.families, "saturation": self.saturation}}
 
 
 @dataclass
@@ -35,8 +90,20 @@ class CheckResult:
     search: dict | None = None
     provenance: dict | None = None
     cause: str | None = None
-    extra: dict = field(default_factory=dict)
+    detail: ForwardDetail | BackwardDetail | QuantisedDetail = field(
+        default_factory=ForwardDetail)
     yardstick: bool = True  # a built-in kernel measured beside it (warn's rule); False: none
+
+    @property
+    def kind(self) -> str:
+        """forward, backward or quantised: which check made it."""
+        return self.detail.kind
+
+    @property
+    def extra(self) -> dict:
+        """The detail as the JSON has it ({"backward": {...}}, {"quant": {...}}, or the forward
+        check's keys)."""
+        return self.detail.as_dict()
 
     @property
     def passed(self) -> bool:
@@ -64,12 +131,11 @@ class CheckResult:
                 "baseline_note": self.baseline_note, "search": self.search,
                 "counterexample": self.counterexample,
                 "replay": cases.command(self.counterexample) if self.counterexample else None,
-                "provenance": self.provenance, "seconds": self.seconds, **self.extra}
+                "provenance": self.provenance, "seconds": self.seconds,
+                **self.detail.as_dict()}
 
     def to_json(self) -> str:
         return to_json(self.as_dict())
 
     def render(self) -> str:
-        if self.extra and self.extra.get("quant"):
-            return render_quantised(self)
-        return render(self)
+        return render_quantised(self) if self.kind == "quantised" else render(self)

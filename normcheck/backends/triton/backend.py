@@ -60,6 +60,7 @@ class Signature:
     constexprs: tuple    # those annotated tl.constexpr
     line: int            # the def's line
     derived: tuple = ()  # set by @triton.heuristics / @triton.autotune configs, not passed
+    defaults: tuple = ()  # parameters with a default value (a spec may leave them out)
     imports: tuple = ()  # the modules the file imports (absolute, dotted), imported by the
     #                      worker before its sandbox closes the file system
     stubbed: tuple = ()  # those not installed here (or relative): stood in for at import
@@ -113,8 +114,11 @@ def signature(text: str, entry: str, where: str = "source") -> Signature:
     cons = [a.arg for a in fn.args.posonlyargs + fn.args.args
             if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")]
     installed, missing = _imports(tree, where)
+    positional = fn.args.posonlyargs + fn.args.args
+    defaults = [a.arg for a in positional[len(positional) - len(fn.args.defaults):]] \
+        if fn.args.defaults else []
     return Signature(tuple(params), tuple(cons), fn.lineno, _derived(fn.decorator_list),
-                     installed, missing)
+                     tuple(defaults), installed, missing)
 
 
 def _imports(tree, where) -> tuple:
@@ -204,12 +208,17 @@ class TritonKernel(base.Kernel):
         self.refuse(schedule, workers, seed, fill, blocks)
         g = base.dim3(grid, "grid")
         args = list(args)
-        if len(args) != len(self.sig.passed):
+        passed = self.sig.passed
+        optional = sum(1 for p in passed if p in self.sig.defaults)
+        if not len(passed) - optional <= len(args) <= len(passed):
             derived = (f" ({', '.join(self.sig.derived)} set by its decorators)"
                        if self.sig.derived else "")
-            raise invalid("args", len(args), f"{len(self.sig.passed)} arguments for "
-                          f"{self.entry}({', '.join(self.sig.passed)}){derived}",
-                          "one [[args]] table per parameter, constexprs included")
+            n = f"{len(passed)}" if not optional else \
+                f"{len(passed) - optional} to {len(passed)}"
+            raise invalid("args", len(args), f"{n} arguments for "
+                          f"{self.entry}({', '.join(passed)}){derived}",
+                          "one [[args]] table per parameter, constexprs included (those with "
+                          "a default may be left out, from the end)")
         schedule = schedule or "forward"
         if schedule not in _SCHEDULES:
             raise invalid("schedule", schedule, f"one of {', '.join(_SCHEDULES)}")
@@ -236,7 +245,7 @@ class TritonKernel(base.Kernel):
                     view[off:off + region] = 0xA5
                     view[off + start:off + start + a.nbytes] = a.reshape(-1).view(np.uint8)
                 req = {"op": "launch", "module": str(self.cached), "filename": str(self.path),
-                       "entry": self.entry, "params": list(self.sig.passed),
+                       "entry": self.entry, "params": list(self.sig.passed[:len(args)]),
                        "constexprs": list(self.sig.constexprs), "grid": list(g),
                        "args": records, "dtypes": dtypes,
                        "names": [str(n) for n in (names or self.sig.params)],
@@ -376,13 +385,19 @@ class TritonGpuBackend(base.Backend):
 
     def compile_many(self, source, entries, *, defines=None, options=None,
                      include_dirs=()) -> dict:
-        path, text, _cached = load(source)
-        ns = {"__name__": f"normcheck_user_{path.stem}", "__file__": str(path)}
         import linecache
 
+        from normcheck.backends.triton.stubs import stub_modules
+
+        path, text, _cached = load(source)
+        sigs = {e: signature(text, e, path.name) for e in entries}
+        package = f"normcheck_user_{path.stem}_package"
+        ns = {"__name__": f"{package}.{path.stem}", "__file__": str(path),
+              "__package__": package}
+        stub_modules([package, *{m for s in sigs.values() for m in s.stubbed}], package)
         linecache.cache[str(path)] = (len(text), None, text.splitlines(True), str(path))
         exec(compile(text, str(path), "exec"), ns)  # noqa: S102 -- on the GPU, like PyCUDA's
-        return {e: _GpuKernel(ns, e, signature(text, e, path.name)) for e in entries}
+        return {e: _GpuKernel(ns, e, sig) for e, sig in sigs.items()}
 
     def provenance(self, options=None) -> dict:
         import torch
@@ -407,16 +422,13 @@ class _GpuKernel(base.Kernel):
 
         self.refuse(schedule, workers, seed, fill, blocks)
         dev, call = [], []
-        for p, a in zip(self.sig.params, args):
-            if isinstance(a, np.ndarray):
-                t = torch.from_numpy(a.view(f"u{a.dtype.itemsize}") if a.dtype.name in (
-                    "bfloat16",) else a).cuda()
-                if a.dtype.name == "bfloat16":
-                    t = t.view(torch.bfloat16)
-                dev.append((a, t))
+        for p, a in zip(self.sig.passed, args):
+            if isinstance(a, np.ndarray):  # the bytes, then torch's type of the same name
+                raw = torch.from_numpy(np.ascontiguousarray(a).reshape(-1).view(
+                    f"u{a.dtype.itemsize}" if a.dtype.kind != "b" else np.uint8)).cuda()
+                t = raw.view(getattr(torch, _TORCH_NAMES.get(a.dtype.name, a.dtype.name)))
+                dev.append((a, raw))
                 call.append(t)
-            elif p in self.sig.constexprs and isinstance(a, np.generic):
-                call.append(a.item())
             elif isinstance(a, np.generic):
                 call.append(a.item())
             else:
@@ -424,7 +436,10 @@ class _GpuKernel(base.Kernel):
         num_warps = max(1, base.dim3(block, "block")[0] // 32)
         self.fn[tuple(base.dim3(grid, "grid"))](*call, num_warps=num_warps)
         torch.cuda.synchronize()
-        for a, t in dev:
-            host = t.view(torch.uint16) if a.dtype.name == "bfloat16" else t
-            a.reshape(-1).view(np.uint8)[:] = host.cpu().numpy().reshape(-1).view(np.uint8)
+        for a, raw in dev:
+            a.reshape(-1).view(np.uint8)[:] = raw.cpu().numpy().view(np.uint8)
         return None
+
+
+#: numpy dtype names whose torch dtype is named otherwise
+_TORCH_NAMES = {"bool": "bool", "float8_e4m3fnuz": "float8_e4m3fnuz"}

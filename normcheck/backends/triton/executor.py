@@ -56,11 +56,11 @@ os.environ["TRITON_INTERPRET"] = "1"
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
-import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.runtime import interpreter as ti  # noqa: E402
 
 from normcheck import formats  # noqa: E402
+from normcheck.backends.triton.stubs import Missing, stub_modules  # noqa: E402
 from normcheck.errors import (FailureKind, KernelError, KernelRaised,  # noqa: E402
                               MisalignedAccess, OutOfBounds)
 
@@ -504,6 +504,7 @@ class Memory:
 
 
 _MEMORY: list = []  # the launch under way (one at a time)
+Missing.running = staticmethod(lambda: bool(_MEMORY))  # a stand-in called by a kernel fails
 
 
 def _elem_size(ptrs):
@@ -553,71 +554,6 @@ def _unmasked(name):
 _LIBDEVICE_STUB = "triton.language.extra.libdevice"
 
 
-class Missing:
-    """What a name from a module that is not installed stands for while the file is imported:
-    called, it gives another (a decorator, a version test); false; iterated, empty.  Called
-    while a kernel runs, it fails naming itself."""
-
-    def __init__(self, name):
-        self._name = name
-
-    def __getattr__(self, attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return Missing(f"{self._name}.{attr}")
-
-    def __call__(self, *args, **kwargs):
-        if _MEMORY:
-            raise ImportError(f"the kernel calls {self._name}, from a module not installed "
-                              "here (stood in for while the file was imported): install it, "
-                              "or copy what the kernel needs into the file")
-        return Missing(f"{self._name}()")
-
-    def __bool__(self):
-        return False
-
-    def __iter__(self):
-        return iter(())
-
-    def __getitem__(self, key):
-        return Missing(f"{self._name}[{key!r}]")
-
-    def __repr__(self):
-        return f"<not installed: {self._name}>"
-
-
-def _missing_attr(module: str):
-    def attr(name):
-        if name.startswith("__"):  # __file__, __spec__ ...: absent, as on any module
-            raise AttributeError(name)
-        return Missing(f"{module}.{name}")
-
-    return attr
-
-
-def _stub_modules(stubs, package: str):
-    """Modules standing in for ``stubs`` (absolute names, or relative ones resolved against
-    ``package``) in sys.modules; every attribute a :class:`Missing`."""
-    import types
-
-    for raw in stubs:
-        level = len(raw) - len(raw.lstrip("."))
-        name = raw if not level else ".".join(filter(None, [package, raw.lstrip(".")]))
-        parts = name.split(".")
-        for i in range(1, len(parts) + 1):
-            mod_name = ".".join(parts[:i])
-            if mod_name in sys.modules and not getattr(sys.modules[mod_name], "_normcheck_stub",
-                                                       False):
-                continue
-            mod = types.ModuleType(mod_name)
-            mod._normcheck_stub = True
-            mod.__path__ = []
-            mod.__getattr__ = _missing_attr(mod_name)
-            sys.modules[mod_name] = mod
-            if i > 1:
-                setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], mod)
-
-
 #: What import-time host code that asks torch for its GPU is told (the cpu backend presents
 #: sm_90 to CUDA C the same way): an H100-class device, one of it.
 PRESENTED = {"name": "sm_90 presented by normcheck", "major": 9, "minor": 0,
@@ -665,7 +601,7 @@ def load_module(text: str, filename: str, name: str, stubs=()) -> dict:
     package = f"{name}_package"
     ns = {"__name__": f"{package}.{name}", "__file__": filename, "__builtins__": __builtins__,
           "__package__": package}
-    _stub_modules([package] + list(stubs), package)
+    stub_modules([package] + list(stubs), package)
     code = compile(text, filename, "exec")
     with _presented_device():
         exec(code, ns)  # noqa: S102 -- the user's kernel file, in the sandboxed worker
