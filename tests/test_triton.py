@@ -81,6 +81,16 @@ def row_sum(S, X, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _minus(a, b):
+    return a - b
+
+
+@triton.jit
+def row_reduce_minus(S, X, BLOCK: tl.constexpr):
+    tl.store(S, tl.reduce(tl.load(X + tl.arange(0, BLOCK)), 0, _minus))
+
+
+@triton.jit
 def row_max(S, X, BLOCK: tl.constexpr):
     tl.store(S, tl.max(tl.load(X + tl.arange(0, BLOCK)), axis=0))
 '''
@@ -188,6 +198,18 @@ def test_fp16_sum_accumulates_in_fp16_as_neighbour_pairs(ns):
     s = np.zeros(1, np.float16)
     _run(ns, "row_sum", [s, x], ["S", "X", "BLOCK"], 1, block=1024)
     assert float(s[0]) == 3070.0
+
+
+def test_a_reduce_with_a_combine_function_is_the_stated_tree(ns):
+    # tl.reduce(x, 0, a - b) on [1, 2, 4, 8]: neighbour pairs give (1-2) - (4-8) = 3 (the
+    # interpreter's element-by-element fold gave ((1-2)-4)-8 = -13); on 1, 2, 4 ... 128:
+    # (-1 - -4) - (-16 - -64) = 3 - 48 = -45 (the fold: 1 - 254 = -253)
+    for n, want in ((4, 3.0), (8, -45.0)):
+        x = (2.0 ** np.arange(n)).astype(np.float32)
+        s = np.zeros(1, np.float32)
+        fn, meta = ex.kernel_function(ns, "row_reduce_minus")
+        ex.run(fn, meta, ["S", "X", "BLOCK"], {"BLOCK"}, (1,), [s, x, n], ["S", "X"])
+        assert float(s[0]) == want
 
 
 def test_bf16_sum_and_max_are_of_the_values(ns):
@@ -568,3 +590,41 @@ def test_import_time_device_queries_see_the_presented_device(capsys, tmp_path):
     rc, d = _check(capsys, p, "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp16",
                    "--examples", "1", "--search", "0")
     assert (rc, d["verdict"]) == (0, "pass"), d.get("failures")
+
+
+_WELFORD = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def _welford_combine(mean_1, m2_1, weight_1, mean_2, m2_2, weight_2):
+    delta = mean_2 - mean_1
+    new_weight = weight_1 + weight_2
+    w2_over_w = tl.where(new_weight == 0.0, 0.0, weight_2 / new_weight)
+    return (mean_1 + delta * w2_over_w, m2_1 + m2_2 + delta * delta * weight_1 * w2_over_w,
+            new_weight)
+
+
+@triton.jit
+def ln_welford(Y, X, W, B, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_SIZE)
+    m = offs < cols
+    x = tl.load(X + row * cols + offs, mask=m, other=0.0).to(tl.float32)
+    mean, m2, weight = tl.reduce((x, tl.zeros_like(x), m.to(tl.float32)), 0, _welford_combine)
+    rstd = 1.0 / tl.sqrt(m2 / cols + eps)
+    w = tl.load(W + offs, mask=m).to(tl.float32)
+    b = tl.load(B + offs, mask=m).to(tl.float32)
+    tl.store(Y + row * cols + offs, ((x - mean) * rstd * w + b).to(Y.dtype.element_ty), mask=m)
+"""
+
+
+def test_a_welford_layernorm_through_tl_reduce_passes(capsys, tmp_path):
+    """Welford's merge as tl.reduce's combine (the way generated Triton norms write it): run as
+    a tree, whole halves a call, it passes -- under the interpreter's left-to-right fold, a
+    worse order than any GPU's, it warned (and ran one Python call an element)."""
+    p = tmp_path / "wf.py"
+    p.write_text(_WELFORD)
+    rc, d = _check(capsys, p, "--entry", "ln_welford", "--norm", "layernorm", "--dtype", "fp16",
+                   "--examples", "2", "--search", "0")
+    assert (rc, d["verdict"]) == (0, "pass"), d.get("failures") or d.get("warnings")

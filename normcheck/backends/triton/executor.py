@@ -17,6 +17,8 @@ bf16 comparisons, min/max on bits     on the values                        on th
                                                                            the format)
 ``tl.sum``: numpy's, fp16 in fp32     the element type, the GPU's tree     the element type, a
                                                                            neighbour-pair tree
+``tl.reduce(.., combine)``: a Python    a tree                               neighbour pairs, a level
+fold, element by element, in order                                         a call on whole halves
 libdevice (``rsqrt``) unsupported     ``__nv_rsqrtf`` (<= 2 ulp)           correctly rounded
 fp32 -> fp8 e4m3 past 448: NaN        saturates (``satfinite``)            saturates
 ====================================  ===================================  ==========================
@@ -251,6 +253,41 @@ def _sum(self, input):
     return self.to_tensor(r, input.dtype)
 
 
+def _generic_reduce(self, input):
+    """tl.reduce with the kernel's combine function, as neighbour pairs level by level (the
+    order tl.sum takes here), each level one call of the combine on whole halves (the
+    interpreter's own folds element by element, in Python, left to right)."""
+    original_axis = self.axis
+    input, axis = self.unravel(input, self.axis)
+    shape = input[0].handle.data.shape
+    datas = [np.moveaxis(t.handle.data, axis, 0) for t in input]
+    dtypes = [t.dtype for t in input]
+    while datas[0].shape[0] > 1:
+        n = datas[0].shape[0]
+        half = n // 2
+        left = [self.to_tensor(d[0:2 * half:2], t) for d, t in zip(datas, dtypes)]
+        right = [self.to_tensor(d[1:2 * half:2], t) for d, t in zip(datas, dtypes)]
+        out = self.combine_fn.fn(*left, *right)
+        out = out if isinstance(out, tuple) else (out,)
+        new = []
+        for o, d in zip(out, datas):
+            v = o.handle.data if isinstance(o, tl.core.tensor) else np.asarray(
+                getattr(o, "value", o))
+            v = np.broadcast_to(v, d[0:half].shape).astype(d.dtype)
+            new.append(np.concatenate([v, d[2 * half:]]) if n % 2 else v)
+        datas = new
+    ret = []
+    for d, t in zip(datas, dtypes):
+        r = d[0]
+        if self.keep_dims:
+            r = np.expand_dims(r, axis) if original_axis is not None else \
+                r.reshape((1,) * len(shape))
+        elif original_axis is None:
+            r = r.item() if isinstance(r, np.ndarray) else r
+        ret.append(self.to_tensor(r, t))
+    return ret
+
+
 def _min_max(self, input, val_reduce_op, idx_reduce_op=None):
     inp = input[0] if isinstance(input, tuple) else input
     t = _scalar(inp.dtype)
@@ -326,6 +363,7 @@ def install():
         setattr(_B, name, fn)
     ti.ReduceOps.sum = _sum
     ti.ReduceOps.min_max = _min_max
+    ti.ReduceOps.generic_reduce = _generic_reduce
 
 
 # -- libdevice ------------------------------------------------------------------------------------
