@@ -515,11 +515,12 @@ def _kernels(args) -> int:
 
     from normcheck import kernels
 
-    vs = kernels.variants(norm=args.norm, storage=args.storage)
+    vs = kernels.variants(norm=args.norm, storage=args.storage, language=None)  # CUDA, Triton
     if args.json:
         print(json.dumps([v.as_dict() for v in vs], indent=1))
         return 0
-    cols = ["name", "norm", "algorithm", "storage", "order", "convention", "fast_math", "source"]
+    cols = ["name", "norm", "algorithm", "storage", "order", "convention", "fast_math", "language",
+            "source"]
     table = [[str(getattr(v, c)) if getattr(v, c) is not None else "-" for c in cols] for v in vs]
     widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))

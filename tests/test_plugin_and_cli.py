@@ -37,8 +37,10 @@ def test_kernels_command_lists_every_variant():
     out = subprocess.run([sys.executable, "-m", "normcheck", "kernels", "--json"],
                          capture_output=True, text=True, check=True)
     data = json.loads(out.stdout)
-    assert len(data) == 68 and {"name", "norm", "algorithm", "storage", "order", "convention",
-                                "fast_math"} <= set(data[0])
+    # 68 CUDA built-ins and 28 Triton ones (4 algorithms x 7 storage/order pairs)
+    assert len(data) == 68 + 28 and {"name", "norm", "algorithm", "storage", "order",
+                                     "convention", "fast_math", "language"} <= set(data[0])
+    assert sum(d["language"] == "triton" for d in data) == 28
 
 
 def test_bad_report_argument_exits_2(tmp_path):
