@@ -628,3 +628,38 @@ def test_a_welford_layernorm_through_tl_reduce_passes(capsys, tmp_path):
     rc, d = _check(capsys, p, "--entry", "ln_welford", "--norm", "layernorm", "--dtype", "fp16",
                    "--examples", "2", "--search", "0")
     assert (rc, d["verdict"]) == (0, "pass"), d.get("failures") or d.get("warnings")
+
+
+def test_an_atomic_past_the_end_is_named(capsys, tmp_path):
+    """tl.atomic_add's addresses are checked like a store's (the interpreter writes them
+    unchecked): a dγ accumulated with an unmasked atomic leaves dγ at its end."""
+    (tmp_path / "at.py").write_text(textwrap.dedent('''
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def dw(DX, DY, X, W, MEAN, RSTD, rows, cols, DW, BLOCK_SIZE: tl.constexpr):
+            row = tl.program_id(0).to(tl.int64)
+            offs = tl.arange(0, BLOCK_SIZE)
+            m = offs < cols
+            x = tl.load(X + row * cols + offs, mask=m, other=0.0).to(tl.float32)
+            dy = tl.load(DY + row * cols + offs, mask=m, other=0.0).to(tl.float32)
+            tl.atomic_add(DW + offs, dy * x * tl.load(RSTD + row))
+        '''))
+    roles = [("null", "DX"), ("dy", None), ("input", None), ("gamma", None), ("null", "MEAN"),
+             ("rstd", None), ("rows", None), ("cols", None)]
+    spec = ('source = "at.py"\nentry = "dw"\nnorm = "rmsnorm"\ndtype = "fp32"\n'
+            'stats = "saved"\ndeterministic = false\n' +
+            "".join(f'[[args]]\nrole = "{r}"\n' + (f'name = "{n}"\n' if n else "")
+                    for r, n in roles) +
+            '[[args]]\nrole = "dgamma"\nfill = "zero"\n'
+            '[[args]]\nrole = "const"\nname = "BLOCK_SIZE"\nvalue = "next_pow2(cols)"\n')
+    (tmp_path / "at.toml").write_text(spec)
+    rc = main(["check", "--backward", "--spec", str(tmp_path / "at.toml"), "--examples", "2",
+               "--orders", "0", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    f = next(f for f in d["failures"] if f["kind"] == "out_of_bounds")
+    assert "out-of-bounds atomic of element" in f["detail"] and "of `dgamma`" in f["detail"]
+    assert "unmasked atomic" in f["detail"] and "at.py:13:" in f["detail"], f["detail"]

@@ -352,8 +352,11 @@ def install():
     for name in ("create_si_to_fp", "create_ui_to_fp", "create_fp_to_si", "create_fp_to_ui",
                  "create_fp_ext", "create_fp_trunc"):
         patches[name] = lambda self, src, dst_type: _cast(self, src, dst_type)
-    for name in ("create_masked_load", "create_masked_store", "create_load", "create_store"):
+    for name in ("create_masked_load", "create_masked_store", "create_load", "create_store",
+                 "create_atomic_rmw", "create_atomic_cas"):
         _ORIGINAL[name] = getattr(_B, name)
+    patches["create_atomic_rmw"] = _atomic_rmw
+    patches["create_atomic_cas"] = _atomic_cas
     patches["create_load"] = _unmasked("create_load")
     patches["create_store"] = _unmasked("create_store")
     patches["create_masked_load"] = _masked_load
@@ -575,6 +578,20 @@ def _masked_store(self, ptrs, value, mask, *rest):
     lanes, k, elems = mem.check(ptrs, None if _UNMASKED else mask, _elem_size(ptrs), "store")
     mem.stored(k, elems)
     return _ORIGINAL["create_masked_store"](self, ptrs, value, mask, *rest)
+
+
+def _atomic_rmw(self, op, ptr, val, mask, *rest):
+    """An atomic's addresses checked like a store's (atomics from several programs to one
+    element are what atomics are for: no overlap is recorded)."""
+    mask = _bool_mask(mask)  # an unmasked atomic comes with an all-true mask: said unmasked
+    _MEMORY[-1].check(ptr, None if mask is None or mask.data.all() else mask, _elem_size(ptr),
+                      "atomic")
+    return _ORIGINAL["create_atomic_rmw"](self, op, ptr, val, mask, *rest)
+
+
+def _atomic_cas(self, ptr, *rest):
+    _MEMORY[-1].check(ptr, None, _elem_size(ptr), "atomic compare-and-swap")
+    return _ORIGINAL["create_atomic_cas"](self, ptr, *rest)
 
 
 def _unmasked(name):
