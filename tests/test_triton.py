@@ -663,3 +663,16 @@ def test_an_atomic_past_the_end_is_named(capsys, tmp_path):
     f = next(f for f in d["failures"] if f["kind"] == "out_of_bounds")
     assert "out-of-bounds atomic of element" in f["detail"] and "of `dgamma`" in f["detail"]
     assert "unmasked atomic" in f["detail"] and "at.py:13:" in f["detail"], f["detail"]
+
+
+def test_triton_reexported_by_an_uninstalled_module_is_tritons_own(capsys, tmp_path):
+    """vLLM imports Triton through a module of its own (`from vllm.triton_utils import tl,
+    triton`): from the stand-in those names are Triton's, so the kernels still compile."""
+    p = _kernel_file(tmp_path, _STORE)
+    text = p.read_text().replace("import triton\nimport triton.language as tl\n",
+                                 "from vllm_not_installed.triton_utils import tl, triton\n")
+    assert "vllm_not_installed" in text
+    p.write_text(text)
+    rc, d = _check(capsys, p, "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp16",
+                   "--examples", "1", "--search", "0")
+    assert (rc, d["verdict"]) == (0, "pass"), d.get("failures")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["Missing", "stub_modules"]
+__all__ = ["Missing", "stub_modules", "REEXPORTS"]
 
 
 class Missing:
@@ -45,10 +45,20 @@ class Missing:
         return f"<not installed: {self._name}>"
 
 
+#: Names a project re-exports from Triton through a module of its own (vLLM's ``from
+#: vllm.triton_utils import tl, triton``): from a stand-in they are Triton's own.
+REEXPORTS = {"triton": "triton", "tl": "triton.language", "language": "triton.language",
+             "libdevice": "triton.language.extra.libdevice"}
+
+
 def _missing_attr(module: str):
     def attr(name):
         if name.startswith("__"):  # __file__, __spec__ ...: absent, as on any module
             raise AttributeError(name)
+        if name in REEXPORTS:
+            import importlib
+
+            return importlib.import_module(REEXPORTS[name])
         return Missing(f"{module}.{name}")
 
     return attr
