@@ -868,6 +868,35 @@ class Worker:
                 return self.request(req, timeout, schema, cpu_need)
             return rep
 
+    def run_on_arrays(self, layout, size: int, req: dict, timeout: float, schema,
+                      cpu_need: float = 0.0, on_dead=None):
+        """One launch on arrays: each placed in the arena as ``layout`` says (array_layout's,
+        0xA5 canaries around it), ``req`` sent, the arrays read back when the reply is ok.
+        Returns the reply; a dead worker's ("died" / "timeout" / "malformed", ...) goes to
+        ``on_dead`` while the lock is held (its crash report is still this launch's)."""
+        with self.lock:
+            view = np.frombuffer(self.arena(size), np.uint8, count=size)
+            try:
+                for a, off, region, start in layout:
+                    view[off:off + region] = 0xA5
+                    view[off + start:off + start + a.nbytes] = a.reshape(-1).view(np.uint8)
+                rep = self.request(req, timeout, schema, cpu_need=cpu_need)
+                if isinstance(rep, tuple):
+                    if on_dead is not None:
+                        on_dead(rep)
+                elif rep["ok"]:
+                    for a, off, region, start in layout:
+                        a.reshape(-1).view(np.uint8)[:] = view[off + start:off + start + a.nbytes]
+            finally:
+                del view
+        return rep
+
+    def restart(self):
+        """Stop the worker now; the next request starts a fresh one (its environment read
+        again)."""
+        with self.lock:
+            self._kill()
+
     def sandbox_state(self):
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
@@ -1110,6 +1139,53 @@ def _addr2line() -> str | None:
     return None
 
 
+def timeout_error(entry: str, timeout: float) -> KernelTimeout:
+    """A launch that ran past its limit (the worker was stopped)."""
+    return KernelTimeout(f"{entry}: the launch ran past its {timeout:g} s limit (an endless "
+                         "loop, or a wait for something that never happens); raise it with "
+                         "timeout=... / --timeout if the kernel is just slow", seconds=timeout)
+
+
+def forged_reply(entry: str, what: str) -> SandboxViolation:
+    """A worker that sent something other than normcheck's protocol (a forged reply or report)."""
+    return SandboxViolation(f"{entry}: the worker sent something that is not normcheck's "
+                            f"protocol ({what}): the kernel wrote into the reply pipe or the "
+                            "crash report; the worker was stopped and nothing it sent was used",
+                            call="forged reply")
+
+
+def sandbox_error(entry: str, info: dict, rep, where: str = "") -> SandboxViolation | None:
+    """The SandboxViolation a dead worker's crash report (``info``, parse_report's) names, or
+    None when it names no sandbox limit: a forbidden call (by name), a file-size, CPU-time or
+    thread limit, or SIGSYS with every signal blocked (a call without a name)."""
+    kind = info.get("kind")
+    if kind is None and rep[0] == "died" and rep[1] == -signal.SIGSYS:
+        # seccomp's SIGSYS arrived while every signal was blocked: the kernel killed the
+        # worker without running the handler, so the call has no name
+        kind, info = "sandbox", {"detail": "blocked"}
+    if kind == "sandbox":
+        if info.get("detail") == "file_size":
+            what = "wrote more than the file-size limit (64 MiB) to its output"
+        elif info.get("detail") == "cpu_time":
+            what = "used more CPU time than the worker may"
+        elif info.get("detail") == "threads":
+            what = (f"started more threads than a launch may hold at once "
+                    f"({info.get('limit')} in the worker)")
+        elif info.get("detail") == "blocked":
+            what = "made a forbidden system call with every signal blocked (which call is unknown)"
+        elif "call" in info:
+            what = f"made a forbidden system call: {info['call']} (a new process)"
+        else:
+            what = f"made a forbidden system call: {sandbox.syscall_name(info.get('syscall'))}"
+        return SandboxViolation(f"{entry}: {what}{where}; the sandbox allows a kernel "
+                                "only the calls a launch needs (an allow-list): no new "
+                                "processes, network, file writes or permission changes, "
+                                "limits, or signals to other processes "
+                                "(normcheck.backends.cpu.sandbox)",
+                                call=info.get("call", info.get("syscall")))
+    return None
+
+
 class CpuKernel(base.Kernel):
     """A compiled entry (the call of :class:`normcheck.backends.base.Kernel`, every launch option
     honoured)."""
@@ -1201,29 +1277,17 @@ class CpuKernel(base.Kernel):
         records, layout, size, hidden = array_layout(args, guard, self.params)
         self._hidden = hidden
         threads = b[0] * b[1] * b[2]
-        with _worker.lock:
-            mm = _worker.arena(size)
-            view = np.frombuffer(mm, np.uint8, count=size)
-            try:
-                for a, off, region, start in layout:
-                    view[off:off + region] = 0xA5
-                    view[off + start:off + start + a.nbytes] = a.reshape(-1).view(np.uint8)
-                req = {"op": "launch", "so": self.module.path, "index": self.index,
-                       "grid": list(g), "block": list(b), "shared_mem": shm, "args": records,
-                       "nparams": len(args),
-                       "workers": workers, "schedule": _SCHEDULES[schedule], "seed": seed,
-                       "fill": fill}
-                if self._blocks is not None:
-                    req["blocks"] = self._blocks
-                rep = _worker.request(req, timeout, _launch_reply,
-                                      cpu_need=timeout * min(workers, max(1, g[0] * g[1] * g[2])))
-                if isinstance(rep, tuple):
-                    self._raise_dead(rep, args, names, timeout, threads)
-                if rep["ok"]:
-                    for a, off, region, start in layout:
-                        a.reshape(-1).view(np.uint8)[:] = view[off + start:off + start + a.nbytes]
-            finally:
-                del view
+        req = {"op": "launch", "so": self.module.path, "index": self.index,
+               "grid": list(g), "block": list(b), "shared_mem": shm, "args": records,
+               "nparams": len(args),
+               "workers": workers, "schedule": _SCHEDULES[schedule], "seed": seed,
+               "fill": fill}
+        if self._blocks is not None:
+            req["blocks"] = self._blocks
+        rep = _worker.run_on_arrays(
+            layout, size, req, timeout, _launch_reply,
+            cpu_need=timeout * min(workers, max(1, g[0] * g[1] * g[2])),
+            on_dead=lambda r: self._raise_dead(r, args, names, timeout, threads))
         if not rep["ok"]:
             def relaunch(layout_guard):
                 return self._launch(g, b, shm, [_copy(a) for a in args], names, timeout,
@@ -1295,17 +1359,11 @@ class CpuKernel(base.Kernel):
                            "the cpu backend (run it on the cuda backend)")
 
     def _malformed(self, what: str):
-        return SandboxViolation(f"{self.entry}: the worker sent something that is not normcheck's "
-                                f"protocol ({what}): the kernel wrote into the reply pipe or the "
-                                "crash report; the worker was stopped and nothing it sent was "
-                                "used", call="forged reply")
+        return forged_reply(self.entry, what)
 
     def _raise_dead(self, rep, args, names, timeout, threads):
         if rep[0] == "timeout":
-            raise KernelTimeout(f"{self.entry}: the launch ran past its {timeout:g} s limit (an "
-                                "endless loop, or a wait for something that never happens); "
-                                "raise it with timeout=... / --timeout if the kernel is just slow",
-                                seconds=timeout)
+            raise timeout_error(self.entry, timeout)
         if rep[0] == "malformed":
             raise self._malformed(rep[1])
         try:
@@ -1346,30 +1404,9 @@ class CpuKernel(base.Kernel):
         if kind == "null_pointer":
             raise KernelCrash(f"{self.entry}: null pointer {info.get('access', 'access')} at "
                               f"{info.get('addr')}{where}", signal=11)
-        if kind is None and rep[0] == "died" and rep[1] == -signal.SIGSYS:
-            # seccomp's SIGSYS arrived while every signal was blocked: the kernel killed the
-            # worker without running the handler, so the call has no name
-            kind, info = "sandbox", {"detail": "blocked"}
-        if kind == "sandbox":
-            if info.get("detail") == "file_size":
-                what = "wrote more than the file-size limit (64 MiB) to its output"
-            elif info.get("detail") == "cpu_time":
-                what = "used more CPU time than the worker may"
-            elif info.get("detail") == "threads":
-                what = (f"started more threads than a launch may hold at once "
-                        f"({info.get('limit')} in the worker)")
-            elif info.get("detail") == "blocked":
-                what = "made a forbidden system call with every signal blocked (which call is unknown)"
-            elif "call" in info:
-                what = f"made a forbidden system call: {info['call']} (a new process)"
-            else:
-                what = f"made a forbidden system call: {sandbox.syscall_name(info.get('syscall'))}"
-            raise SandboxViolation(f"{self.entry}: {what}{where}; the sandbox allows a kernel "
-                                   "only the calls a launch needs (an allow-list): no new "
-                                   "processes, network, file writes or permission changes, "
-                                   "limits, or signals to other processes "
-                                   "(normcheck.backends.cpu.sandbox)",
-                                   call=info.get("call", info.get("syscall")))
+        err = sandbox_error(self.entry, info, rep, where)
+        if err is not None:
+            raise err
         if kind in ("abort", "trap", "arithmetic", "crash"):
             what = {"abort": "aborted (a failed assert?)", "trap": "trapped (__trap or an illegal "
                     "instruction)", "arithmetic": "arithmetic exception (integer division by "

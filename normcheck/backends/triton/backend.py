@@ -19,8 +19,6 @@ import ast
 import hashlib
 import importlib.util
 import os
-import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +26,7 @@ import numpy as np
 
 from normcheck.backends import base
 from normcheck.errors import (BackendUnavailable, CompileError, FailureKind, KernelCrash,
-                              KernelError, KernelTimeout, SandboxViolation, invalid)
+                              KernelError, invalid)
 from normcheck.files import SOURCE_BYTES, read_limited
 
 __all__ = ["TritonCpuBackend", "TritonGpuBackend", "TritonKernel", "signature", "is_triton",
@@ -202,7 +200,7 @@ class TritonKernel(base.Kernel):
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
                  guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
-        from normcheck.backends.cpu import backend as cpu
+        from normcheck.backends.cpu import backend as cpu, wire
         from normcheck.formats import poison_bits
 
         self.refuse(schedule, workers, seed, fill, blocks)
@@ -233,44 +231,34 @@ class TritonKernel(base.Kernel):
         # written (the rows normcheck generates never hold these NaN payloads)
         poison = [poison_bits(a.dtype) if isinstance(a, np.ndarray) and a.dtype.name in
                   ("float32", "float16", "bfloat16") else -1 for a in args]
+        req = {"op": "launch", "module": str(self.cached), "filename": str(self.path),
+               "entry": self.entry, "params": list(self.sig.passed[:len(args)]),
+               "constexprs": list(self.sig.constexprs), "grid": list(g), "args": records,
+               "dtypes": dtypes, "names": [str(n) for n in (names or self.sig.params)],
+               "poison": poison, "schedule": schedule, "seed": int(seed),
+               "stubs": list(self.sig.stubbed)}
         w = _worker()
+
+        def dead(rep):
+            if rep[0] == "timeout":
+                raise cpu.timeout_error(self.entry, timeout)
+            if rep[0] == "malformed":
+                raise cpu.forged_reply(self.entry, rep[1])
+            try:
+                info = cpu.parse_report(w.report())
+            except wire.WireError as e:
+                raise cpu.forged_reply(self.entry, str(e)) from None
+            err = cpu.sandbox_error(self.entry, info, rep)
+            if err is not None:
+                raise err
+            raise KernelCrash(f"{self.entry}: {w.describe_death(rep)}")
+
         with w.lock:
             if not set(self.sig.imports) <= _STARTED_WITH:
                 _IMPORTS.update(self.sig.imports)
-                w._kill()  # started again, importing these too
-            mm = w.arena(size)
-            view = np.frombuffer(mm, np.uint8, count=size)
-            try:
-                for a, off, region, start in layout:
-                    view[off:off + region] = 0xA5
-                    view[off + start:off + start + a.nbytes] = a.reshape(-1).view(np.uint8)
-                req = {"op": "launch", "module": str(self.cached), "filename": str(self.path),
-                       "entry": self.entry, "params": list(self.sig.passed[:len(args)]),
-                       "constexprs": list(self.sig.constexprs), "grid": list(g),
-                       "args": records, "dtypes": dtypes,
-                       "names": [str(n) for n in (names or self.sig.params)],
-                       "poison": poison, "schedule": schedule, "seed": int(seed),
-                       "stubs": list(self.sig.stubbed)}
-                rep = w.request(req, timeout, _reply, cpu_need=timeout)
-                if isinstance(rep, tuple):
-                    if rep[0] == "timeout":
-                        raise KernelTimeout(f"{self.entry}: did not finish within {timeout:g} s "
-                                            "(a loop that never ends?)")
-                    line = w.report()
-                    m = re.search(r"kind=sandbox (?:syscall=(\d+)|call=(\w+))", line)
-                    if m:
-                        from normcheck.backends.cpu.sandbox import syscall_name
-
-                        call = syscall_name(int(m.group(1))) if m.group(1) else m.group(2)
-                        raise SandboxViolation(
-                            f"{self.entry}: made a call the sandbox refuses: {call} (the "
-                            "sandbox allows a kernel only the calls a launch needs)")
-                    raise KernelCrash(f"{self.entry}: {w.describe_death(rep)}")
-                if rep["ok"]:
-                    for a, off, region, start in layout:
-                        a.reshape(-1).view(np.uint8)[:] = view[off + start:off + start + a.nbytes]
-            finally:
-                del view
+                w.restart()  # started again, importing these too
+            rep = w.run_on_arrays(layout, size, req, timeout, _reply, cpu_need=timeout,
+                                  on_dead=dead)
         if not rep["ok"]:
             if rep["kind"] == "load":
                 raise CompileError(f"{self.path.name}: {rep['message']}")
@@ -323,7 +311,6 @@ class TritonCpuBackend(base.Backend):
             raise invalid("defines", defines, "none for a Triton kernel (constexprs are "
                           "[[args]] with role = \"const\")")
         path, text, cached = load(source)
-        t0 = time.perf_counter()
         out = {e: TritonKernel(path, cached, e, signature(text, e, path.name),
                                dict(options or {})) for e in entries}
         stubbed = {m for k in out.values() for m in k.sig.stubbed}
@@ -334,7 +321,6 @@ class TritonCpuBackend(base.Backend):
             print(f"normcheck: {path.name} imports {', '.join(stubbed)}, not installed here: "
                   "stood in for while it is imported (host code); a kernel that calls one "
                   "fails naming it", file=sys.stderr)
-        self.parse_seconds = time.perf_counter() - t0
         return out
 
     def provenance(self, options=None) -> dict:

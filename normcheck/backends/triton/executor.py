@@ -437,6 +437,7 @@ class Memory:
         self.spans = spans
         self.starts = np.array([s[0] for s in spans], dtype=np.uint64)
         self.ends = np.array([s[1] for s in spans], dtype=np.uint64)
+        self.items = np.array([s[3].itemsize or 1 for s in spans], dtype=np.uint64)
         self.writers = [None] * len(spans)  # per span: int64 program of each element, -1 none
         self.program = (0, 0, 0)
         self.pid = 0
@@ -444,16 +445,29 @@ class Memory:
         self.overlap = None  # the first store to an element another program stored
         self.grid = (1, 1, 1)
 
+    def _at(self, line) -> str:
+        """``, program (x, y, z), at file:line: `text` `` (without the line where None)."""
+        if line is None:
+            return f", program {self.program}"
+        text = linecache.getline(self.filename, line).strip()
+        return (f", program {self.program}, at {os.path.basename(self.filename)}:{line}: "
+                f"`{text[:160]}`")
+
     def where(self) -> str:
-        """The kernel's line being run: `` at file:line: `text` ``."""
+        """Where the kernel is: its innermost line being run."""
         f = sys._getframe(1)
-        while f is not None:
-            if f.f_code.co_filename == self.filename:
-                text = linecache.getline(self.filename, f.f_lineno).strip()
-                return (f", program {self.program}, at {os.path.basename(self.filename)}:"
-                        f"{f.f_lineno}: `{text[:160]}`")
+        while f is not None and f.f_code.co_filename != self.filename:
             f = f.f_back
-        return f", program {self.program}"
+        return self._at(f.f_lineno if f is not None else None)
+
+    def where_of(self, e) -> str:
+        """Where an exception left the kernel: its deepest line in the traceback."""
+        tb, line = e.__traceback__, None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == self.filename:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        return self._at(line)
 
     def check(self, ptrs, mask, itemsize, access):
         """(span index, element index) of every active lane; raises on a lane outside every
@@ -490,8 +504,7 @@ class Memory:
             j = int(np.flatnonzero(addr % np.uint64(itemsize))[0])
             raise MisalignedAccess(f"misaligned {access} of {itemsize} bytes at an address "
                                    f"{int(addr[j]) % itemsize} bytes off{self.where()}")
-        elems = ((addr - self.starts[k]) // np.array(
-            [self.spans[int(i)][3].itemsize or 1 for i in k], np.uint64)).astype(np.int64)
+        elems = ((addr - self.starts[k]) // self.items[k]).astype(np.int64)
         return lanes, k, elems
 
     def _writers(self, i):
@@ -564,19 +577,23 @@ def _bool_mask(mask):
     return mask
 
 
-def _masked_load(self, ptrs, mask, other, *rest):
+def _checked(ptrs, mask, access):
+    """Check an access of the launch under way (the mask as booleans; an unmasked access said
+    so) and record it; the mask to pass on."""
     mask = _bool_mask(mask)
     mem = _MEMORY[-1]
-    lanes, k, elems = mem.check(ptrs, None if _UNMASKED else mask, _elem_size(ptrs), "load")
-    mem.loaded(k, elems)
+    _lanes, k, elems = mem.check(ptrs, None if _UNMASKED else mask, _elem_size(ptrs), access)
+    (mem.loaded if access == "load" else mem.stored)(k, elems)
+    return mask
+
+
+def _masked_load(self, ptrs, mask, other, *rest):
+    mask = _checked(ptrs, mask, "load")
     return _ORIGINAL["create_masked_load"](self, ptrs, mask, other, *rest)
 
 
 def _masked_store(self, ptrs, value, mask, *rest):
-    mask = _bool_mask(mask)
-    mem = _MEMORY[-1]
-    lanes, k, elems = mem.check(ptrs, None if _UNMASKED else mask, _elem_size(ptrs), "store")
-    mem.stored(k, elems)
+    mask = _checked(ptrs, mask, "store")
     return _ORIGINAL["create_masked_store"](self, ptrs, value, mask, *rest)
 
 
@@ -786,20 +803,3 @@ def run(fn, meta, params, constexprs, grid, args, names, poison=None, order=None
         _MEMORY.pop()
         scope.restore()
 
-
-def _where_of(self, e) -> str:
-    """The kernel's line in an exception's traceback."""
-    tb = e.__traceback__
-    line = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == self.filename:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    if line is None:
-        return f", program {self.program}"
-    text = linecache.getline(self.filename, line).strip()
-    return (f", program {self.program}, at {os.path.basename(self.filename)}:{line}: "
-            f"`{text[:160]}`")
-
-
-Memory.where_of = _where_of
