@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", action="store_true", help="machine-readable output")
     k.add_argument("--norm", choices=NORM_CHOICES)
     k.add_argument("--storage", choices=("fp32", "fp16", "bf16"))
+    k.add_argument("--kind", help="one kind of built-in: forward, dx, dparams, finalize or "
+                   "quantised (default: every kind)")
     k.set_defaults(func=_kernels)
 
     c = sub.add_parser(
@@ -515,12 +517,12 @@ def _kernels(args) -> int:
 
     from normcheck import kernels
 
-    vs = kernels.variants(norm=args.norm, storage=args.storage, language=None)  # CUDA, Triton
+    vs = kernels.variants(kind=args.kind, language=None, norm=args.norm, storage=args.storage)
     if args.json:
         print(json.dumps([v.as_dict() for v in vs], indent=1))
         return 0
-    cols = ["name", "norm", "algorithm", "storage", "order", "convention", "fast_math", "language",
-            "source"]
+    cols = [c for c in kernels.Variant.__dataclass_fields__  # the fields some listed one has
+            if any(getattr(v, c) not in (None, False) for v in vs)]
     table = [[str(getattr(v, c)) if getattr(v, c) is not None else "-" for c in cols] for v in vs]
     widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))

@@ -10,6 +10,7 @@ kernel never writes cannot pass for a result (:func:`unwritten` finds them).
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,8 +22,8 @@ from normcheck.backends import for_source
 from normcheck.errors import invalid
 
 __all__ = ["Variant", "variants", "TRITON_SOURCE", "get", "run", "run_case", "target", "oracle_norm", "reference", "CUDA_SRC",
-           "NORMS", "ORDERS", "ALGORITHMS", "BackwardVariant", "backward_variants",
-           "get_backward", "run_backward_dx", "run_backward_dparams"]
+           "NORMS", "ORDERS", "ALGORITHMS", "KINDS", "QUANT_SOURCE", "QUANT_STORAGES",
+           "run_backward_dx", "run_backward_dparams"]
 
 def _cuda_src() -> Path:
     """The built-in kernels: normcheck/cuda_src in an installed wheel, cuda_src/ at the top of a
@@ -49,19 +50,29 @@ _FILES = {"layernorm": "layernorm.cu", "rmsnorm": "rmsnorm.cu", "gemma_rmsnorm":
           "add_layernorm": "add_norm.cu", "add_rmsnorm": "add_norm.cu"}
 
 
+#: What a built-in computes: the forward norm, the backward's dx (a row each), dγ and dβ (column
+#: sums; ``partial`` needs the second launch ``finalize``), or a quantised output (codes and
+#: scales, judged under its contract).
+KINDS = ("forward", "dx", "dparams", "finalize", "quantised")
+
+
 @dataclass(frozen=True)
 class Variant:
-    """One built-in kernel.  ``name`` is its entry in ``source``."""
+    """One built-in kernel, of every kind: ``name`` is its entry in ``source`` (a Triton
+    variant's function is :attr:`entry`).  Fields a kind does not have are None."""
 
     name: str
     norm: str
-    algorithm: str
-    storage: str
-    order: str | None
-    convention: str | None
-    fast_math: bool
+    algorithm: str            # naive | two_pass | welford | rms; backward: stable | naive |
+    storage: str | None       # article | atomic | partial | storage; quantised: its preset
     source: str
-    language: str = "cuda"  # "cuda" (a .cu entry) or "triton" (a @triton.jit function)
+    kind: str = "forward"
+    order: str | None = None
+    convention: str | None = None
+    fast_math: bool = False
+    language: str = "cuda"    # "cuda" (a .cu entry) or "triton" (a @triton.jit function)
+    format: str | None = None       # quantised: the output format
+    granularity: str | None = None  # quantised: per_tensor | per_token | per_group | mx | nvfp4
 
     @property
     def entry(self) -> str:
@@ -82,12 +93,27 @@ class Variant:
         return self.norm in ("layernorm", "add_layernorm")
 
     @property
+    def param_fmt(self) -> formats.Format:
+        """The format a dparams kernel writes dγ and dβ in: float, or the storage format."""
+        return self.fmt if self.algorithm == "storage" else formats.FP32
+
+    @property
+    def contract(self):
+        """The quantisation contract a quantised built-in implements."""
+        from normcheck.quant import contract as qcontract
+
+        return qcontract.preset(self.algorithm, self.granularity, self.format)
+
+    @property
     def path(self) -> Path:
         return CUDA_SRC / self.source
 
-    def spec(self, block: int = None) -> specs.KernelSpec:
+    def spec(self, block: int = None, contract=None) -> specs.KernelSpec:
         """The ABI of the built-in, as a spec: the default ABI of its norm (docs/DESIGN.md,
-        "Kernel ABI"), its entry and source, ``block`` threads a row (default BLOCK)."""
+        "Kernel ABI"), its entry and source, ``block`` threads a row (default BLOCK); a
+        quantised one's, under its contract or ``contract`` (the report's matrix)."""
+        if self.kind == "quantised":
+            return _quantised_spec(self, contract or self.contract)
         sp = specs.default_spec(self.norm, BLOCK if block is None else block)
         sp.launches[0].entry = self.entry
         sp.source = str(self.path)
@@ -113,7 +139,7 @@ def _name(*parts):
     return "_".join(p for p in parts if p)
 
 
-def _build() -> list[Variant]:
+def _forward() -> list[Variant]:
     out = []
     for norm in NORMS:
         algos = {"layernorm": ["naive", "two_pass", "welford"], "add_layernorm": ["two_pass"]}.get(
@@ -125,115 +151,128 @@ def _build() -> list[Variant]:
                         convs = [None] if not norm.startswith("add_") else (
                             ["stored"] if st == "fp32" else ["exact", "stored"])
                         for conv in convs:
-                            name = _name(norm, algo, st, order, conv, "fast" if fast else "")
-                            out.append(Variant(name, norm, algo, st, order, conv, fast,
-                                               _FILES[norm]))
+                            out.append(Variant(
+                                _name(norm, algo, st, order, conv, "fast" if fast else ""),
+                                norm, algo, st, _FILES[norm], order=order, convention=conv,
+                                fast_math=fast))
     return out
 
 
-_VARIANTS = _build()
 #: The built-in Triton norms (cuda_src/triton/norms.py): LayerNorm naive, two-pass and
 #: Welford-style, RMSNorm, each storage and order (Triton's own: the storage is the pointers')
 TRITON_SOURCE = "triton/norms.py"
-_TRITON = [Variant(_name("triton", norm, algo, st, order), norm, algo, st, order, None, False,
-                   TRITON_SOURCE, "triton")
-           for norm, algos in (("layernorm", ("naive", "two_pass", "welford")),
-                               ("rmsnorm", ("rms",)))
-           for algo in algos for st in STORAGES for order in _orders(st)]
-_BY_NAME = {v.name: v for v in (*_VARIANTS, *_TRITON)}
-
-
-# ------------------------------------------------------------------------------------------------
-# Backward kernels (cuda_src/backward.cu)
-# ------------------------------------------------------------------------------------------------
 BACKWARD_DX = ("stable", "naive", "article")
 BACKWARD_DPARAMS = ("atomic", "partial", "storage")
+#: The quantised built-ins (cuda_src/quant_norm.cu, one ABI: its header): each entry of a BOTH
+#: line for each of these storages.
+QUANT_SOURCE = "quant_norm.cu"
+QUANT_STORAGES = ("bf16", "fp16")
+_GRAN = {"tensor": "per_tensor", "token": "per_token", "group128": "per_group", "mx": "mx",
+         "nvfp4": "nvfp4"}
+_QENTRY = re.compile(r"^BOTH\((\w+), (\w+), (true|false), (true|false), ([\w<>, ]+)\)$", re.M)
 
 
-@dataclass(frozen=True)
-class BackwardVariant:
-    """One built-in backward kernel: ``kind`` dx (a row each) or dparams (dγ, dβ: column sums;
-    ``partial`` needs the second launch ``backward_dparams_finalize``)."""
-
-    name: str
-    norm: str          # layernorm | rmsnorm
-    kind: str          # dx | dparams | finalize
-    algorithm: str     # stable | naive | article | atomic | partial | storage | finalize
-    storage: str | None
-    source: str = "backward.cu"
-
-    @property
-    def fmt(self) -> formats.Format:
-        return formats.get(self.storage)
-
-    @property
-    def has_beta(self) -> bool:
-        return self.norm == "layernorm"
-
-    @property
-    def param_fmt(self) -> formats.Format:
-        """The format dγ and dβ are written in: float, or the storage format."""
-        return self.fmt if self.algorithm == "storage" else formats.FP32
-
-    @property
-    def path(self) -> Path:
-        return CUDA_SRC / self.source
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+def _triton() -> list[Variant]:
+    return [Variant(_name("triton", norm, algo, st, order), norm, algo, st, TRITON_SOURCE,
+                    order=order, language="triton")
+            for norm, algos in (("layernorm", ("naive", "two_pass", "welford")),
+                                ("rmsnorm", ("rms",)))
+            for algo in algos for st in STORAGES for order in _orders(st)]
 
 
-def _build_backward() -> list[BackwardVariant]:
+def _backward() -> list[Variant]:
     out = []
     for st in STORAGES:
         for algo in BACKWARD_DX:
-            out.append(BackwardVariant(f"layernorm_backward_dx_{algo}_{st}", "layernorm", "dx",
-                                       algo, st))
-        out.append(BackwardVariant(f"rmsnorm_backward_dx_stable_{st}", "rmsnorm", "dx",
-                                   "stable", st))
+            out.append(Variant(f"layernorm_backward_dx_{algo}_{st}", "layernorm", algo, st,
+                               "backward.cu", "dx"))
+        out.append(Variant(f"rmsnorm_backward_dx_stable_{st}", "rmsnorm", "stable", st,
+                           "backward.cu", "dx"))
         for norm in ("layernorm", "rmsnorm"):
             for algo in BACKWARD_DPARAMS:
                 if algo == "storage" and st == "fp32":
                     continue  # float sums in float storage: the partial kernel's
-                out.append(BackwardVariant(f"{norm}_backward_dparams_{algo}_{st}", norm,
-                                           "dparams", algo, st))
-    out.append(BackwardVariant("backward_dparams_finalize", "layernorm", "finalize", "finalize",
-                               None))
+                out.append(Variant(f"{norm}_backward_dparams_{algo}_{st}", norm, algo, st,
+                                   "backward.cu", "dparams"))
+    out.append(Variant("backward_dparams_finalize", "layernorm", "finalize", None, "backward.cu",
+                       "finalize"))
     return out
 
 
-_BACKWARD = _build_backward()
-_BACKWARD_BY_NAME = {v.name: v for v in _BACKWARD}
+def _quantised() -> list[Variant]:
+    out = []
+    for m in _QENTRY.finditer((CUDA_SRC / QUANT_SOURCE).read_text()):
+        base = m.group(1)
+        norm = "add_rmsnorm" if base.startswith("add_rmsnorm") else base.split("_")[0]
+        fmt, gran, preset = base[len(norm) + 1:].split("_")[:3]
+        out += [Variant(f"{base}_{st}", norm, preset, st, QUANT_SOURCE, "quantised",
+                        format=fmt, granularity=_GRAN[gran]) for st in QUANT_STORAGES]
+    return out
 
 
-def backward_variants(*, norm=None, kind=None, algorithm=None, storage=None):
-    """Every built-in backward kernel, optionally filtered (the finalize helper has kind
-    ``finalize``)."""
-    sel = _BACKWARD
-    for key, val in (("norm", norm), ("kind", kind), ("algorithm", algorithm),
-                     ("storage", storage)):
-        if val is not None:
-            sel = [v for v in sel if getattr(v, key) == val]
-    return list(sel)
+_ALL = [*_forward(), *_triton(), *_backward(), *_quantised()]
+_BY_NAME = {v.name: v for v in _ALL}
 
 
-def get_backward(name) -> BackwardVariant:
-    if isinstance(name, BackwardVariant):
+def variants(*, kind="forward", language="cuda", **where) -> list[Variant]:
+    """Every built-in of ``kind`` (one of :data:`KINDS`, or None: all) in ``language`` ("cuda",
+    "triton", or None: both) whose fields equal ``where``'s values (None: any), e.g.
+    ``variants(norm="rmsnorm", storage="bf16")``, ``variants(kind="dx")``."""
+    if kind not in (None, *KINDS):
+        raise invalid("kind", kind, f"one of {', '.join(KINDS)}, or None for every kind")
+    for key in where:
+        if key not in Variant.__dataclass_fields__:
+            raise invalid(key, where[key], "a field of Variant",
+                          f"filter by {', '.join(Variant.__dataclass_fields__)}")
+    where = {"kind": kind, "language": language, **where}
+    return [v for v in _ALL
+            if all(val is None or getattr(v, key) == val for key, val in where.items())]
+
+
+def get(name, kind=None) -> Variant:
+    """The built-in called ``name`` (a Variant passes through), of ``kind`` where given."""
+    if isinstance(name, Variant):
         return name
-    try:
-        return _BACKWARD_BY_NAME[name]
-    except KeyError:
-        raise invalid("variant", name, "the name of a built-in backward kernel",
-                      "list them with normcheck.kernels.backward_variants()") from None
+    v = _BY_NAME.get(name)
+    if v is None or (kind is not None and v.kind != kind):
+        close = [n for n, x in _BY_NAME.items() if str(name) in n and kind in (None, x.kind)][:5]
+        raise invalid("variant", name, "the name of a built-in " +
+                      (f"{kind} " if kind else "") + "kernel",
+                      "list them with `normcheck kernels`" +
+                      (f"; did you mean {', '.join(close)}?" if close else ""))
+    return v
+
+
+def _quantised_spec(v: Variant, c) -> specs.KernelSpec:
+    from normcheck import norms
+    from normcheck.quant import contract as qcontract
+
+    n = norms.get(v.norm)
+    roles = ["output", "scales" if c.dynamic else "null", "h" if n.fused else "null", "input",
+             "residual" if n.fused else "null", "gamma", "beta" if n.centred else "null",
+             "scale" if (not c.dynamic or c.granularity == "nvfp4") else "null",
+             "amax" if c.name == "te" and c.granularity == "per_tensor" else "null",
+             "eps", "rows", "cols"]
+    preset = c.name.split("+")[0]
+    own = qcontract.preset(preset, c.granularity, c.format)
+    data = {"entry": v.name, "norm": v.norm, "dtype": v.storage, "quant": {
+        "contract": preset, "granularity": c.granularity, "format": c.format,
+        **{k: val for k in qcontract.FIELDS if k not in ("name", "source")
+           for val in [getattr(c, k)] if val is not None and getattr(own, k) != val}},
+        "launch": {"grid": "rows", "block": "256"},
+        "args": [{"role": r} for r in roles]}
+    if v.format == "e2m1":
+        data["cols_multiple_of"] = 2
+    s = specs.parse(data, f"built-in {v.name}")
+    s.source = v.path
+    return s
 
 
 def run_backward_dx(variant, x, dy, gamma, mean, rstd, *, backend="cpu", block=BLOCK,
                     **launch_options) -> np.ndarray:
     """dx of a built-in backward dx kernel on the rows x with upstream gradient dy and the saved
     statistics mean (LayerNorm) and rstd ([rows] float32)."""
-    v = get_backward(variant)
-    if v.kind != "dx":
-        raise invalid("variant", v.name, "a dx kernel", "see backward_variants(kind='dx')")
+    v = get(variant, "dx")
     x, dy, g, mean, rstd = _backward_inputs(v, x, dy, gamma, mean, rstd)
     rows, cols = x.shape
     kern = compiled(v, backend)
@@ -247,10 +286,7 @@ def run_backward_dparams(variant, x, dy, mean, rstd, *, backend="cpu", block=BLO
                          rows_per_block=32, **launch_options):
     """(dγ, dβ or None) of a built-in dparams kernel; ``launch_options`` may set the cpu backend's
     ``schedule``/``seed`` (the atomic kernel's sum follows the blocks' order)."""
-    v = get_backward(variant)
-    if v.kind != "dparams":
-        raise invalid("variant", v.name, "a dparams kernel",
-                      "see backward_variants(kind='dparams')")
+    v = get(variant, "dparams")
     x, dy, _, mean, rstd = _backward_inputs(v, x, dy, None, mean, rstd)
     rows, cols = x.shape
     pf = v.param_fmt
@@ -270,7 +306,7 @@ def run_backward_dparams(variant, x, dy, mean, rstd, *, backend="cpu", block=BLO
              names=["part_g", "part_b"] + names[2:] + ["rows_per_block"], **launch_options)
         dg = launch.poisoned((cols,), np.float32)
         db = launch.poisoned((cols,), np.float32) if v.has_beta else None
-        fin = compiled(get_backward("backward_dparams_finalize"), backend)
+        fin = compiled(get("backward_dparams_finalize"), backend)
         fin((-(-cols // block),), (block,), [dg, db, pg, pb, np.int32(nb), np.int32(cols)],
             names=["dgamma", "dbeta", "part_g", "part_b", "nblocks", "cols"], **launch_options)
     else:
@@ -303,43 +339,18 @@ def _backward_inputs(v, x, dy, gamma, mean, rstd):
     return np.ascontiguousarray(x), np.ascontiguousarray(dy), g, m, r
 
 
-def variants(*, norm=None, storage=None, algorithm=None, order=None, fast_math=None,
-             convention=None, language="cuda") -> list[Variant]:
-    """Every built-in variant of ``language`` ("cuda", "triton", or None: both), optionally
-    filtered by attribute values."""
-    sel = {"cuda": _VARIANTS, "triton": _TRITON, None: _VARIANTS + _TRITON}[language]
-    for key, val in (("norm", norm), ("storage", storage), ("algorithm", algorithm),
-                     ("order", order), ("fast_math", fast_math), ("convention", convention)):
-        if val is not None:
-            sel = [v for v in sel if getattr(v, key) == val]
-    return list(sel)
-
-
-def get(name) -> Variant:
-    """The variant called ``name`` (a Variant passes through)."""
-    if isinstance(name, Variant):
-        return name
-    try:
-        return _BY_NAME[name]
-    except KeyError:
-        close = [n for n in _BY_NAME if str(name) in n][:5]
-        raise invalid("variant", name, "the name of a built-in kernel",
-                      "list them with `normcheck kernels`" +
-                      (f"; did you mean {', '.join(close)}?" if close else "")) from None
-
-
 _modules = {}
 _lock = threading.Lock()
 
 
-def is_compiled(variant: Variant | BackwardVariant, backend="cpu", options=None) -> bool:
+def is_compiled(variant: Variant, backend="cpu", options=None) -> bool:
     """Whether this process holds the compiled source of ``variant`` already."""
     key = (for_source(backend, variant.path).name, variant.source,
            tuple(sorted(dict(options or {}).items())))
     return key in _modules
 
 
-def compiled(variant: Variant | BackwardVariant, backend="cpu", options=None):
+def compiled(variant: Variant, backend="cpu", options=None):
     """The compiled kernel of ``variant`` (its whole source file is built once per backend and
     options, e.g. {"fmad": True} on cuda)."""
     be = for_source(backend, variant.path)
@@ -347,11 +358,9 @@ def compiled(variant: Variant | BackwardVariant, backend="cpu", options=None):
     key = (be.name, variant.source, tuple(sorted(opts.items())))
     with _lock:
         if key not in _modules:
-            entries = list(dict.fromkeys(v.entry if isinstance(v, Variant) else v.name for v in
-                                         (*_VARIANTS, *_TRITON, *_BACKWARD)
-                                         if v.source == variant.source))
+            entries = list(dict.fromkeys(v.entry for v in _ALL if v.source == variant.source))
             _modules[key] = be.compile_many(variant.path, entries, options=opts)
-    return _modules[key][variant.entry if isinstance(variant, Variant) else variant.name]
+    return _modules[key][variant.entry]
 
 
 def _param(a, name, cols, fmt, default):
@@ -366,17 +375,22 @@ def _param(a, name, cols, fmt, default):
     return np.ascontiguousarray(a)
 
 
-def target(variant, backend="cpu", block=BLOCK, options=None,
-           timeout=None) -> launch.KernelTarget:
-    """The built-in ``variant`` as a :class:`normcheck.launch.KernelTarget` of its spec
-    (:meth:`Variant.spec`): called on a :class:`normcheck.launch.Case`, it returns the outputs by
-    role ("output", and "h" for fused kernels).  Its source file is compiled once per backend and
-    options (:func:`compiled`)."""
+def target(variant, backend="cpu", block=BLOCK, options=None, timeout=None,
+           contract=None) -> launch.KernelTarget:
+    """The built-in ``variant`` (forward or quantised) as a
+    :class:`normcheck.launch.KernelTarget` of its spec (:meth:`Variant.spec`; a quantised one
+    under its contract, or ``contract``): called on a :class:`normcheck.launch.Case`, it returns
+    the outputs by role ("output", "h" for fused kernels, "scales").  Its source file is compiled
+    once per backend and options (:func:`compiled`)."""
     v = get(variant)
-    sp = v.spec(block)
-    return launch.KernelTarget(sp, oracle_norm(v), v.storage, v.storage,
+    if v.kind not in ("forward", "quantised"):
+        raise invalid("variant", v.name, "a forward or quantised built-in",
+                      "run a backward one with run_backward_dx or run_backward_dparams")
+    quant = (contract or v.contract) if v.kind == "quantised" else None
+    return launch.KernelTarget(v.spec(block, quant), oracle_norm(v), v.storage,
+                               None if quant else v.storage,
                                {v.entry: compiled(v, backend, options)}, timeout, label=v.name,
-                               capabilities=for_source(backend, v.path).capabilities)
+                               quant=quant, capabilities=for_source(backend, v.path).capabilities)
 
 
 def run_case(variant, case: launch.Case, backend="cpu", block=BLOCK, options=None,

@@ -58,7 +58,7 @@ def _usable(norm, x):
     return np.all(np.isfinite(rr)) and np.all(rr < 1e3), (m, r)
 
 
-@pytest.mark.parametrize("v", kernels.backward_variants(kind="dx", algorithm="stable"),
+@pytest.mark.parametrize("v", kernels.variants(kind="dx", algorithm="stable"),
                          ids=lambda v: v.name)
 def test_stable_dx_within_the_sound_bound(v, backend):
     @given(case=backward_cases(v.storage, v.norm))

@@ -162,7 +162,7 @@ def test_saved_statistics_are_the_forward_oracles():
         oracle.saved_statistics("add_rmsnorm", x)
 
 
-@pytest.mark.parametrize("v", kernels.backward_variants(kind="dx"), ids=lambda v: v.name)
+@pytest.mark.parametrize("v", kernels.variants(kind="dx"), ids=lambda v: v.name)
 def test_dx_kernels_against_the_sound_bound(v):
     """The stable and naive kernels stay within the sound bound on gaussian rows (the naive one
     fails on offset rows, below); the article's formula does not (γ ≠ 1)."""
@@ -189,7 +189,7 @@ def test_the_naive_dx_fails_on_offset_rows():
         assert (np.abs(dx.astype(np.float64) - ref.dx.exact) > lim).any() == fails, algo
 
 
-@pytest.mark.parametrize("v", kernels.backward_variants(kind="dparams"), ids=lambda v: v.name)
+@pytest.mark.parametrize("v", kernels.variants(kind="dparams"), ids=lambda v: v.name)
 def test_dparams_kernels_against_the_sound_bound(v):
     """Float sums (atomics or partials) are within the bound; sums in fp16/bf16 are not, over
     4097 rows of dy ≈ 0.5 (the partial sums reach 2048, where fp16 steps by 2 and adding 0.5

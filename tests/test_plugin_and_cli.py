@@ -37,10 +37,17 @@ def test_kernels_command_lists_every_variant():
     out = subprocess.run([sys.executable, "-m", "normcheck", "kernels", "--json"],
                          capture_output=True, text=True, check=True)
     data = json.loads(out.stdout)
-    # 68 CUDA built-ins and 28 Triton ones (4 algorithms x 7 storage/order pairs)
-    assert len(data) == 68 + 28 and {"name", "norm", "algorithm", "storage", "order",
-                                     "convention", "fast_math", "language"} <= set(data[0])
+    # one registry of every kind: 68 CUDA forward built-ins and 28 Triton ones (4 algorithms x 7
+    # storage/order pairs); backward.cu's 12 dx, 16 dparams and the finalize; quant_norm.cu's 16
+    # entries in 2 storages
+    assert len(data) == 68 + 28 + 12 + 16 + 1 + 32 and {
+        "name", "norm", "algorithm", "storage", "order", "convention", "fast_math", "language",
+        "kind", "format", "granularity"} <= set(data[0])
     assert sum(d["language"] == "triton" for d in data) == 28
+    assert sum(d["kind"] == "quantised" for d in data) == 32
+    out = subprocess.run([sys.executable, "-m", "normcheck", "kernels", "--kind", "dx"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.rstrip().endswith("12 variants") and "format" not in out  # its fields only
 
 
 def test_bad_report_argument_exits_2(tmp_path):

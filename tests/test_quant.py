@@ -20,7 +20,6 @@ from normcheck.launch import Case
 from normcheck.quant import contract as qc
 from normcheck.quant import families as qfam
 from normcheck.quant import formats as qf
-from normcheck.quant import kernels as qk
 from normcheck.quant.oracle import QOracle, contract_result
 from paths_support import beside
 
@@ -379,36 +378,38 @@ def test_a_callable_that_raises_or_returns_the_wrong_shape_fails():
 # Built-in kernels
 # ------------------------------------------------------------------------------------------------
 def test_quant_index_lists_every_entry():
-    text = (kernels.CUDA_SRC / qk.SOURCE).read_text()
+    text = (kernels.CUDA_SRC / kernels.QUANT_SOURCE).read_text()
     index = re.search(r"// INDEX.*?\n((?://   .*\n)+)", text)
     patterns = [line.split()[1] for line in index.group(1).splitlines()]
-    names = [v.name for v in qk.variants()]
+    names = [v.name for v in kernels.variants(kind="quantised")]
     assert len(names) == len(set(names)) == 2 * len(re.findall(r"^BOTH\(", text, re.M))
     for n in names:
         assert any(fnmatch.fnmatchcase(n, p) for p in patterns), n
     for p in patterns:
         assert any(fnmatch.fnmatchcase(n, p) for n in names), p
     # each contract kind the issue asks for, in more than one contract where projects differ
-    kinds = {(v.norm, v.granularity, v.format) for v in qk.variants()}
+    kinds = {(v.norm, v.granularity, v.format) for v in kernels.variants(kind="quantised")}
     for want in (("rmsnorm", "per_tensor", "e4m3"), ("rmsnorm", "per_token", "e4m3"),
                  ("rmsnorm", "per_group", "e4m3"), ("rmsnorm", "per_token", "int8"),
                  ("rmsnorm", "nvfp4", "e2m1"), ("add_rmsnorm", "per_token", "e4m3"),
                  ("layernorm", "per_tensor", "e4m3"), ("layernorm", "per_token", "e4m3")):
         assert want in kinds
-    assert len({v.preset for v in qk.variants(granularity="per_token", norm="rmsnorm")}) > 1
+    assert len({v.algorithm for v in kernels.variants(  # the preset: one per project
+        kind="quantised", granularity="per_token", norm="rmsnorm")}) > 1
 
 
-@pytest.mark.parametrize("name", [v.name for v in qk.variants(storage="bf16")] +
+@pytest.mark.parametrize("name", [v.name for v in
+                                  kernels.variants(kind="quantised", storage="bf16")] +
                          ["rmsnorm_e4m3_token_vllm_fp16", "layernorm_e4m3_tensor_te_fp16"])
 def test_builtins_pass_under_their_own_contract(name):
-    v = qk.get(name)
-    r = check.check_kernel(spec=qk.spec(v), examples=4)
+    v = kernels.get(name)
+    r = check.check_kernel(spec=v.spec(), examples=4)
     assert r.verdict == "pass", r.render()
 
 
 def test_a_builtin_under_another_projects_contract_fails_with_the_difference():
-    v = qk.get("rmsnorm_e4m3_token_vllm_bf16")
-    r = check.check_kernel(spec=qk.spec(v, qc.preset("trtllm", "per_token")), examples=4)
+    v = kernels.get("rmsnorm_e4m3_token_vllm_bf16")
+    r = check.check_kernel(spec=v.spec(contract=qc.preset("trtllm", "per_token")), examples=4)
     assert r.verdict == "fail"
     assert "x̂ rounded to bf16 before ×γ" in (r.cause or ""), r.render()
 

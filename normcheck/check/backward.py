@@ -468,7 +468,7 @@ def _baseline(norm, case, roles, refs, fm, backend, mode):
     out = {}
     g = case.gamma if case.gamma is not None else np.ones(case.cols, case.x.dtype)
     if any(r in roles for r in specs.ROW_GRADS):
-        v = kernels.get_backward(f"{base.name}_backward_dx_stable_{st}")
+        v = kernels.get(f"{base.name}_backward_dx_stable_{st}")
         dx = kernels.run_backward_dx(v, case.x, case.dy, g.astype(case.x.dtype), mean, rstd,
                                      backend=backend).astype(np.float64)
         if "dh" in case.extra:
@@ -476,7 +476,7 @@ def _baseline(norm, case, roles, refs, fm, backend, mode):
         out["dx"] = out["d_residual"] = [(v.name, dx)]
     if any(r in roles for r in specs.PARAM_GRADS):
         for algo in ("partial", "atomic"):
-            v = kernels.get_backward(f"{base.name}_backward_dparams_{algo}_{st}")
+            v = kernels.get(f"{base.name}_backward_dparams_{algo}_{st}")
             dg, db = kernels.run_backward_dparams(v, case.x, case.dy, mean, rstd,
                                                   backend=backend)
             out.setdefault("dgamma", []).append((v.name, dg.astype(np.float64)))

@@ -27,7 +27,7 @@ def _dx_table(backend, seed, cols):
     from normcheck import families
 
     out = []
-    for v in kernels.backward_variants(kind="dx"):
+    for v in kernels.variants(kind="dx"):
         for fam, _ in DX_FAMILIES:
             x, dy = families.backward_rows(fam, v.storage, 15, cols, seed=[seed, 3])
             g = formats.get(v.storage).cast(1 + 0.3 * np.random.default_rng(
@@ -47,7 +47,7 @@ def _dx_table(backend, seed, cols):
 
 def _dgamma_sweep(backend, seed, cols, rows_sweep, orders):
     out = []
-    for v in kernels.backward_variants(kind="dparams", norm="rmsnorm"):
+    for v in kernels.variants(kind="dparams", norm="rmsnorm"):
         for R in rows_sweep:
             f = v.fmt
             rng = np.random.default_rng([seed, R, f.bits])

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from normcheck import norms
+from normcheck import kernels, norms
 
 from normcheck.quant import contract as qcontract
 from normcheck.quant import families as qfamilies
-from normcheck.quant import kernels as qkernels
 from normcheck.check.quantised import QuantJudge
 from normcheck.quant.oracle import QOracle
 
@@ -34,7 +33,7 @@ _EPS = np.float32(1e-6)
 
 
 def _judge(v, contract, backend, seed):
-    return QuantJudge(qkernels.target(v, contract, backend=backend), v.norm, v.storage,
+    return QuantJudge(kernels.target(v, backend, contract=contract), v.norm, v.storage,
                       contract, eps=_EPS, seed=seed)
 
 
@@ -48,9 +47,9 @@ def measure(backend="cpu", seed=0, mode="quick", pattern=None) -> dict:
     """The section's measurements; ``pattern`` (the report's --kernels) selects the built-ins
     (the contract lines, from the oracle alone, are always measured)."""
     examples = 4 if mode == "quick" else 32
-    storages = ("bf16",) if mode == "quick" else qkernels.STORAGES
+    storages = ("bf16",) if mode == "quick" else kernels.QUANT_STORAGES
     out = {"builtins": [], "matrix": [], "saturation": [], "audit": audit_lines(seed)}
-    for v in qkernels.variants():
+    for v in kernels.variants(kind="quantised"):
         if v.storage not in storages or not _selected(v, pattern):
             continue
         c = v.contract
@@ -62,7 +61,7 @@ def measure(backend="cpu", seed=0, mode="quick", pattern=None) -> dict:
                                     "values": fr.q.as_dict(), "scales": fr.scales.as_dict(),
                                     "verdict": fr.verdict, "cause": fr.cause})
     for title, bases in MATRIX_GROUPS:
-        vs = [qkernels.get(f"{b}_bf16") for b in bases]
+        vs = [kernels.get(f"{b}_bf16") for b in bases]
         if not all(_selected(v, pattern) for v in vs):
             continue
         for a in vs:
@@ -87,11 +86,12 @@ def saturation_map(backend="cpu", seed=0, pattern=None) -> list:
     values that are ±max, NaN or inf, against the rows' largest |y|/scale in units of max."""
     pts = []
     n = norms.get("rmsnorm")
-    for v in qkernels.variants(granularity="per_tensor", norm="rmsnorm", storage="bf16"):
+    for v in kernels.variants(kind="quantised", granularity="per_tensor",
+                                norm="rmsnorm", storage="bf16"):
         if not _selected(v, pattern):
             continue
         c = v.contract
-        tgt = qkernels.target(v, backend=backend)
+        tgt = kernels.target(v, backend)
         for load in LOADS:
             case = qfamilies.case("gaussian", n, c, v.storage, 15, 768, seed=[seed, 9],
                                   eps=_EPS)

@@ -116,14 +116,12 @@ def plan(mode="quick", kernels_pattern=None, seed=0, specs=None) -> Plan:
         raise invalid("mode", mode, '"quick" or "full"')
     import fnmatch
 
-    from normcheck.quant import kernels as qkernels
-
     from normcheck.backends.triton.backend import available as triton_missing
 
     # the built-in Triton norms beside the CUDA ones, where Triton is installed
     vs = [v for v in kernels.variants(language="cuda" if triton_missing() else None)
           if kernels_pattern is None or fnmatch.fnmatchcase(v.name, kernels_pattern)]
-    qs = [v for v in qkernels.variants()
+    qs = [v for v in kernels.variants(kind="quantised")
           if kernels_pattern is None or fnmatch.fnmatchcase(v.name, kernels_pattern)]
     if not vs and not qs and not specs:
         raise invalid("--kernels", kernels_pattern, "a pattern matching built-in kernels",
