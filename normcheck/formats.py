@@ -19,14 +19,48 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Protocol, runtime_checkable
 
 import ml_dtypes
 import numpy as np
 
 from normcheck.errors import invalid
 
-__all__ = ["Format", "FP32", "FP16", "BF16", "FORMATS", "get", "of_dtype", "ulp_error",
-           "POISON_BITS", "poison_bits"]
+__all__ = ["NumberFormat", "Format", "FP32", "FP16", "BF16", "FORMATS", "get", "of_dtype",
+           "ulp_error", "POISON_BITS", "poison_bits"]
+
+
+@runtime_checkable
+class NumberFormat(Protocol):
+    """What every format answers, a storage format (:class:`Format`: fp32, fp16, bf16) and a
+    quantised output or scale format (:class:`normcheck.quant.formats.QFormat`: fp8, int8, fp4,
+    e8m0, ue4m3) alike, so the code that reads a kernel's buffer, rounds to a format or counts
+    steps takes either: ``quant.formats.get`` names them all."""
+
+    name: str
+    bits: int
+    max_finite: float
+
+    @property
+    def dtype(self) -> np.dtype: ...  # a kernel's buffer of it (codes: uint8, int8: int8)
+
+    @property
+    def packed(self) -> bool: ...  # two codes a byte (fp4)
+
+    def quantize(self, v, overflow: str = "satfinite", mode: str = "rn") -> np.ndarray:
+        """float64 values rounded once to the format (``mode`` rn, rz; QFormat: ru, rd too); past
+        the largest value ±max ("satfinite") or, "nan", the non-saturating conversion's NaN (±inf
+        where the format has infinities)."""
+
+    def decode(self, codes) -> np.ndarray: ...  # the value of each code (bit pattern)
+    def encode(self, values) -> np.ndarray: ...  # the code of each value of the format
+    def steps(self, a, b) -> np.ndarray: ...  # representable values between a and b
+    def storage_cols(self, cols: int) -> int: ...  # elements a row of cols takes in a buffer
+    def from_storage(self, buf, cols: int = None) -> np.ndarray: ...  # float64 [.., cols]
+    def poison(self, alternate: bool = False) -> int: ...  # the code a buffer starts as
+
+    def unwritten(self, buf, cols: int = None, alternate: bool = False) -> np.ndarray:
+        """Mask of the elements of a buffer still holding the (``alternate``) poison."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +208,47 @@ class Format:
         mag = bits & (sign - 1)
         return np.where(bits & sign, -mag, mag)
 
+    # ---------------------------------------------------------------- NumberFormat
+    packed = False
+
+    def quantize(self, v, overflow: str = "nan", mode: str = "rn") -> np.ndarray:
+        if mode not in ("rn", "rz") or overflow not in ("satfinite", "nan"):
+            raise invalid("mode, overflow", (mode, overflow), f"rn or rz, satfinite or nan for "
+                          f"{self.name}", "ru and rd round e8m0 scales (quant.formats)")
+        r = self.round_array(v) if mode == "rn" else self.round_toward_zero(v)
+        if overflow == "satfinite":
+            r = np.where(np.isinf(r), np.copysign(self.max_finite, r), r)
+        return r
+
+    def decode(self, codes) -> np.ndarray:
+        return self.from_storage(np.asarray(codes).astype(self.uint).view(self.dtype))
+
+    def encode(self, values) -> np.ndarray:
+        v = np.asarray(values, np.float64)
+        c = self.cast(v)
+        bad = (c.astype(np.float64) != v) & ~np.isnan(v)
+        if bad.any():
+            raise invalid("value", float(v[bad].ravel()[0]), f"a value of {self.name}",
+                          "round it first (Format.quantize)")
+        return c.view(self.uint)
+
+    def steps(self, a, b) -> np.ndarray:
+        return np.abs(self.ordinal(a) - self.ordinal(b))
+
+    def storage_cols(self, cols: int) -> int:
+        return cols
+
+    def from_storage(self, buf, cols: int = None) -> np.ndarray:
+        with np.errstate(invalid="ignore"):  # the poison is a signalling NaN
+            return np.asarray(buf)[..., :cols].astype(np.float64)
+
+    def poison(self, alternate: bool = False) -> int:
+        """:data:`POISON_BITS`, or a second NaN payload (``alternate``)."""
+        return POISON_BITS[self.name] ^ (_ALTERNATE[self.name] if alternate else 0)
+
+    def unwritten(self, buf, cols: int = None, alternate: bool = False) -> np.ndarray:
+        return np.asarray(buf)[..., :cols].view(self.uint) == self.poison(alternate)
+
     def __repr__(self) -> str:
         return f"Format({self.name!r})"
 
@@ -284,8 +359,9 @@ def get(name) -> Format:
     try:
         return FORMATS[name]
     except (KeyError, TypeError):
-        raise invalid("format", name, f"one of {sorted(FORMATS)}",
-                      "fp8 formats are not supported yet") from None
+        raise invalid("format", name, f"a storage format, one of {sorted(FORMATS)}",
+                      "fp8, int8 and fp4 are the outputs of a quantised check: a spec's "
+                      "[quant] format") from None
 
 
 def of_dtype(dtype, what: str = "dtype") -> Format:
@@ -301,6 +377,10 @@ def of_dtype(dtype, what: str = "dtype") -> Format:
 #: A NaN with a payload no arithmetic produces (computed NaNs are the default quiet NaN): what an
 #: output buffer holds before a launch, so an element the kernel never writes is recognisable.
 POISON_BITS = {"fp16": 0x7D5A, "bf16": 0x7FA5, "fp32": 0x7FA5A5A5}
+#: The alternate poison is POISON_BITS xor this: another NaN payload no arithmetic produces (fp16
+#: 0x7CA5, bf16 0x7F9A, fp32 0x7F9A5A5A: the exponent all ones, the payload neither zero nor the
+#: default quiet NaN's).
+_ALTERNATE = {"fp16": 0x01FF, "bf16": 0x003F, "fp32": 0x003FFFFF}
 
 
 def poison_bits(dtype) -> int:

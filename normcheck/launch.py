@@ -27,10 +27,15 @@ from normcheck.errors import KernelRaised, SpecError, invalid
 __all__ = ["Case", "KernelTarget", "CallableTarget", "Outputs", "bind", "buffer_formats",
            "poisoned", "poison_bits", "unwritten"]
 
-def poisoned(shape, dtype) -> np.ndarray:
-    """An array of the poison NaN of dtype's format (:data:`normcheck.formats.POISON_BITS`)."""
-    fmt = formats.of_dtype(dtype)
-    return np.full(shape, formats.POISON_BITS[fmt.name], fmt.uint).view(fmt.dtype)
+def poisoned(shape, fmt, alternate: bool = False) -> np.ndarray:
+    """An array of the poison code of ``fmt`` (any :class:`normcheck.formats.NumberFormat`, or
+    the numpy dtype of a storage format): a NaN with a payload
+    (:data:`normcheck.formats.POISON_BITS`), or a quantised format's (``alternate``: the second
+    one)."""
+    if not isinstance(fmt, formats.NumberFormat):
+        fmt = formats.of_dtype(fmt)
+    bits = np.uint8 if fmt.dtype.itemsize == 1 else formats.of_dtype(fmt.dtype).uint
+    return np.full(shape, fmt.poison(alternate), bits).view(fmt.dtype)
 
 
 poison_bits = formats.poison_bits
@@ -38,8 +43,7 @@ poison_bits = formats.poison_bits
 
 def unwritten(a) -> np.ndarray:
     """Mask of the elements still holding the poison (never written by the kernel)."""
-    fmt = formats.of_dtype(np.asarray(a).dtype)
-    return np.asarray(a).view(fmt.uint) == formats.POISON_BITS[fmt.name]
+    return formats.of_dtype(np.asarray(a).dtype).unwritten(a)
 
 
 @dataclass
@@ -84,9 +88,8 @@ def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None, quant=None) ->
     if quant is not None:
         from normcheck.quant import formats as qformats
 
-        sf = quant.scale_format
         fm.update({"scale": formats.FP32, "amax": formats.FP32,
-                   "scales": formats.FP32 if sf == "fp32" else qformats.get(sf)})
+                   "scales": qformats.get(quant.scale_format)})
     for a in spec.args:
         for r in a.roles:
             if r in ("scratch", "null", "stream") or r in specs.SCALAR_ROLES or \
@@ -232,9 +235,7 @@ class KernelTarget:
                                           (rows, g)))
         if zero or role == "amax":  # amax accumulates (atomicMax): it starts at 0
             return np.zeros(shape, fmt.dtype)
-        if fmt is formats.FP32:
-            return poisoned(shape, np.float32)
-        codes = np.full(shape, fmt.poison(self.alternate_poison), np.uint8).view(fmt.dtype)
+        codes = poisoned(shape, fmt, self.alternate_poison)
         if self.capabilities.language == "triton" and getattr(fmt, "element", None):
             import ml_dtypes  # a Triton pointer's element type is the array's: fp8, not bytes
 

@@ -178,3 +178,41 @@ def test_ulp_array_keeps_the_shape_and_agrees_with_ulp():
         want = [[float(f.ulp(v)) if np.isfinite(v) else got[i, j] for j, v in enumerate(row)]
                 for i, row in enumerate(t)]
         assert np.array_equal(got, np.array(want))
+
+
+# ------------------------------------------------------------------------------------------------
+# One protocol: storage and quantised formats answer the same questions
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["fp32", "fp16", "bf16", "e4m3", "e5m2", "e4m3fnuz",
+                                  "e5m2fnuz", "int8", "e2m1", "e8m0", "ue4m3"])
+def test_every_format_answers_one_protocol(name):
+    from normcheck import launch
+    from normcheck.quant import formats as qformats
+
+    f = qformats.get(name)  # the one lookup names storage and quantised formats alike
+    assert isinstance(f, formats.NumberFormat)
+    big = np.array([4 * f.max_finite, 1.0, 0.75 * f.max_finite])
+    q = f.quantize(big, "satfinite")
+    assert q[0] == f.max_finite and q[1] == 1.0  # saturated; 1 is a value of every format
+    assert np.array_equal(f.decode(f.encode(q)), q)  # codes and values, each the other's inverse
+    assert f.steps(q[0], q[0]) == 0 and f.steps(q[1], q[0]) > 0
+    # a buffer poisoned as a launch leaves it: every element unwritten, under its own poison only
+    buf = launch.poisoned((2, f.storage_cols(5)), f)
+    assert f.unwritten(buf, 5).all() and not f.unwritten(buf, 5, alternate=True).any()
+    alt = launch.poisoned((2, f.storage_cols(5)), f, alternate=True)
+    assert f.unwritten(alt, 5, alternate=True).all() and not f.unwritten(alt, 5).any()
+    assert f.from_storage(buf, 5).shape == (2, 5)
+
+
+def test_storage_formats_round_as_quantize_says():
+    """Format.quantize is round_array (rn) and round_toward_zero (rz), with the saturating and
+    the non-saturating overflow of the quantised formats; steps count ordinals."""
+    v = np.array([1.0 + 2.0**-12, 70000.0, -1e6, np.nan, 3.0])
+    assert np.array_equal(FP16.quantize(v), FP16.round_array(v), equal_nan=True)
+    assert np.array_equal(FP16.quantize(v, mode="rz"), FP16.round_toward_zero(v), equal_nan=True)
+    assert list(FP16.quantize(v, "satfinite")[1:3]) == [65504.0, -65504.0]
+    assert BF16.steps(1.0, 1.0 + 2.0**-7) == 1 and FP32.steps(-0.0, 0.0) == 0
+    with pytest.raises(InvalidArgument, match="mode"):
+        FP16.quantize(v, mode="ru")
+    with pytest.raises(InvalidArgument, match="value"):
+        FP16.encode([1.0 + 2.0**-20])  # not a value of fp16: quantize it first

@@ -25,7 +25,7 @@ from normcheck.check.judge import Failure, check_h, odd_rows, undefined_dependen
 from normcheck.check.tolerances import TOLERANCES, Verdict
 from normcheck.errors import KernelError, KernelRaised
 from normcheck.launch import Case
-from normcheck.quant import families as qfamilies
+from normcheck.quant import families as qfamilies, formats as qformats
 from normcheck.quant.classify import (CLASSES, CONTRACT, EXACT, ORDER, UNWRITTEN, QCounts,
                                       QMeasured, ScaleShape, as_values, classify, scale_layout)
 from normcheck.quant.contract import Contract
@@ -121,12 +121,9 @@ class QuantCallableTarget:
             fmt = self.contract.qformat
             outs["q_values"] = as_values(res[0], fmt, case.cols)
             if self.contract.dynamic:  # float values, or e8m0/ue4m3 codes of block scales
-                from normcheck.quant import formats as qformats
-
                 sfmt = self.contract.scale_format
                 sv = np.asarray(res[1]) if not hasattr(res[1], "detach") else res[1]
-                outs["scale_values"] = as_values(sv, qformats.get(sfmt), np.size(sv)) \
-                    if sfmt != "fp32" else as_values(sv, fmt, -1).astype(np.float64)
+                outs["scale_values"] = as_values(sv, qformats.get(sfmt), np.size(sv))
         except Exception as e:  # the callable's failure, reported as such
             raise KernelRaised(f"{self.label} raised {type(e).__name__}: {e}",
                                exception=type(e).__name__) from None
@@ -238,25 +235,15 @@ class QuantJudge:
         raw = outs.get("output")
         if raw is None:
             raise KernelRaised("the target wrote no output (q)")
-        q = fmt.from_storage(raw, case.cols)
-        poison = fmt.poison()
-        codes = _codes(raw, fmt, case.cols)
-        unw = codes == (poison & (0xF if fmt.packed else 0xFF))
+        q, unw = fmt.from_storage(raw, case.cols), fmt.unwritten(raw, case.cols)
         s = unw_s = None
         if c.dynamic:
             sraw = outs.get("scales")
             if sraw is None:
                 raise KernelRaised("the target wrote no scales")
-            if c.scale_format == "fp32":
-                unw_s = scale_layout(c, launch.unwritten(sraw).astype(np.float64),
-                                      case.rows) > 0
-                s = scale_layout(c, sraw, case.rows)
-            else:
-                from normcheck.quant import formats as qformats
-                sf = qformats.get(c.scale_format)
-                s = scale_layout(c, sf.decode(sraw), case.rows)
-                unw_s = scale_layout(c, (np.asarray(sraw) == sf.poison()).astype(np.float64),
-                                      case.rows) > 0
+            sf = qformats.get(c.scale_format)  # fp32, or e8m0/ue4m3 codes of block scales
+            s = scale_layout(c, sf.from_storage(sraw), case.rows)
+            unw_s = scale_layout(c, sf.unwritten(sraw).astype(np.float64), case.rows) > 0
         return q, unw, s, unw_s, outs.get("amax")
 
     def measure(self, family, case, outs=None):
@@ -286,8 +273,7 @@ class QuantJudge:
                 alt = self.run_target(family, case, alternate=True)
                 if isinstance(alt, Failure):
                     return None, [alt]
-                mask = 0xF if fmt.packed else 0xFF
-                unw &= _codes(alt["output"], fmt, case.cols) == (fmt.poison(True) & mask)
+                unw &= fmt.unwritten(alt["output"], case.cols, alternate=True)
         try:
             m = classify(ref, q, s, amax, unw if unw is not None and unw.any() else None,
                          unw_s if unw_s is not None and unw_s.any() else None)
@@ -431,16 +417,6 @@ class QuantJudge:
         if fam_worst is not None and (self.worst is None or fam_worst[0] > self.worst[0]):
             self.worst = (fam_worst[0], fam, fam_worst[1], fam_worst[2], fam_worst[3])
         return fam_fails, []
-
-
-def _codes(raw, fmt, cols):
-    b = np.asarray(raw).view(np.uint8)
-    if fmt.packed:
-        codes = np.empty(b.shape[:-1] + (2 * b.shape[-1],), np.uint8)
-        codes[..., 0::2] = b & 0xF
-        codes[..., 1::2] = b >> 4
-        b = codes
-    return b[..., :cols]
 
 
 def _saturation_points(m: QMeasured):

@@ -184,7 +184,7 @@ def as_values(a, fmt, cols: int) -> np.ndarray:
         a = a.numpy()
     a = np.asarray(a)
     if a.dtype == np.uint8:
-        return fmt.from_storage(a, cols) if fmt.kind != "int" else a.view(np.int8).astype(float)
+        return fmt.from_storage(a, cols)
     if a.dtype == np.int8:
         return a.astype(np.float64)
     try:

@@ -175,7 +175,9 @@ FIELDS = tuple(f.name for f in dataclasses.fields(Contract) if f.name not in ("n
 
 
 def _checked(c: Contract) -> Contract:
-    qformats.get(c.format)
+    if not isinstance(qformats.get(c.format), qformats.QFormat):
+        raise invalid("quant.format", c.format, f"one of {', '.join(qformats.QFORMATS)}",
+                      "fp32, fp16 and bf16 are storage formats: check the kernel without [quant]")
     for k, opts in _CHOICES.items():
         v = getattr(c, k)
         if v not in opts:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from normcheck import formats
 from normcheck.errors import invalid
 
 __all__ = ["QFormat", "QFORMATS", "get", "E4M3", "E5M2", "E4M3FNUZ", "E5M2FNUZ", "INT8", "E2M1",
@@ -158,19 +159,27 @@ class QFormat:
             return 0xFF
         return 0x80 if self.fnuz else 0x7F
 
-    def from_storage(self, buf, cols: int) -> np.ndarray:
-        """The values of a kernel's buffer [rows, storage_cols] (float64 [rows, cols]); int8 is
-        read as the values it holds, codes are decoded, packed codes unpacked."""
-        b = np.asarray(buf)
-        if self.kind == "int":
-            return b.view(np.int8)[..., :cols].astype(np.float64)
-        b = b.view(np.uint8)
+    def codes(self, buf, cols: int = None) -> np.ndarray:
+        """The codes of a kernel's buffer [rows, storage_cols] (uint8 [rows, cols]: packed
+        codes unpacked, the even element from the low nibble)."""
+        b = np.asarray(buf).view(np.uint8)
         if self.packed:
             codes = np.empty(b.shape[:-1] + (2 * b.shape[-1],), np.uint8)
             codes[..., 0::2] = b & 0xF
             codes[..., 1::2] = b >> 4
             b = codes
-        return self.decode(b[..., :cols])
+        return b[..., :cols]
+
+    def from_storage(self, buf, cols: int = None) -> np.ndarray:
+        """The values of a kernel's buffer [rows, storage_cols] (float64 [rows, cols]); int8 is
+        read as the values it holds, codes are decoded, packed codes unpacked."""
+        if self.kind == "int":
+            return np.asarray(buf).view(np.int8)[..., :cols].astype(np.float64)
+        return self.decode(self.codes(buf, cols))
+
+    def unwritten(self, buf, cols: int = None, alternate: bool = False) -> np.ndarray:
+        """Mask of the elements still holding the (``alternate``) poison code."""
+        return self.codes(buf, cols) == (self.poison(alternate) & (0xF if self.packed else 0xFF))
 
     def to_storage(self, values) -> np.ndarray:
         """Codes of values of this format, packed where the format packs."""
@@ -243,10 +252,6 @@ class QFormat:
                 out = np.where(np.isinf(v), np.copysign(self.max_finite, v), out)
             return out
 
-    def boundaries_between(self, lo, hi):
-        """Whether the rounding of some value in [lo, hi] differs from that of lo."""
-        return self.quantize(lo) != self.quantize(hi)
-
     def steps(self, a, b) -> np.ndarray:
         """How many representable values apart a and b (values of the format) are."""
         vals = self.values()
@@ -274,10 +279,14 @@ _ALIASES = {"fp8_e4m3": "e4m3", "e4m3fn": "e4m3", "fp8": "e4m3", "float8_e4m3fn"
             "nvfp4": "e2m1", "s8": "int8", "i8": "int8"}
 
 
-def get(name) -> QFormat:
-    if isinstance(name, QFormat):
+def get(name) -> formats.NumberFormat:
+    """Every format by name, a quantised one (aliases: fp8, float8_e4m3fn, fp4, …) or a
+    storage one (fp32, fp16, bf16: a contract's float scales): one lookup, one protocol."""
+    if isinstance(name, (QFormat, formats.Format)):
         return name
     n = _ALIASES.get(str(name), str(name))
+    if n in formats.FORMATS:
+        return formats.FORMATS[n]
     if n not in QFORMATS:
         raise invalid("quant.format", name, f"one of {', '.join(QFORMATS)}",
                       "e.g. e4m3 (fp8, ±448), e5m2, int8, e2m1 (fp4)")
