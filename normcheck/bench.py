@@ -68,9 +68,9 @@ def _peak_rss_mib() -> float:
 def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
                     targets=("builtin", "numpy"), builtin_rows=None, echo=print) -> list[dict]:
     """Rows/s of the oracle alone, the kernel alone and the whole long check
-    (normcheck.check.judge.Judge.run_long: generation, the kernel, the oracle, the sound bound
+    (normcheck.check.judge.ForwardJudge.run_long: generation, the kernel, the oracle, the sound bound
     and the compiled measurement, pipelined); the first two on the long run's first eight
-    batches (one of each of its families, Judge.long_batches); RMSNorm, the built-in
+    batches (one of each of its families, ForwardJudge.long_batches); RMSNorm, the built-in
     ``rmsnorm_rms_<fmt>[_upcast_square]`` on the cpu backend and :func:`numpy_rmsnorm`.  ``check /
     oracle`` is the issue's figure; ``check / slower`` divides by the slower of the oracle and
     the kernel (what the check could reach were its own work free and the kernel off the CPUs, as
@@ -81,7 +81,7 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
     than the oracle."""
     from normcheck import kernels, launch, norms
     from normcheck.oracle import fast as oracle_fast
-    from normcheck.check.judge import Judge
+    from normcheck.check.judge import ForwardJudge
 
     n = norms.get("rmsnorm")
     out = []
@@ -100,7 +100,7 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
             else:
                 target = launch.CallableTarget(numpy_rmsnorm(name), n, fmt, fmt, "numpy_rmsnorm")
                 label, R = f"numpy_rmsnorm ({name})", rows
-            j = Judge(target, n, fmt, fmt)
+            j = ForwardJudge(target, n, fmt, fmt)
             # the long run's own first batches, one of each of its families (their rows cost
             # the oracle differently: an offset row needs more double-double than a gaussian one)
             cases = list(itertools.islice(j.long_batches(R, cols), 8))
@@ -254,11 +254,11 @@ def cub_benchmark(repeats=2, echo=print) -> dict:
 
 def bias_benchmark(rows=1_000_000, cols=256, fmts=("fp16", "bf16"), echo=print) -> list[dict]:
     """The rounding-bias rule over ``rows`` rows of the long run's batches (every family of
-    Judge.long_batches in turn) for the sound built-in RMSNorm of each format, and for the
+    ForwardJudge.long_batches in turn) for the sound built-in RMSNorm of each format, and for the
     same outputs re-stored toward zero: batches judged alone, false alarms, the largest |mean|
     signed error and z = |mean|/stderr, and the verdict on the whole run."""
     from normcheck import kernels, launch, measure, norms
-    from normcheck.check.judge import Judge
+    from normcheck.check.judge import ForwardJudge
     from normcheck.check.tolerances import BIAS
 
     n = norms.get("rmsnorm")
@@ -272,7 +272,7 @@ def bias_benchmark(rows=1_000_000, cols=256, fmts=("fp16", "bf16"), echo=print) 
         fmt = formats.get(name)
         v = kernels.get(f"rmsnorm_rms_{name}_upcast_square")
         target = kernels.target(v, "cpu")
-        j = Judge(target, n, fmt, fmt)
+        j = ForwardJudge(target, n, fmt, fmt)
         stats = {"rn": [measure.Bias(), 0, 0, 0.0, 0.0], "rz": [measure.Bias(), 0, 0, 0.0, 0.0]}
         t0 = time.perf_counter()
         for fam, case in j.long_batches(rows, cols):

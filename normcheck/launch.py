@@ -135,9 +135,9 @@ class KernelTarget:
         self.timeout = timeout
         self.formats = buffer_formats(spec, self.fmt.name, None if quant else self.out.name,
                                       quant=quant)
-        self.alternate_poison = False  # quantised codes: the second poison byte
         self.label = label or ", ".join(dict.fromkeys(spec.entries))
         self._pad = None  # the padded run under way: extra elements a row of strided buffers
+        self._alternate = False  # the quantised output's second poison code (a call's)
 
     @property
     def strided(self) -> set:
@@ -235,7 +235,7 @@ class KernelTarget:
                                           (rows, g)))
         if zero or role == "amax":  # amax accumulates (atomicMax): it starts at 0
             return np.zeros(shape, fmt.dtype)
-        codes = poisoned(shape, fmt, self.alternate_poison)
+        codes = poisoned(shape, fmt, self._alternate)
         if self.capabilities.language == "triton" and getattr(fmt, "element", None):
             import ml_dtypes  # a Triton pointer's element type is the array's: fp8, not bytes
 
@@ -310,17 +310,19 @@ class KernelTarget:
         (``fill=``: a capability of the backend), to see whether the outputs depend on them."""
         return self.capabilities.fill
 
-    def __call__(self, case: Case, guard=None, pad=None, raw=False, **launch) -> dict:
+    def __call__(self, case: Case, guard=None, pad=None, raw=False, alternate=False,
+                 **launch) -> dict:
         """The outputs by role; ``launch`` goes to every launch (the cpu backend's schedule,
         seed and workers: the block order atomics arrive in; its fill byte of undefined
         values; ``blocks``, a subset of the blocks).  ``pad``: the strided row buffers get
         that many extra elements a row (a padded run); ``raw``: the outputs are the whole
-        buffers by role (padding included), inputs too."""
-        self._pad = pad
+        buffers by role (padding included), inputs too; ``alternate``: a quantised output
+        starts as the second poison code."""
+        self._pad, self._alternate = pad, alternate
         try:
             return self._run(case, guard, raw, launch)
         finally:
-            self._pad = None
+            self._pad, self._alternate = None, False
 
     def _run(self, case, guard, raw, launch):
         rows, cols = case.rows, case.cols

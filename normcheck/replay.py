@@ -70,13 +70,13 @@ def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
 
 def _replay_quant(case, path, target, norm, contract, backend, notes) -> str:
     from normcheck import launch
-    from normcheck.check.quantised import CLASSES, QuantJudge
+    from normcheck.check.quantised import CLASSES, QuantisedJudge
 
     x = case["x"]
     extra = {} if case["scale"] is None else {"scale": np.float32(case["scale"].ravel()[0])}
     c = launch.Case(x=x, gamma=case["gamma"], beta=case["beta"], residual=case["residual"],
                     eps=case["eps"], extra=extra)
-    judge = QuantJudge(target, norm, formats.of_dtype(x.dtype), contract, eps=case["eps"])
+    judge = QuantisedJudge(target, norm, formats.of_dtype(x.dtype), contract, eps=case["eps"])
     m, fails = judge.measure("replay", c)
     head = (f"case {path}: {x.shape[0]} row(s) of {x.shape[1]}, eps={float(case['eps'])!r}, "
             f"contract {contract.describe()}" + (f" -- {case['note']}" if case["note"] else ""))
@@ -102,7 +102,7 @@ def replay(path, backend="cpu", variant=None, run_embedded=False) -> Replayed:
     """Rerun a saved case on its kernel (or on the built-in ``variant``), judge it under the
     check's rule and describe the comparison with the oracle (module docstring)."""
     from normcheck import kernels, launch
-    from normcheck.check.judge import Judge
+    from normcheck.check.judge import ForwardJudge
 
     case = load_case(path)
     k = {"variant": variant} if variant else case["kernel"]
@@ -135,7 +135,7 @@ def replay(path, backend="cpu", variant=None, run_embedded=False) -> Replayed:
                       "call it on the saved rows (normcheck.replay.load_case)")
     head = (f"case {path}: {x.shape[0]} row(s) of {x.shape[1]}, eps={float(eps)!r}"
             + (f" -- {case['note']}" if case["note"] else ""))
-    judge = Judge(target, norm, fmt, out, convention=convention, eps=eps, backend=backend)
+    judge = ForwardJudge(target, norm, fmt, out, convention=convention, eps=eps, backend=backend)
     m, fails = judge.measure("replay", c)
     lines = [head] + [f"note: {n}" for n in notes]
     if m is None:  # the launch failed: a fault, under its own name

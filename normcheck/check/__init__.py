@@ -28,7 +28,8 @@ import numpy as np
 
 from normcheck import cases, formats, launch, norms, parts, spec as specs
 from normcheck.oracle import exact
-from normcheck.check.judge import (CHECK_FAMILIES, FATAL, Baseline, Failure, FamilyResult, Judge,
+from normcheck.check.engine import FATAL, Failure
+from normcheck.check.judge import (CHECK_FAMILIES, Baseline, FamilyResult, ForwardJudge,
                                    Worst)
 from normcheck.check.resolve import (LIMITS, check_cols, check_counts, long_run, resolve)
 from normcheck.check.engine import assemble, fault_or_worst
@@ -62,7 +63,7 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
            search_examples, seed, cols_range, cols_multiple_of, stats_roles,
            save_counterexample, kernel_desc, long=None, progress=None, arch=None) -> CheckResult:
     t0 = time.perf_counter()
-    judge = Judge(target, norm, fmt, out, convention=convention, eps=eps, backend=backend,
+    judge = ForwardJudge(target, norm, fmt, out, convention=convention, eps=eps, backend=backend,
                   seed=seed, cols_range=cols_range, cols_multiple_of=cols_multiple_of,
                   stats_roles=stats_roles)
     fams = CHECK_FAMILIES

@@ -38,10 +38,11 @@ from normcheck.causes import Cause
 from normcheck.check import engine
 from normcheck.check.result import BackwardDetail
 from normcheck.check.engine import assemble
-from normcheck.check.judge import FATAL, Failure, FamilyResult, odd_rows, with_notes
+from normcheck.check.engine import FATAL, Failure, odd_rows, with_notes
+from normcheck.check.judge import FamilyResult
 from normcheck.check.resolve import check_counts, resolve
 from normcheck.check.tolerances import TOLERANCES, Verdict
-from normcheck.errors import KernelError, invalid
+from normcheck.errors import invalid
 
 __all__ = ["check_backward", "ORDERS_DEFAULT"]
 
@@ -552,14 +553,17 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
         detail=BackwardDetail(roles, stats, mode, races, orders, seed))
 
 
-class BackwardJudge:
+class BackwardJudge(engine.Judge):
     """The backward check's side of check.engine.run_families: each family's widths at one row
     count, every output (dx, dγ, dβ ...) measured against its own sound bound and the built-in
     strategies' error, and on the cpu backend dγ's and dβ's spread over seeded block orders."""
 
+    Result = FamilyResult
+
     def __init__(self, target, norm, fmt, fm, spec, backend, roles, stats, mode, eps, seed,
                  orders):
-        self.target, self.n, self.fmt, self.fm, self.be = target, norm, fmt, fm, backend
+        super().__init__(target)
+        self.n, self.fmt, self.fm, self.be = norm, fmt, fm, backend
         self.roles, self.stats, self.mode, self.eps = roles, stats, mode, eps
         self.seed, self.orders = seed, orders
         self.reads_gamma = spec.has("gamma")
@@ -567,8 +571,6 @@ class BackwardJudge:
         self.multiple = max(1, spec.cols_multiple_of)
         #: a family's place in BACKWARD_FAMILIES seeds its rows, whichever families run
         self.index = {f: i for i, f in enumerate(families_mod.BACKWARD_FAMILIES)}
-        self.timed_out = False
-        self.fault = None
         self.worst_case = None  # (family, case) saved: the first failure's, or a warn's
         self.races = {}
 
@@ -580,7 +582,7 @@ class BackwardJudge:
         return [(rows, cols) for cols in ws]
 
     def start(self, fam):
-        st = engine.FamilyState(FamilyResult(fam))
+        st = super().start(fam)
         st.stats_by_role, st.base_by_role, st.last = {}, {}, None
         return st
 
@@ -588,13 +590,11 @@ class BackwardJudge:
         n, fm, eps, fam = self.n, self.fm, self.eps, st.fr.family
         case = _case(fam, self.fmt.name, rows, cols, [self.seed, self.index[fam], k], n, fm,
                      self.stats, eps, self.reads_gamma, self.mode)
-        try:
-            outs = self.target(case, guard="both")
-        except KernelError as e:
-            self.timed_out = self.timed_out or e.kind == "timeout"
+        outs = self.run_target(fam, case)
+        if isinstance(outs, Failure):
             if self.worst_case is None:
                 self.worst_case = (fam, case)  # a replay runs the launch that faulted
-            return case, None, [Failure(e.kind, fam, str(e))]
+            return case, None, [outs]
         ref = backward_reference(n, case, self.mode, self.stats, fm, self.fmt, eps)
         E = backward_bounds(n, case, self.mode, ref, eps)
         scale = term_scales(n, case, self.mode, eps)
@@ -639,8 +639,6 @@ class BackwardJudge:
 
     def finish(self, st):
         fr, fam, warnings = st.fr, st.fr.family, []
-        for f in st.fails:
-            fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
         outputs = {}
         for role, rs in st.stats_by_role.items():
             d = dict(rs)
@@ -657,9 +655,7 @@ class BackwardJudge:
         fr.p99_ulp = max([d["p99_ulp"] for d in outputs.values()] + [0.0])
         fr.max_scaled = max([d["max_scaled"] for d in outputs.values()] + [0.0])
         fr.max_of_bound = max([d["of_bound"] for d in outputs.values()] + [0.0])
-        if fr.failures:
-            fr.verdict = Verdict.FAIL
-        else:
+        if not fr.failures:
             over = [(role, d) for role, d in outputs.items()
                     if "warn_at" in d and d["max_scaled"] > d["warn_at"]]
             if over:

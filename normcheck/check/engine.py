@@ -1,11 +1,17 @@
-"""The tail every check shares: from the failures and warnings a judge found to the verdict.
+"""What every check shares: the judge's protocol, the one family loop, and the tail.
 
-The forward, backward and quantised checks (and a kernel file that broke the sandbox as it
-loaded) each ran their own copy of this: deduplicate the failures, take the verdict
-(``Verdict.of``: fail with any failure, else warn with any warning, else pass), the headline
-cause (``causes.headline``: the strongest evidence, then the widest), choose the rows to save (the
-launch that faulted, else the worst row) and build the :class:`CheckResult`.  The copies drifted
-(only one deduplicated by output); here they are one.
+A kind of check is a :class:`Judge` -- ``plan`` (a family's cases), ``step`` (one case run and
+measured), ``finish`` (the family judged) -- and :func:`run_families` runs every judge alike:
+it keeps the launch that faulted for the replay, never relaunches a kernel that hung, counts a
+family's failures and fails it.  :class:`Judge` holds what the kinds share: the run with the
+timeout latch, the probe of undefined values on a family's first failing launch.  The forward
+(normcheck.check.judge.ForwardJudge), backward (normcheck.check.backward.BackwardJudge) and
+quantised (normcheck.check.quantised.QuantisedJudge) checks are each one judge.
+
+The tail, :func:`assemble`: deduplicate the failures, take the verdict (``Verdict.of``: fail
+with any failure, else warn with any warning, else pass), the headline cause
+(``causes.headline``: the strongest evidence, then the widest), choose the rows to save (the
+launch that faulted, else the worst row) and build the :class:`CheckResult`.
 
     result = assemble(kernel=..., norm=..., ..., failures=f, warnings=w, families=fr,
                       save=lambda verdict: path_or_None, t0=t0)
@@ -14,14 +20,171 @@ launch that faulted, else the worst row) and build the :class:`CheckResult`.  Th
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
+from normcheck import formats, launch
 from normcheck.backends import get_backend
-from normcheck.causes import headline
+from normcheck.causes import Cause, headline
 from normcheck.check.result import CheckResult
 from normcheck.check.tolerances import Verdict
-from normcheck.errors import FATAL
+from normcheck.errors import FATAL, FailureKind, KernelError
 
-__all__ = ["unique", "assemble", "fault_or_worst", "run_families", "FamilyState"]
+__all__ = ["Judge", "Failure", "FamilyOutcome", "WorstRow", "unique", "assemble",
+           "fault_or_worst", "run_families", "FamilyState", "odd_rows", "with_notes",
+           "undefined_dependence", "check_h"]
+
+
+@dataclass
+class Failure:
+    kind: FailureKind  # (a str: "accuracy", "crash", ...)
+    family: str
+    detail: str
+    cause: str | None = None
+    output: str | None = None  # the output role it is about (dx, dgamma ...) where there are several
+
+    def __post_init__(self):
+        self.kind = FailureKind(self.kind)  # one list of kinds: an unknown one is a bug here
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["kind"] = str(self.kind)
+        d["cause_key"] = getattr(self.cause, "key", None)
+        return d
+
+
+@dataclass
+class FamilyOutcome:
+    """What every kind of check says of a family: its rows, widths, typed verdict, failures by
+    kind and cause (each kind's result adds its figures)."""
+
+    family: str
+    rows: int = 0
+    cols: list = field(default_factory=list)
+    verdict: Verdict = Verdict.PASS
+    failures: dict = field(default_factory=dict)
+    cause: str | None = None
+
+
+@dataclass
+class WorstRow:
+    """Where the worst row of a check is (each kind's adds how far off it is)."""
+
+    family: str
+    cols: int
+    row_index: int
+
+
+def odd_rows(n: int) -> int:
+    """A row count that is not a multiple of 2, 4, 8 or 32: a partial last tile."""
+    return max(1, n if n % 2 else n - 1)
+
+
+def with_notes(fails: list, outs) -> list:
+    """The failures of a launch with what the launch noted (launch.Outputs.notes: an undefined
+    warp-shuffle read) added to their detail: the likely reason, named where it shows."""
+    notes = getattr(outs, "notes", None)
+    if notes:
+        for f in fails:
+            f.detail += "; the launch noted: " + "; ".join(notes)
+    return fails
+
+
+def undefined_dependence(target, case) -> str | None:
+    """Run a cpu-backend kernel twice more on one worker (blocks in a fixed order, so atomics
+    arrive alike), its undefined values (shared memory before a block writes it, a shuffle from
+    a lane not taking part) made of 0xFF bytes, then of zero bytes: where y differs, it depends
+    on them.  A sentence saying where, or None (no difference, or a target that cannot be run
+    so: a callable, the cuda backend)."""
+    if not getattr(target, "refillable", False):
+        return None
+    try:
+        y, y0 = (target(case, guard="end", workers=1, fill=f).get("output") for f in (0xFF, 0))
+    except KernelError:
+        return None
+    if y is None or y0 is None or y0.shape != y.shape:
+        return None
+    diff = np.ascontiguousarray(y).view(f"u{y.dtype.itemsize}") != \
+        np.ascontiguousarray(y0).view(f"u{y.dtype.itemsize}")
+    if not diff.any():
+        return None
+    i, j = (int(v) for v in np.argwhere(diff)[0])
+
+    def show(v):  # a value, or a quantised output's code
+        return f"{float(v)!r}" if np.asarray(v).dtype.kind != "u" else f"code {int(v):#04x}"
+
+    return (f"the output depends on undefined values: run with shared memory before it is "
+            f"written and shuffles from lanes not taking part reading zeros instead of NaN "
+            f"bytes, {int(diff.sum())}/{diff.size} elements of the output differ (first row "
+            f"{i}, col {j}: {show(y[i, j])} -> {show(y0[i, j])})")
+
+
+def check_h(family, h, ref) -> list:
+    """The fused sum h = x + residual a kernel wrote, against its correct rounding (ref.h): a
+    sound kernel adds two stored values once, so anything else fails."""
+    hr = ref.h.rounded
+    fmt = formats.of_dtype(hr.dtype)
+    h = np.asarray(h)
+    if h.dtype != hr.dtype:
+        h = fmt.cast(h.astype(np.float64))
+    wrong = h.view(fmt.uint) != hr.view(fmt.uint)
+    wrong &= ~(np.isnan(h.astype(np.float64)) & np.isnan(hr.astype(np.float64)))
+    if not wrong.any():
+        return []
+    i, j = (int(v) for v in np.argwhere(wrong)[0])
+    what = "never written" if launch.unwritten(h)[i, j] else "not correctly rounded"
+    return [Failure("accuracy" if what != "never written" else "unwritten", family,
+                    f"h = x + residual {what} in {int(wrong.sum())}/{h.size} elements; "
+                    f"e.g. row {i}, col {j}: kernel={float(h[i, j])!r} correctly rounded="
+                    f"{float(hr[i, j])!r}")]
+
+
+class Judge:
+    """One kind of check, as :func:`run_families` drives it.  A kind gives ``plan(family,
+    examples)`` -> [(rows, cols)], ``step(state, family_index, k, rows, cols)`` -> (case,
+    measurement or None, [Failure]) and ``finish(state)`` -> (failures, warnings) -- the loop
+    has counted the family's failures into ``state.fr.failures`` and failed it by then -- and
+    may override ``stop(failures)`` (end the check after a family).  ``Result`` is its
+    :class:`FamilyOutcome`."""
+
+    Result = FamilyOutcome
+
+    def __init__(self, target):
+        self.target = target
+        self.timed_out = False  # a kernel that hung is not launched again
+        self.fault = None  # (family, Case, Failure): the first launch that faulted
+        self.probed_undefined = set()  # families whose failing launch ran undefined_dependence
+        self.undefined = {}  # family -> Cause, where the output depended on undefined values
+
+    def start(self, fam):
+        return FamilyState(self.Result(fam))
+
+    def stop(self, failures) -> bool:
+        return False
+
+    def run_target(self, family, case, cause=None, **call):
+        """The target's outputs on the case (``call``: guard, the launch options), or the
+        Failure it raised (``cause(error, case)`` may name why); a timeout latches."""
+        try:
+            return self.target(case, **{"guard": "both", **call})
+        except KernelError as e:
+            self.timed_out = self.timed_out or e.kind == "timeout"
+            return Failure(e.kind, family, str(e), cause=cause(e, case) if cause else None)
+
+    def probe_undefined(self, family, case, fails, outs, kinds):
+        """On a family's first launch that failed with one of ``kinds``: does the output depend
+        on undefined values (:func:`undefined_dependence`)?  Where it does, that is the family's
+        cause (the strongest evidence there is) and the launch's note."""
+        if family in self.probed_undefined or not any(f.kind in kinds for f in fails):
+            return
+        self.probed_undefined.add(family)  # a family's first failing launch is enough
+        note = undefined_dependence(self.target, case)
+        if note:
+            self.undefined[family] = Cause(note, "undefined_values", "undefined",
+                                           "the output depends on undefined values")
+            if isinstance(outs, launch.Outputs):
+                outs.notes.append(note)
 
 
 class FamilyState:
@@ -33,13 +196,14 @@ class FamilyState:
         self.fails = []
 
 
-def run_families(judge, fams, examples: int, progress=None):
+def run_families(judge: Judge, fams, examples: int, progress=None):
     """The loop every check runs: for each family, its cases (``judge.plan``), each run and
     measured (``judge.step``: the case, the measurement or None, its failures), stopping a family
     at a fault or when nothing was measured, and never launching a kernel that hung again; the
-    launch that faulted first is kept for the replay (``judge.fault``); ``judge.finish`` judges
-    the family (its failures and warnings).  ``judge.stop`` (optional) ends the check after a
-    family.  Returns (family results, failures, warnings)."""
+    launch that faulted first is kept for the replay (``judge.fault``); a family with failures
+    fails, and ``judge.finish`` judges the rest (its failures and warnings: a bias, a warn).
+    ``judge.stop`` ends the check after a family.  Returns (family results, failures,
+    warnings)."""
     results, failures, warnings = [], [], []
     for fi, fam in enumerate(fams):
         st = judge.start(fam)
@@ -55,13 +219,17 @@ def run_families(judge, fams, examples: int, progress=None):
             st.fails += fails
             if m is None or fatal:
                 break
+        for f in st.fails:
+            st.fr.failures[f.kind] = st.fr.failures.get(f.kind, 0) + 1
+        if st.fails:
+            st.fr.verdict = Verdict.FAIL
         fam_fails, fam_warns = judge.finish(st)
         failures += fam_fails
         warnings += fam_warns
         results.append(st.fr)
         if progress:
             progress(fi + 1, len(fams))
-        if getattr(judge, "stop", None) is not None and judge.stop(failures):
+        if judge.stop(failures):
             break
     return results, failures, warnings
 

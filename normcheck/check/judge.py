@@ -30,46 +30,15 @@ import numpy as np
 from normcheck import bounds, families, formats, kernels, launch, metrics, norms, oracle
 from normcheck import measure as measure_mod
 from normcheck.check import diagnose, engine, hazards
+from normcheck.check.engine import FATAL, Failure, check_h, odd_rows, with_notes
 from normcheck.check.tolerances import BIAS, STATISTICS, TOLERANCES, Tolerance, Verdict
-from normcheck.errors import FATAL as FATAL_KINDS
-from normcheck.errors import FailureKind, KernelError
 from normcheck.launch import Case
 
-__all__ = ["CHECK_FAMILIES", "FATAL", "Failure", "Baseline", "Worst", "FamilyResult", "Judge",
-           "check_h", "element_text"]
+__all__ = ["CHECK_FAMILIES", "Baseline", "Worst", "FamilyResult", "ForwardJudge",
+           "element_text"]
 
 #: The families a check runs (``extremes`` is the report's business: see the module docstring).
 CHECK_FAMILIES = tuple(f for f in families.FAMILIES if f != "extremes")
-#: Failures after which the kernel is not launched again in the same phase (errors.FATAL).
-FATAL = FATAL_KINDS
-
-
-@dataclass
-class Failure:
-    kind: FailureKind  # (a str: "accuracy", "crash", ...)
-    family: str
-    detail: str
-    cause: str | None = None
-    output: str | None = None  # the output role it is about (dx, dgamma ...) where there are several
-
-    def __post_init__(self):
-        self.kind = FailureKind(self.kind)  # one list of kinds: an unknown one is a bug here
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["kind"] = str(self.kind)
-        d["cause_key"] = getattr(self.cause, "key", None)
-        return d
-
-
-def with_notes(fails: list, outs) -> list:
-    """The failures of a launch with what the launch noted (launch.Outputs.notes: an undefined
-    warp-shuffle read) added to their detail: the likely reason, named where it shows."""
-    notes = getattr(outs, "notes", None)
-    if notes:
-        for f in fails:
-            f.detail += "; the launch noted: " + "; ".join(notes)
-    return fails
 
 
 @dataclass
@@ -79,12 +48,9 @@ class Baseline:
 
 
 @dataclass
-class Worst:
+class Worst(engine.WorstRow):
     """The worst element found: where, how far off, and the row that holds it."""
 
-    family: str
-    cols: int
-    row_index: int
     col: int
     ulp: float
     scaled_ulp: float
@@ -99,10 +65,9 @@ class Worst:
 
 
 @dataclass
-class FamilyResult:
-    family: str
-    rows: int = 0
-    cols: list = field(default_factory=list)
+class FamilyResult(engine.FamilyOutcome):
+    """A forward family's figures (a backward family's too: per output in ``outputs``)."""
+
     max_ulp: float = 0.0
     p99_ulp: float = 0.0
     mean_ulp: float = 0.0
@@ -112,9 +77,6 @@ class FamilyResult:
     unbounded_rows: int = 0          # rows where no float kernel can promise anything
     baseline: Baseline | None = None
     warn_at: float | None = None
-    verdict: Verdict = Verdict.PASS
-    failures: dict = field(default_factory=dict)
-    cause: str | None = None
     outputs: dict = field(default_factory=dict)  # backward: per output (dx, dγ, dβ) figures
     mean_signed_ulp: float | None = None  # the mean signed error toward zero (measure.Bias)
     bias_stderr_ulp: float | None = None  # its standard error, from the rows' means
@@ -164,26 +126,6 @@ class Measured:
         return self.full().cls
 
 
-def check_h(family, h, ref) -> list:
-    """The fused sum h = x + residual a kernel wrote, against its correct rounding (ref.h): a
-    sound kernel adds two stored values once, so anything else fails."""
-    hr = ref.h.rounded
-    fmt = formats.of_dtype(hr.dtype)
-    h = np.asarray(h)
-    if h.dtype != hr.dtype:
-        h = fmt.cast(h.astype(np.float64))
-    wrong = h.view(fmt.uint) != hr.view(fmt.uint)
-    wrong &= ~(np.isnan(h.astype(np.float64)) & np.isnan(hr.astype(np.float64)))
-    if not wrong.any():
-        return []
-    i, j = (int(v) for v in np.argwhere(wrong)[0])
-    what = "never written" if launch.unwritten(h)[i, j] else "not correctly rounded"
-    return [Failure("accuracy" if what != "never written" else "unwritten", family,
-                    f"h = x + residual {what} in {int(wrong.sum())}/{h.size} elements; "
-                    f"e.g. row {i}, col {j}: kernel={float(h[i, j])!r} correctly rounded="
-                    f"{float(hr[i, j])!r}")]
-
-
 class _Point:
     """One element of a reference, for the sound limit at that element."""
 
@@ -198,45 +140,16 @@ def element_text(i, j, x, y, exact) -> str:
     return measure_mod.mismatch(f"row {i}, col {j}", y[i, j], exact[i, j], x=x[i, j])
 
 
-def undefined_dependence(target, case) -> str | None:
-    """Run a cpu-backend kernel twice more on one worker (blocks in a fixed order, so atomics
-    arrive alike), its undefined values (shared memory before a block writes it, a shuffle from
-    a lane not taking part) made of 0xFF bytes, then of zero bytes: where y differs, it depends
-    on them.  A sentence saying where, or None (no difference, or a target that cannot be run
-    so: a callable, the cuda backend)."""
-    if not getattr(target, "refillable", False):
-        return None
-    try:
-        y, y0 = (target(case, guard="end", workers=1, fill=f).get("output") for f in (0xFF, 0))
-    except KernelError:
-        return None
-    if y is None or y0 is None or y0.shape != y.shape:
-        return None
-    diff = np.ascontiguousarray(y).view(f"u{y.dtype.itemsize}") != \
-        np.ascontiguousarray(y0).view(f"u{y.dtype.itemsize}")
-    if not diff.any():
-        return None
-    i, j = (int(v) for v in np.argwhere(diff)[0])
+class ForwardJudge(engine.Judge):
+    """The forward check: the families at their widths, each element against the sound bound
+    and the best built-in order; the hazards, the long run and the search are its own."""
 
-    def show(v):  # a value, or a quantised output's code
-        return f"{float(v)!r}" if np.asarray(v).dtype.kind != "u" else f"code {int(v):#04x}"
+    Result = FamilyResult
 
-    return (f"the output depends on undefined values: run with shared memory before it is "
-            f"written and shuffles from lanes not taking part reading zeros instead of NaN "
-            f"bytes, {int(diff.sum())}/{diff.size} elements of the output differ (first row "
-            f"{i}, col {j}: {show(y[i, j])} -> {show(y0[i, j])})")
-
-
-def odd_rows(n: int) -> int:
-    """A row count that is not a multiple of 2, 4, 8 or 32: a partial last tile."""
-    return max(1, n if n % 2 else n - 1)
-
-
-class Judge:
     def __init__(self, target, norm: norms.Norm, fmt, out, *, convention="exact",
                  eps=np.float32(1e-5), backend="cpu", seed=0, cols_range=(1, 8192),
                  cols_multiple_of=1, stats_roles=(), tolerance: Tolerance | None = None):
-        self.target = target
+        super().__init__(target)
         self.norm = norm
         self.fmt = formats.get(fmt)
         self.out = formats.get(out)
@@ -250,15 +163,9 @@ class Judge:
         self.tol = tolerance or TOLERANCES[self.out.name]
         self.formats = dict(getattr(target, "formats", {}) or {})
         self.baselines, self.baseline_note = self._baselines()
-        self.timed_out = False
-        self.fault = None  # (family, Case, Failure): the first launch that faulted
         self.hazards_done = False  # the grid in parts and the padded rows: once a check
         self.spreads = {}  # family -> {role: elements}: a kernel declared nondeterministic
         self.notes = []  # what the launches noted (a divergent barrier, an undefined shuffle)
-        # the families whose first failing launch was run again with other undefined values
-        # (undefined_dependence: two launches), and the cause where the output depended on them
-        self.probed_undefined = set()
-        self.undefined = {}
 
     # what runs as the yardstick -------------------------------------------------------------------
     def _baselines(self):
@@ -322,20 +229,11 @@ class Judge:
                                eps=case.eps, convention=self.convention, out=self.out)
 
     # one batch ------------------------------------------------------------------------------------
-    def run_target(self, family: str, case: Case, guard="both"):
-        """The target's outputs on the case, or a Failure."""
-        try:
-            return self.target(case, guard=guard)
-        except KernelError as e:
-            if e.kind == "timeout":
-                self.timed_out = True
-            return Failure(e.kind, family, str(e))
-
     def measure(self, family: str, case: Case, guard="both", outs=None):
         """Run the target on the case (unless its ``outs`` are given) and measure it:
         (Measured or None, [Failure])."""
         if outs is None:
-            outs = self.run_target(family, case, guard)
+            outs = self.run_target(family, case, guard=guard)
         if isinstance(outs, Failure):
             return None, [outs]
         ref = self.reference(case)
@@ -379,7 +277,7 @@ class Judge:
                     f"at width {x.shape[1]}; e.g. " + element_text(
                         i, j, x, y, ref.exact)))
         if "h" in outs:
-            fails += self._check_h(family, outs["h"], ref)
+            fails += check_h(family, outs["h"], ref)
         roles = [role for role in self.stats_roles if role in outs]
         rows = oracle.normalised_rows(ref, x, case.residual, self.convention) if roles else None
         for role in roles:
@@ -395,16 +293,7 @@ class Judge:
                 f"width {x.shape[1]}, " + element_text(i, j, x, y, ref.exact) +
                 f", {float(mm.ulp[i, j]):.4g} ulp where the sound bound allows {lim_ulp:.4g} "
                 f"({float(mm.ratio[i, j]):.3g}x)"))
-        if family not in self.probed_undefined and any(f.kind in ("accuracy", "nonfinite")
-                                                       for f in fails):
-            self.probed_undefined.add(family)  # a family's first failing launch is enough
-            note = undefined_dependence(self.target, case)
-            if note:
-                # the strongest evidence there is: the family's cause, and the headline's
-                self.undefined[family] = diagnose.Cause(
-                    note, "undefined_values", "undefined", diagnose.CAUSES["undefined_values"][0])
-                if isinstance(outs, launch.Outputs):
-                    outs.notes.append(note)
+        self.probe_undefined(family, case, fails, outs, ("accuracy", "nonfinite"))
         for note in getattr(outs, "notes", ()) or ():
             # shown with the verdict, a pass included: a divergent barrier only.  An undefined
             # shuffle read stays with the failures it may explain (with_notes): on a pass its
@@ -412,9 +301,6 @@ class Judge:
             if "__syncthreads()" in note and note not in self.notes and len(self.notes) < 8:
                 self.notes.append(note)
         return measured, with_notes(fails, outs)
-
-    def _check_h(self, family, h, ref):
-        return check_h(family, h, ref)
 
     def _check_stats(self, family, role, ref, got, rows):
         """mean and rstd against the exact statistics: the sound bound of the statistics (a
@@ -463,7 +349,7 @@ class Judge:
         return [(per, cols) for cols in ws]
 
     def start(self, fam):
-        st = engine.FamilyState(FamilyResult(fam))
+        st = super().start(fam)
         st.base_max, st.allu, st.alls, st.worst, st.bias = {}, [], [], None, measure_mod.Bias()
         return st
 
@@ -505,10 +391,9 @@ class Judge:
         if bias_fail is not None and not any(f.kind in ("accuracy", "nonfinite")
                                              for f in fam_fails):
             fam_fails.append(bias_fail)  # (beyond the bound already: that is the finding)
+            fr.failures[bias_fail.kind] = fr.failures.get(bias_fail.kind, 0) + 1
         else:
             bias_fail = None
-        for f in fam_fails:
-            fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
         if fam_worst is not None:
             w, case, m = fam_worst
             fr.bound_ulp = float(w.ulp / w.of_bound) if w.of_bound > 0 else None

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from normcheck import formats, launch, norms
+from normcheck import formats, norms
 from normcheck.causes import Cause
 from normcheck.check import engine
 from normcheck.check.result import QuantisedDetail
 from normcheck.check.engine import assemble, fault_or_worst
-from normcheck.check.judge import Failure, check_h, odd_rows, undefined_dependence, with_notes
-from normcheck.check.tolerances import TOLERANCES, Verdict
-from normcheck.errors import KernelError, KernelRaised
+from normcheck.check.engine import Failure, check_h, odd_rows, with_notes
+from normcheck.check.tolerances import TOLERANCES
+from normcheck.errors import KernelRaised
 from normcheck.launch import Case
 from normcheck.quant import families as qfamilies, formats as qformats
 from normcheck.quant.classify import (CLASSES, CONTRACT, EXACT, ORDER, UNWRITTEN, QCounts,
@@ -31,7 +31,7 @@ from normcheck.quant.classify import (CLASSES, CONTRACT, EXACT, ORDER, UNWRITTEN
 from normcheck.quant.contract import Contract
 from normcheck.quant.oracle import QOracle
 
-__all__ = ["judge_quantised", "FAMILIES", "QuantJudge", "QuantCallableTarget", "QFamilyResult",
+__all__ = ["judge_quantised", "FAMILIES", "QuantisedJudge", "QuantCallableTarget", "QFamilyResult",
            "QWorst", "CLASSES"]
 
 #: The families a quantised check runs, in order.
@@ -44,7 +44,7 @@ def judge_quantised(target, *, label, norm, storage, contract, eps, backend, exa
     from normcheck import cases
 
     t0 = time.perf_counter()
-    judge = QuantJudge(target, norm, storage, contract, eps=eps, seed=seed,
+    judge = QuantisedJudge(target, norm, storage, contract, eps=eps, seed=seed,
                        cols_range=cols_range, cols_multiple_of=cols_multiple_of)
     fams = [f for f in FAMILIES if f != "saturation" or not contract.dynamic]
     results, failures, worst = judge.run_families(fams, examples)
@@ -95,9 +95,8 @@ class QuantCallableTarget:
     def __init__(self, fn, norm: norms.Norm, fmt, contract: Contract, label=None):
         self.fn, self.norm, self.fmt, self.contract = fn, norm, fmt, contract
         self.label = label or getattr(fn, "__name__", "callable")
-        self.alternate_poison = False
 
-    def __call__(self, case: Case, guard=None) -> dict:
+    def __call__(self, case: Case, guard=None, alternate=False) -> dict:
         g = case.gamma if self.norm.has_gamma else None
         b = case.beta if self.norm.centred and self.norm.has_beta else None
         sc = case.extra.get("scale")
@@ -134,17 +133,13 @@ class QuantCallableTarget:
 
 
 @dataclass
-class QFamilyResult:
-    family: str
-    rows: int = 0
-    cols: list = field(default_factory=list)
+class QFamilyResult(engine.FamilyOutcome):
+    """A quantised family's counts: q, scales and amax classified, the rows certified."""
+
     q: QCounts = field(default_factory=QCounts)
     scales: QCounts = field(default_factory=QCounts)
     amax: QCounts = field(default_factory=QCounts)
     certified: int = 0
-    verdict: str = "pass"
-    failures: dict = field(default_factory=dict)
-    cause: str | None = None
     saturation: list = field(default_factory=list)  # (row's max|y|/scale, share saturated/NaN)
 
     def as_dict(self) -> dict:
@@ -155,12 +150,9 @@ class QFamilyResult:
 
 
 @dataclass
-class QWorst:
+class QWorst(engine.WorstRow):
     """The row with the most contract flips (or the first order flip)."""
 
-    family: str
-    cols: int
-    row_index: int
     detail: list
     case: Case | None = field(default=None, repr=False, compare=False)
 
@@ -169,12 +161,15 @@ class QWorst:
                 "detail": self.detail}
 
 
-class QuantJudge:
-    """Runs a target over the quant families under one contract."""
+class QuantisedJudge(engine.Judge):
+    """The quantised check: the quant families under one contract, each value and scale
+    classified (exact, order flip, contract flip)."""
+
+    Result = QFamilyResult
 
     def __init__(self, target, norm: norms.Norm, storage, contract: Contract, *,
                  eps=np.float32(1e-6), seed=0, cols_range=(1, 8192), cols_multiple_of=1):
-        self.target = target
+        super().__init__(target)
         self.norm = norms.get(norm)
         self.storage = formats.get(storage)
         self.contract = contract
@@ -182,22 +177,10 @@ class QuantJudge:
         self.seed = int(seed)
         self.cols_range = tuple(cols_range)
         self.multiple_of = int(cols_multiple_of)
-        self.timed_out = False
-        self.fault = None  # (family, Case, Failure): the first launch that faulted
-        self.probed_undefined = set()  # families whose failing launch ran undefined_dependence
-        self.undefined = {}  # family -> Cause, where the output depended on undefined values
 
     # -- one batch --------------------------------------------------------------------------------
-    def run_target(self, family, case, alternate=False):
-        try:
-            self.target.alternate_poison = alternate
-            return self.target(case, guard="both")
-        except KernelError as e:
-            if e.kind == "timeout":
-                self.timed_out = True
-            return Failure(e.kind, family, str(e), cause=self._oob_cause(e, case))
-        finally:
-            self.target.alternate_poison = False
+    def run_target(self, family, case, **call):
+        return super().run_target(family, case, self._oob_cause, **call)
 
     def _oob_cause(self, e, case):
         """A write past the end of the scales of a per-group contract: more scales a row than
@@ -282,15 +265,8 @@ class QuantJudge:
         if "h" in outs and ref.norm_ref is not None and getattr(ref.norm_ref, "h", None) is not None:
             fails += check_h(family, outs["h"], ref.norm_ref)
         fails += self._failures(family, case, m)
-        if family not in self.probed_undefined and any(
-                f.kind in ("contract", "scale", "amax", "nonfinite") for f in fails):
-            self.probed_undefined.add(family)  # a family's first failing launch is enough
-            note = undefined_dependence(self.target, case)
-            if note:
-                self.undefined[family] = Cause(note, "undefined_values", "undefined",
-                                               "the output depends on undefined values")
-                if isinstance(outs, launch.Outputs):
-                    outs.notes.append(note)
+        self.probe_undefined(family, case, fails, outs, ("contract", "scale", "amax",
+                                                         "nonfinite"))
         return m, with_notes(fails, outs)
 
     def _shape_failure(self, family, case, e: ScaleShape) -> Failure:
@@ -370,7 +346,7 @@ class QuantJudge:
         return [(per, cols) for cols in ws]
 
     def start(self, fam):
-        st = engine.FamilyState(QFamilyResult(fam))
+        st = super().start(fam)
         st.worst = None
         return st
 
@@ -398,10 +374,7 @@ class QuantJudge:
         from normcheck.quant import diagnose
 
         fr, fam, fam_fails, fam_worst = st.fr, st.fr.family, st.fails, st.worst
-        for f in fam_fails:
-            fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
         if fam_fails:
-            fr.verdict = Verdict.FAIL
             if fam in self.undefined:
                 fr.cause = self.undefined[fam]
                 for f in fam_fails:

@@ -14,7 +14,7 @@ from normcheck import kernels, norms
 
 from normcheck.quant import contract as qcontract
 from normcheck.quant import families as qfamilies
-from normcheck.check.quantised import QuantJudge
+from normcheck.check.quantised import QuantisedJudge
 from normcheck.quant.oracle import QOracle
 
 __all__ = ["measure", "MATRIX_GROUPS", "LOADS", "markdown"]
@@ -33,7 +33,7 @@ _EPS = np.float32(1e-6)
 
 
 def _judge(v, contract, backend, seed):
-    return QuantJudge(kernels.target(v, backend, contract=contract), v.norm, v.storage,
+    return QuantisedJudge(kernels.target(v, backend, contract=contract), v.norm, v.storage,
                       contract, eps=_EPS, seed=seed)
 
 

@@ -205,15 +205,15 @@ _TARGETS = {}
 
 
 def _user_judge(path, backend):
-    """(Judge, spec) of a user kernel's spec, bound once per process (a cluster worker too),
+    """(ForwardJudge, spec) of a user kernel's spec, bound once per process (a cluster worker too),
     resolved as normcheck check resolves it."""
     key = (path, getattr(backend, "name", backend))
     if key not in _TARGETS:
-        from normcheck.check.judge import Judge
+        from normcheck.check.judge import ForwardJudge
         from normcheck.check.resolve import resolve
 
         r = resolve(spec=path, backend=backend)
-        _TARGETS[key] = (Judge(r.target, r.norm, r.fmt, r.out, convention=r.spec.convention,
+        _TARGETS[key] = (ForwardJudge(r.target, r.norm, r.fmt, r.out, convention=r.spec.convention,
                                eps=r.eps, backend=r.backend), r.spec)
     return _TARGETS[key]
 
