@@ -22,17 +22,16 @@ Python API: :func:`check_kernel` (a CUDA C kernel with or without a spec),
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
-from normcheck import cases, formats, launch, norms, parts, spec as specs
+from normcheck import formats, launch, norms, parts, spec as specs
 from normcheck.oracle import exact
-from normcheck.check.engine import FATAL, Failure
+from normcheck.check import engine
+from normcheck.check.engine import FATAL, Failure, assemble
 from normcheck.check.judge import (CHECK_FAMILIES, Baseline, FamilyResult, ForwardJudge,
                                    Worst)
 from normcheck.check.resolve import (LIMITS, check_cols, check_counts, long_run, resolve)
-from normcheck.check.engine import assemble, fault_or_worst
 from normcheck.check.options import CheckOptions
 from normcheck.check.result import CheckResult, ForwardDetail
 from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance
@@ -81,19 +80,11 @@ def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backen
         if f is not None:
             failures.append(f)
             worst = w
-    def save(verdict):
-        c, note = fault_or_worst(judge.fault, worst)
-        if c is None or not (verdict == "fail" or save_counterexample):
-            return None
-        return str(cases.save_case(
-            Path(save_counterexample) if save_counterexample else None, kernel=kernel_desc,
-            x=c.x, gamma=c.gamma, beta=c.beta, residual=c.residual, eps=c.eps, note=note,
-            label=label, exclusive=save_counterexample is None))
-
     return assemble(
         kernel=label, norm=norm, dtype=judge.fmt.name, out_dtype=judge.out.name,
         backend=getattr(judge.target, "backend", None) or backend, failures=failures, warnings=warnings, families=results,
-        tolerance=judge.tol, t0=t0, save=save, worst=worst, arch=arch,
+        tolerance=judge.tol, t0=t0, worst=worst, arch=arch,
+        save=engine.saver(judge, worst, save_counterexample, kernel_desc, label),
         rows_checked=sum(fr.rows for fr in results) + (search_stats["examples"]
                                                        if search_stats else 0),
         baseline_note=judge.baseline_note, search=search_stats, yardstick=bool(judge.baselines),

@@ -532,13 +532,10 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
     judge = BackwardJudge(target, n, fmt, fm, spec, res.backend, roles, stats, mode, eps, seed,
                           orders)
     results, failures, warnings = engine.run_families(judge, fams, examples)
-    races, worst_case, be = judge.races, judge.worst_case, res.backend
-
-    def save(verdict):
-        if worst_case is None or not (verdict != "pass" or save_counterexample):
-            return None
-        return _save(worst_case, target, res.desc, stats, mode, save_counterexample)
-
+    be = res.backend
+    save = engine.saver(judge, judge.worst, save_counterexample,
+                        {**res.desc, "backward": {"stats": stats, "mode": mode}}, target.label,
+                        "backward", verdicts=("fail", "warn"))
     return assemble(
         kernel=target.label, norm=n, norm_desc=n.describe() + " backward", reference="exact",
         dtype=fmt.name, out_dtype=fm.get("dx", fm.get("d_residual", fmt)).name,
@@ -550,7 +547,7 @@ def check_backward(source=None, entry=None, norm=None, dtype=None, *, spec=None,
                       "(normcheck.bounds.sound_backward); warn beyond k x the built-in "
                       "strategies' on the same rows; statistics " + stats
                       + ("; x̂ from y" if mode == "y" else ""),
-        detail=BackwardDetail(roles, stats, mode, races, orders, seed))
+        detail=BackwardDetail(roles, stats, mode, judge.races, orders, seed))
 
 
 class BackwardJudge(engine.Judge):
@@ -571,7 +568,7 @@ class BackwardJudge(engine.Judge):
         self.multiple = max(1, spec.cols_multiple_of)
         #: a family's place in BACKWARD_FAMILIES seeds its rows, whichever families run
         self.index = {f: i for i, f in enumerate(families_mod.BACKWARD_FAMILIES)}
-        self.worst_case = None  # (family, case) saved: the first failure's, or a warn's
+        self.worst = None  # the rows saved: the first failure's, or a warn's
         self.races = {}
 
     def plan(self, fam, examples):
@@ -592,9 +589,7 @@ class BackwardJudge(engine.Judge):
                      self.stats, eps, self.reads_gamma, self.mode)
         outs = self.run_target(fam, case)
         if isinstance(outs, Failure):
-            if self.worst_case is None:
-                self.worst_case = (fam, case)  # a replay runs the launch that faulted
-            return case, None, [outs]
+            return case, None, [outs]  # the loop keeps the launch that faulted
         ref = backward_reference(n, case, self.mode, self.stats, fm, self.fmt, eps)
         E = backward_bounds(n, case, self.mode, ref, eps)
         scale = term_scales(n, case, self.mode, eps)
@@ -622,8 +617,8 @@ class BackwardJudge(engine.Judge):
                 fails.extend(with_notes([f], outs))
                 if f.cause and not st.fr.cause:
                     st.fr.cause = f.cause
-                if self.worst_case is None:
-                    self.worst_case = (fam, case)
+                if self.worst is None:
+                    self.worst = engine.WorstRow(fam, cols, 0, case=case)
         if self.orders and any(out in outs for out in specs.PARAM_GRADS) and \
                 self.be.capabilities.block_orders and fam in ("gaussian", "tall", "tiles"):
             runs = {out: [] for out in specs.PARAM_GRADS if out in outs}
@@ -662,7 +657,7 @@ class BackwardJudge(engine.Judge):
                 fr.verdict = Verdict.WARN
                 role, d = over[0]
                 case, outs, refs, E = st.last
-                self.worst_case = self.worst_case or (fam, case)
+                self.worst = self.worst or engine.WorstRow(fam, case.cols, 0, case=case)
                 cause = _warn_cause(self.n, case, role, outs, refs, E, self.fm, self.eps)
                 fr.cause = fr.cause or cause
                 warnings.append(Failure(
@@ -686,21 +681,3 @@ def _warn_cause(n, case, role, outs, refs, E, fm, eps):
     fmt = ref.fmt if role not in specs.ROW_GRADS else formats.of_dtype(case.x.dtype)
     got = np.asarray(outs[role]).astype(np.float64)
     return _explain(n, case, role, got, ref, limit, fmt, eps)
-
-
-def _save(worst, target, desc, stats, mode, path):
-    """The case of the first failing (or warned) family, saved for ``normcheck replay``."""
-    from pathlib import Path
-
-    from normcheck import cases
-
-    fam, case = worst
-    desc = {**desc, "backward": {"stats": stats, "mode": mode}}
-    extra = {k: v for k, v in (("dy", case.dy), ("mean", case.mean), ("rstd", case.rstd),
-                               ("dh", case.extra.get("dh")), ("y", case.extra.get("y")))
-             if v is not None}
-    return str(cases.save_case(Path(path) if path else None, kernel=desc, x=case.x,
-                                gamma=case.gamma, beta=case.beta, eps=case.eps,
-                                note=f"first failing family of normcheck check --backward "
-                                     f"({fam})", label=target.label, exclusive=path is None,
-                                **extra))

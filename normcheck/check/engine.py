@@ -32,7 +32,7 @@ from normcheck.check.tolerances import Verdict
 from normcheck.errors import FATAL, FailureKind, KernelError
 
 __all__ = ["Judge", "Failure", "FamilyOutcome", "WorstRow", "unique", "assemble",
-           "fault_or_worst", "run_families", "FamilyState", "odd_rows", "with_notes",
+           "fault_or_worst", "saver", "run_families", "FamilyState", "odd_rows", "with_notes",
            "undefined_dependence", "check_h"]
 
 
@@ -69,11 +69,13 @@ class FamilyOutcome:
 
 @dataclass
 class WorstRow:
-    """Where the worst row of a check is (each kind's adds how far off it is)."""
+    """Where the worst row of a check is, and its rows (``case``; each kind's adds how far off
+    it is)."""
 
     family: str
     cols: int
     row_index: int
+    case: object = field(default=None, repr=False, compare=False, kw_only=True)
 
 
 def odd_rows(n: int) -> int:
@@ -256,6 +258,28 @@ def fault_or_worst(fault, worst, what: str = ""):
     if worst is not None and worst.case is not None:
         return worst.case, f"worst row of normcheck check ({worst.family}{tail})"
     return None, None
+
+
+def saver(judge: Judge, worst, path, kernel: dict, label, what: str = "",
+          verdicts=("fail",)):
+    """The ``save`` of :func:`assemble`: the rows of the launch that faulted, else of the worst
+    row (:func:`fault_or_worst`), every array of the case with them, written for ``normcheck
+    replay`` when the verdict is one of ``verdicts`` or a ``path`` asks for them."""
+    from pathlib import Path
+
+    from normcheck import cases
+
+    def save(verdict):
+        c, note = fault_or_worst(judge.fault, worst, what)
+        if c is None or not (verdict in verdicts or path):
+            return None
+        extra = {k: np.asarray(v, np.float32).reshape(-1) if k == "scale" else v for k, v in
+                 (("dy", c.dy), ("mean", c.mean), ("rstd", c.rstd), *c.extra.items())
+                 if v is not None}
+        return str(cases.save_case(Path(path) if path else None, kernel=kernel, x=c.x,
+                                   gamma=c.gamma, beta=c.beta, residual=c.residual, eps=c.eps,
+                                   note=note, label=label, exclusive=path is None, **extra))
+    return save
 
 
 def assemble(*, kernel, norm, dtype, out_dtype, backend, failures, warnings, families,

@@ -57,7 +57,6 @@ class Worst(engine.WorstRow):
     of_bound: float                 # error / sound limit there (> 1 fails)
     row: list
     first: list
-    case: Case | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "case"}
@@ -597,7 +596,8 @@ class ForwardJudge(engine.Judge):
                           "exact": float(m.ref.exact[i, jj]), "ulp": float(ulp[jj])})
         score = float(sc[j]) if np.isfinite(sc[j]) else math.inf
         return Worst(fam, int(case.cols), int(i), int(j), float(ulp[j]), score, float(rt[j]),
-                     [float(v) for v in case.x[i].astype(np.float64)], first, case.head(int(i)))
+                     [float(v) for v in case.x[i].astype(np.float64)], first,
+                     case=case.head(int(i)))
 
     def diagnose(self, case: Case, m: Measured) -> str | None:
         fail_cls = np.isin(m.cls, [metrics.CLASSES.index(k)
@@ -669,7 +669,7 @@ class ForwardJudge(engine.Judge):
         w = self._worst(f.family, case, mm) if mm is not None else None
         if w is None:
             w = Worst(f.family, int(case.cols), 0, 0, math.inf, math.inf, math.inf,
-                      [float(v) for v in case.x[0].astype(np.float64)], [], case.head(0))
+                      [float(v) for v in case.x[0].astype(np.float64)], [], case=case.head(0))
         if f.kind in ("accuracy", "nonfinite") and mm is not None:
             f.cause = self.diagnose(case, mm)
         return stats, f, w

@@ -20,8 +20,7 @@ from normcheck import formats, norms
 from normcheck.causes import Cause
 from normcheck.check import engine
 from normcheck.check.result import QuantisedDetail
-from normcheck.check.engine import assemble, fault_or_worst
-from normcheck.check.engine import Failure, check_h, odd_rows, with_notes
+from normcheck.check.engine import Failure, assemble, check_h, odd_rows, with_notes
 from normcheck.check.tolerances import TOLERANCES
 from normcheck.errors import KernelRaised
 from normcheck.launch import Case
@@ -41,8 +40,6 @@ FAMILIES = tuple(qfamilies.QUANT_FAMILIES)
 def judge_quantised(target, *, label, norm, storage, contract, eps, backend, examples, seed,
                     cols_range, cols_multiple_of, kernel_desc, arch=None, save_counterexample=None):
     """Run the quantised check; returns a normcheck.check.CheckResult."""
-    from normcheck import cases
-
     t0 = time.perf_counter()
     judge = QuantisedJudge(target, norm, storage, contract, eps=eps, seed=seed,
                        cols_range=cols_range, cols_multiple_of=cols_multiple_of)
@@ -54,20 +51,6 @@ def judge_quantised(target, *, label, norm, storage, contract, eps, backend, exa
         total_s.add(fr.scales)
         total_a.add(fr.amax)
 
-    def save(verdict):
-        c, note = fault_or_worst(judge.fault, worst, "quantised")
-        if c is None or not (verdict == "fail" or save_counterexample):
-            return None
-        from pathlib import Path
-
-        return str(cases.save_case(
-            Path(save_counterexample) if save_counterexample else None,
-            kernel={**kernel_desc, "quant": contract.as_dict()}, x=c.x, gamma=c.gamma,
-            beta=c.beta, residual=c.residual, eps=c.eps,
-            note=note, label=label,
-            exclusive=save_counterexample is None,
-            **({"scale": _f32_array(c.extra["scale"])} if "scale" in c.extra else {})))
-
     detail = QuantisedDetail(contract.as_dict(), contract.describe(), total_q.as_dict(),
                              total_s.as_dict(), total_a.as_dict(),
                              [fr.as_dict() for fr in results],
@@ -77,14 +60,10 @@ def judge_quantised(target, *, label, norm, storage, contract, eps, backend, exa
         out_dtype=contract.qformat.name,
         backend=getattr(getattr(judge, "target", None), "backend", None) or backend,
         failures=failures, warnings=[],
-        families=results, tolerance=TOLERANCES["quantised"], t0=t0, save=save, worst=worst,
+        families=results, tolerance=TOLERANCES["quantised"], t0=t0, worst=worst,
+        save=engine.saver(judge, worst, save_counterexample,
+                          {**kernel_desc, "quant": contract.as_dict()}, label, "quantised"),
         max_ulp=0.0, arch=arch, detail=detail)
-
-
-def _f32_array(v):
-    import numpy as np
-
-    return np.array([v], np.float32)
 
 
 class QuantCallableTarget:
@@ -154,7 +133,6 @@ class QWorst(engine.WorstRow):
     """The row with the most contract flips (or the first order flip)."""
 
     detail: list
-    case: Case | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict:
         return {"family": self.family, "cols": self.cols, "row_index": self.row_index,
@@ -335,7 +313,7 @@ class QuantisedJudge(engine.Judge):
         w = None
         if self.worst is not None:
             _, fam, case, m, i = self.worst
-            w = QWorst(fam, case.cols, i, _row_detail(case, m, i), case.head(i))
+            w = QWorst(fam, case.cols, i, _row_detail(case, m, i), case=case.head(i))
             w.case.extra = dict(case.extra)
         return results, failures, w
 
