@@ -7,30 +7,183 @@ from normcheck.measure import mismatch
 from normcheck.metrics import StreamStats
 from normcheck.metrics import short as _fmt
 
-__all__ = ["render", "render_quantised", "explain"]
+__all__ = ["render", "explain"]
 
 
 def render(r) -> str:
+    """One layout for every kind of check: what its verdicts mean, a table row a family, the
+    failures and warnings with their likely causes, what the launches noted, the worst row, how
+    to replay it, the verdict."""
+    intro, head, table, worst, tail, summary = _KIND[r.kind](r)
+    lines = intro
+    prov = r.provenance or {}
+    if prov.get("arch"):
+        lines.append(f"architecture presented: {prov['arch']}")
+    if r.baseline_note:
+        lines.append(f"note: {r.baseline_note}")
+    lines.append("")
+    if table:  # none where nothing ran (the kernel's file broke the sandbox as it loaded)
+        w = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(head)]
+        lines.append("  ".join(h.ljust(x) for h, x in zip(head, w)))
+        lines.append("  ".join("-" * x for x in w))
+        lines += ["  ".join(c.ljust(x) for c, x in zip(row, w)) for row in table]
+        lines.append("")
+    for title, items in (("failures", r.failures), ("warnings", r.warnings)):
+        if items:
+            lines.append(f"{title}:")
+            for f in items:
+                lines.append(f"  [{f.kind}] {f.family}: {f.detail}")
+                if f.cause:
+                    lines.append(f"      likely cause: {f.cause}")
+            lines.append("")
+    notes = getattr(r.detail, "notes", None)
+    if notes:
+        lines.append("the launches noted (whatever the verdict):")
+        lines += [f"  {n}" for n in notes] + [""]
+    spread = getattr(r.detail, "nondeterministic", None)
+    if spread:
+        lines.append("run to run (declared nondeterministic): " + "; ".join(
+            f"{fam}: {', '.join(f'{n} elements of {role}' for role, n in d.items())} differ "
+            "between two block orders" for fam, d in spread.items()))
+        lines.append("")
+    lines += worst
+    if r.counterexample:
+        from normcheck import cases
+
+        lines.append(f"replay: {cases.command(r.counterexample)}")
+    lines += tail
+    lines.append(f"verdict: {r.verdict.upper()} -- {r.rows_checked} rows in {r.seconds:.1f} s"
+                 + summary + (f"; likely cause: {r.cause}" if r.cause and r.verdict != "pass"
+                              else ""))
+    return "\n".join(lines)
+
+
+def _verdict(f) -> str:
+    return f.verdict.upper() if f.verdict != "pass" else str(f.verdict)
+
+
+def _forward(r):
     t = r.tolerance
-    if r.kind == "backward":
-        lines = [f"normcheck check --backward: {r.kernel} ({r.norm_desc}, {r.dtype}, "
-                 f"{r.backend} backend; outputs {', '.join(r.detail.outputs)})",
-                 "fail: beyond what a sound float backward kernel can produce -- sums in any "
-                 "order, one final rounding (normcheck.bounds.sound_backward), never below "
-                 f"{t.fail_floor:g} ulp; or non-finite, unwritten, a crash, out of bounds, a "
-                 "deadlock, a timeout, a sandbox violation, an exception",
-                 "warn: within that bound, but an output's largest scaled error (in ulps of the "
-                 "terms it sums) more than k x the best built-in strategy's on the same rows "
-                 "(normcheck.check.tolerances)"]
-        return "\n".join(lines + _body(r, backward=True))
     warn = (f"warn: max scaled > {t.warn_k:g}x the best built-in and > {t.warn_floor:g} ulp"
             if r.yardstick else "no warn: no built-in kernel of this norm and format to measure "
             "against")
-    lines = [f"normcheck check: {r.kernel} ({r.norm_desc}, {r.dtype} -> {r.out_dtype}, "
+    intro = [f"normcheck check: {r.kernel} ({r.norm_desc}, {r.dtype} -> {r.out_dtype}, "
              f"{r.backend} backend)",
              f"fail: x bound > 1 (beyond any sound kernel), or a fault; {warn} (normcheck check "
              "--explain says why)"]
-    return "\n".join(lines + _body(r))
+    # the verdict's yardsticks first (x bound: fail > 1; max scaled against the best built-in:
+    # warn), the raw figures after
+    head = ["family", "rows", "cols", "verdict", "x bound", "max scaled", "best built-in",
+            "raw max ulp", "p99 ulp", "bias", "bound ulp"]
+    table = []
+    for f in r.families:
+        base = "-" if f.baseline is None else f"{f.baseline.name} {_fmt(f.baseline.max_scaled)}"
+        bound = _fmt(f.bound_ulp)
+        if f.unbounded_rows:
+            bound += f" ({f.unbounded_rows} rows inf)"
+        b = f.mean_signed_ulp
+        bias = "-" if b is None else (f"{b:+.2f}" if abs(b) < 10 else _fmt(b))
+        nonfinite = bool(f.failures.get("nonfinite") or f.failures.get("unwritten"))
+        ratio = "non-finite" if nonfinite and not f.max_of_bound else _fmt(f.max_of_bound)
+        table.append([f.family, str(f.rows), ",".join(map(str, f.cols)), _verdict(f), ratio,
+                      _fmt(f.max_scaled), base, _fmt(f.max_ulp), _fmt(f.p99_ulp), bias, bound])
+    if r.search:
+        table.append(["search", str(r.search["examples"]), "-",
+                      "FAIL" if r.search["failed"] else "pass",
+                      _fmt(r.search.get("max_of_bound")), "-", "-", "-", "-", "-", "-"])
+    worst = []
+    if r.worst:
+        wst = r.worst
+        worst.append(f"worst row: family {wst.family}, width {wst.cols}, row {wst.row_index}: "
+                     f"{_fmt(wst.ulp)} ulp ({_fmt(wst.scaled_ulp)} of max(|γx̂|,|β|), "
+                     f"{_fmt(wst.of_bound)}x the sound bound)")
+        worst += ["  " + mismatch(f"col {e['col']}", e["kernel"], e["exact"], x=e["x"],
+                                  ulp=e["ulp"]) for e in wst.first]
+    tail = []
+    long = next((f for f in r.families if f.family == "long"), None)
+    if long is not None:
+        tail.append(f"long run: {long.rows:,} rows of {long.cols[0]} in batches of about 2^20 "
+                    f"elements; peak memory of this process {r.detail.peak_rss_mib:,.0f} MiB; "
+                    f"p99 from a histogram (at most {100 / StreamStats.BINS_PER_OCTAVE:g}% high)")
+    return intro, head, table, worst, tail, ""
+
+
+def _backward(r):
+    t = r.tolerance
+    intro = [f"normcheck check --backward: {r.kernel} ({r.norm_desc}, {r.dtype}, "
+             f"{r.backend} backend; outputs {', '.join(r.detail.outputs)})",
+             "fail: beyond what a sound float backward kernel can produce -- sums in any "
+             "order, one final rounding (normcheck.bounds.sound_backward), never below "
+             f"{t.fail_floor:g} ulp; or non-finite, unwritten, a crash, out of bounds, a "
+             "deadlock, a timeout, a sandbox violation, an exception",
+             "warn: within that bound, but an output's largest scaled error (in ulps of the "
+             "terms it sums) more than k x the best built-in strategy's on the same rows "
+             "(normcheck.check.tolerances)"]
+    roles = r.detail.outputs
+    head = ["family", "rows", "cols"]
+    for role in roles:
+        head += [f"{role} max/p99/scaled", "x bound", "best built-in"]
+    head.append("verdict")
+    table = []
+    for f in r.families:
+        row = [f.family, str(f.rows), ",".join(map(str, f.cols))]
+        for role in roles:
+            d = f.outputs.get(role)
+            b = d and d.get("baseline")
+            row += ["-", "-", "-"] if d is None else [
+                f"{_fmt(d['max_ulp'])} / {_fmt(d['p99_ulp'])} / {_fmt(d['max_scaled'])}",
+                _fmt(d["of_bound"]), f"{_fmt(b['max_scaled'])}" if b else "-"]
+        table.append(row + [_verdict(f)])
+    bw, tail = r.detail, []
+    if bw.races_ulp:
+        worst = max(bw.races_ulp.items(), key=lambda kv: kv[1])
+        tail.append(f"nondeterminism: over {bw.orders} block orders seeded from the check's "
+                    f"seed {bw.seed} (atomics arriving in each), the largest spread "
+                    f"is {worst[1]:.3g} ulps ({worst[0]}); "
+                    + "; ".join(f"{k}: {v:.3g}" for k, v in bw.races_ulp.items()))
+    return intro, head, table, [], tail, ""
+
+
+def _quantised(r):
+    q = r.detail.as_dict()["quant"]
+    c = q["contract"]
+    intro = [f"normcheck check: {r.kernel} ({r.norm_desc}, {r.dtype} -> {c['format']} "
+             f"{c['granularity']}, {r.backend} backend)",
+             f"contract {q['describe']}",
+             *([f"  follows {c['source']}"] if c.get("source") else []),
+             "fail: a value, scale or amax no sound kernel of the contract writes (a flip away "
+             "from a tie, NaN or inf where the contract saturates), an unwritten element, a "
+             "wrong h, a crash, out of bounds, a deadlock, a timeout, an exception.  Order "
+             "flips -- where the exact value lies within the sound bound of a float pipeline "
+             "from a rounding boundary -- are allowed and counted.  No warn."]
+    head = ["family", "rows", "cols", "values", "order flips", "contract flips", "scales",
+            "order", "contract", "saturated", "verdict"]
+    table = [[f.family, str(f.rows), ",".join(map(str, f.cols)), str(f.q.n),
+              f"{f.q.order} ({_pct(f.q.order_share)})", str(f.q.contract),
+              *((str(f.scales.n), str(f.scales.order), str(f.scales.contract)) if f.scales.n
+                else ("-", "-", "-")),
+              f"{f.q.saturated + f.q.nan + f.q.inf}", _verdict(f)] for f in r.families]
+    worst = []
+    if r.worst is not None and r.worst.detail:
+        wst = r.worst
+        worst.append(f"worst row: family {wst.family}, width {wst.cols}, row {wst.row_index}")
+        worst += [f"  col {e['col']}: x={e['x']!r} kernel={e['kernel']!r} "
+                  f"contract={e['contract']!r} ({e['class']}; y={_fmt(e['y'])})" if "col" in e
+                  else f"  scales: kernel {e['scales_kernel']} contract {e['scales_contract']}"
+                  for e in wst.detail]
+    v, s = q["values"], q["scales"]
+    summary = (f"; order flips {v['order']}/{v['n']} values ({_pct(v['order_share'])})"
+               + (f", {s['order']}/{s['n']} scales ({_pct(s['order_share'])})" if s["n"] else "")
+               + f"; contract flips {v['contract']} values"
+               + (f", {s['contract']} scales" if s["n"] else ""))
+    return intro, head, table, worst, [], summary
+
+
+_KIND = {"forward": _forward, "backward": _backward, "quantised": _quantised}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.3g}%"
 
 
 def explain() -> str:
@@ -60,183 +213,3 @@ def explain() -> str:
     out.append("pass -- otherwise.  Exit codes: 0 pass and warn, 1 fail (--strict: warn too), "
                "2 cannot judge.")
     return "\n".join(out)
-
-
-def _backward_table(r):
-    roles = r.detail.outputs
-    head = ["family", "rows", "cols"]
-    for role in roles:
-        head += [f"{role} max/p99/scaled", "x bound", "best built-in"]
-    head.append("verdict")
-    table = []
-    for f in r.families:
-        row = [f.family, str(f.rows), ",".join(map(str, f.cols))]
-        for role in roles:
-            d = f.outputs.get(role)
-            if d is None:
-                row += ["-", "-", "-"]
-                continue
-            b = d.get("baseline")
-            row += [f"{_fmt(d['max_ulp'])} / {_fmt(d['p99_ulp'])} / {_fmt(d['max_scaled'])}",
-                    _fmt(d["of_bound"]),
-                    f"{_fmt(b['max_scaled'])}" if b else "-"]
-        row.append(f.verdict.upper() if f.verdict != "pass" else f.verdict)
-        table.append(row)
-    return head, table
-
-
-def _body(r, backward=False) -> list:
-    lines = []
-    prov = r.provenance or {}
-    if prov.get("arch"):
-        lines.append(f"architecture presented: {prov['arch']}")
-    if r.baseline_note:
-        lines.append(f"note: {r.baseline_note}")
-    lines.append("")
-    # the verdict's yardsticks first (x bound: fail > 1; max scaled against the best built-in:
-    # warn), the raw figures after
-    head = ["family", "rows", "cols", "verdict", "x bound", "max scaled", "best built-in",
-            "raw max ulp", "p99 ulp", "bias", "bound ulp"]
-    table = []
-    if backward:
-        head, table = _backward_table(r)
-    for f in r.families if not backward else ():
-        base = "-" if f.baseline is None else f"{f.baseline.name} {_fmt(f.baseline.max_scaled)}"
-        bound = _fmt(f.bound_ulp)
-        if f.unbounded_rows:
-            bound += f" ({f.unbounded_rows} rows inf)"
-        b = f.mean_signed_ulp
-        bias = "-" if b is None else (f"{b:+.2f}" if abs(b) < 10 else _fmt(b))
-        nonfinite = bool(f.failures.get("nonfinite") or f.failures.get("unwritten"))
-        ratio = "non-finite" if nonfinite and not f.max_of_bound else _fmt(f.max_of_bound)
-        table.append([f.family, str(f.rows), ",".join(map(str, f.cols)),
-                      f.verdict.upper() if f.verdict != "pass" else f.verdict, ratio,
-                      _fmt(f.max_scaled), base, _fmt(f.max_ulp), _fmt(f.p99_ulp), bias, bound])
-    if r.search and not backward:
-        table.append(["search", str(r.search["examples"]), "-",
-                      "FAIL" if r.search["failed"] else "pass",
-                      _fmt(r.search.get("max_of_bound")), "-", "-", "-", "-", "-", "-"])
-    if table:  # none where nothing ran (the kernel's file broke the sandbox as it loaded)
-        w = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(head)]
-        lines.append("  ".join(h.ljust(x) for h, x in zip(head, w)))
-        lines.append("  ".join("-" * x for x in w))
-        lines += ["  ".join(c.ljust(x) for c, x in zip(row, w)) for row in table]
-    lines.append("")
-    for title, items in (("failures", r.failures), ("warnings", r.warnings)):
-        if items:
-            lines.append(f"{title}:")
-            for f in items:
-                lines.append(f"  [{f.kind}] {f.family}: {f.detail}")
-                if f.cause:
-                    lines.append(f"      likely cause: {f.cause}")
-            lines.append("")
-    notes = getattr(r.detail, "notes", None)
-    if notes:
-        lines.append("the launches noted (whatever the verdict):")
-        lines += [f"  {n}" for n in notes]
-        lines.append("")
-    spread = getattr(r.detail, "nondeterministic", None)
-    if spread:
-        lines.append("run to run (declared nondeterministic): " + "; ".join(
-            f"{fam}: {', '.join(f'{n} elements of {role}' for role, n in d.items())} differ "
-            "between two block orders" for fam, d in spread.items()))
-        lines.append("")
-    if r.worst:
-        wst = r.worst
-        lines.append(f"worst row: family {wst.family}, width {wst.cols}, row {wst.row_index}: "
-                     f"{_fmt(wst.ulp)} ulp ({_fmt(wst.scaled_ulp)} of max(|γx̂|,|β|), "
-                     f"{_fmt(wst.of_bound)}x the sound bound)")
-        for e in wst.first:
-            lines.append("  " + mismatch(f"col {e['col']}", e["kernel"], e["exact"], x=e["x"],
-                                         ulp=e["ulp"]))
-    if r.counterexample:
-        from normcheck import cases
-
-        lines.append(f"replay: {cases.command(r.counterexample)}")
-    bw = r.detail if r.kind == "backward" else None
-    if bw and bw.races_ulp:
-        worst = max(bw.races_ulp.items(), key=lambda kv: kv[1])
-        lines.append(f"nondeterminism: over {bw.orders} block orders seeded from the check's "
-                     f"seed {bw.seed} (atomics arriving in each), the largest spread "
-                     f"is {worst[1]:.3g} ulps ({worst[0]}); "
-                     + "; ".join(f"{k}: {v:.3g}" for k, v in bw.races_ulp.items()))
-    long = next((f for f in r.families if f.family == "long"), None)
-    if long is not None:
-        lines.append(f"long run: {long.rows:,} rows of {long.cols[0]} in batches of about 2^20 "
-                     f"elements; peak memory of this process {getattr(r.detail, 'peak_rss_mib', 0):,.0f}"
-                     f" MiB; p99 from a histogram (at most "
-                     f"{100 / StreamStats.BINS_PER_OCTAVE:g}% high)")
-    lines.append(f"verdict: {r.verdict.upper()} -- {r.rows_checked} rows in {r.seconds:.1f} s"
-                 + (f"; likely cause: {r.cause}" if r.cause and r.verdict != "pass" else ""))
-    return lines
-
-
-def render_quantised(r) -> str:
-    q = r.detail.as_dict()["quant"]
-    c = q["contract"]
-    lines = [f"normcheck check: {r.kernel} ({r.norm_desc}, {r.dtype} -> {c['format']} "
-             f"{c['granularity']}, {r.backend} backend)",
-             f"contract {q['describe']}",
-             f"  follows {c['source']}" if c.get("source") else "",
-             "fail: a value, scale or amax no sound kernel of the contract writes (a flip away "
-             "from a tie, NaN or inf where the contract saturates), an unwritten element, a "
-             "wrong h, a crash, out of bounds, a deadlock, a timeout, an exception.  Order "
-             "flips -- where the exact value lies within the sound bound of a float pipeline "
-             "from a rounding boundary -- are allowed and counted.  No warn."]
-    lines = [ln for ln in lines if ln]
-    prov = r.provenance or {}
-    if prov.get("arch"):
-        lines.append(f"architecture presented: {prov['arch']}")
-    lines.append("")
-    head = ["family", "rows", "cols", "values", "order flips", "contract flips", "scales",
-            "order", "contract", "saturated", "verdict"]
-    table = []
-    for f in r.families:
-        table.append([f.family, str(f.rows), ",".join(map(str, f.cols)), str(f.q.n),
-                      f"{f.q.order} ({_pct(f.q.order_share)})", str(f.q.contract),
-                      str(f.scales.n) if f.scales.n else "-",
-                      str(f.scales.order) if f.scales.n else "-",
-                      str(f.scales.contract) if f.scales.n else "-",
-                      f"{f.q.saturated + f.q.nan + f.q.inf}",
-                      f.verdict.upper() if f.verdict != "pass" else f.verdict])
-    if not table:  # nothing ran (the kernel's file broke the sandbox as it loaded)
-        return lines
-    w = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(head)]
-    lines.append("  ".join(h.ljust(x) for h, x in zip(head, w)))
-    lines.append("  ".join("-" * x for x in w))
-    lines += ["  ".join(cell.ljust(x) for cell, x in zip(row, w)) for row in table]
-    lines.append("")
-    if r.failures:
-        lines.append("failures:")
-        for f in r.failures:
-            lines.append(f"  [{f.kind}] {f.family}: {f.detail}")
-            if f.cause:
-                lines.append(f"      likely cause: {f.cause}")
-        lines.append("")
-    if r.worst is not None and r.worst.detail:
-        wst = r.worst
-        lines.append(f"worst row: family {wst.family}, width {wst.cols}, row {wst.row_index}")
-        for e in wst.detail:
-            if "col" in e:
-                lines.append(f"  col {e['col']}: x={e['x']!r} kernel={e['kernel']!r} "
-                             f"contract={e['contract']!r} ({e['class']}; y={_fmt(e['y'])})")
-            else:
-                lines.append(f"  scales: kernel {e['scales_kernel']} contract "
-                             f"{e['scales_contract']}")
-    if r.counterexample:
-        from normcheck import cases
-
-        lines.append(f"replay: {cases.command(r.counterexample)}")
-    v, s = q["values"], q["scales"]
-    summary = (f"order flips {v['order']}/{v['n']} values ({_pct(v['order_share'])})"
-               + (f", {s['order']}/{s['n']} scales ({_pct(s['order_share'])})" if s["n"] else "")
-               + f"; contract flips {v['contract']} values"
-               + (f", {s['contract']} scales" if s["n"] else ""))
-    lines.append(f"verdict: {r.verdict.upper()} -- {r.rows_checked} rows in {r.seconds:.1f} s; "
-                 + summary + (f"; likely cause: {r.cause}" if r.cause and r.verdict != "pass"
-                              else ""))
-    return "\n".join(lines)
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.3g}%"

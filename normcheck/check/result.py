@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from normcheck import cases
-from normcheck.check.render import render, render_quantised
+from normcheck.check.render import render
 from normcheck.check.tolerances import Tolerance
 from normcheck.metrics import to_json
 
@@ -138,4 +138,4 @@ class CheckResult:
         return to_json(self.as_dict())
 
     def render(self) -> str:
-        return render_quantised(self) if self.kind == "quantised" else render(self)
+        return render(self)
