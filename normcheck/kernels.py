@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import formats, launch, oracle, spec as specs
+from normcheck import formats, launch, norms, oracle, spec as specs
 from normcheck.backends import for_source
 from normcheck.errors import invalid
 
@@ -114,6 +114,8 @@ class Variant:
         quantised one's, under its contract or ``contract`` (the report's matrix)."""
         if self.kind == "quantised":
             return _quantised_spec(self, contract or self.contract)
+        if self.kind != "forward":
+            return _backward_spec(self, BLOCK if block is None else block)
         sp = specs.default_spec(self.norm, BLOCK if block is None else block)
         sp.launches[0].entry = self.entry
         sp.source = str(self.path)
@@ -244,7 +246,6 @@ def get(name, kind=None) -> Variant:
 
 
 def _quantised_spec(v: Variant, c) -> specs.KernelSpec:
-    from normcheck import norms
     from normcheck.quant import contract as qcontract
 
     n = norms.get(v.norm)
@@ -268,56 +269,58 @@ def _quantised_spec(v: Variant, c) -> specs.KernelSpec:
     return s
 
 
+def _backward_spec(v: Variant, block: int) -> specs.KernelSpec:
+    """The ABI of a backward built-in as a spec: dx, the default backward ABI (a block a row);
+    dparams by algorithm -- atomic (a block a row adding into zeroed float dγ, dβ), storage (a
+    thread a column, dγ and dβ in the storage format), partial (float partial sums of 32 rows a
+    block, then ``backward_dparams_finalize`` adding them up)."""
+    if v.kind == "dx":
+        sp = specs.default_backward_spec(v.norm, block)
+        sp.launches[0].entry, sp.source = v.name, str(v.path)
+        return sp
+    if v.kind != "dparams":
+        raise invalid("variant", v.name, "a kernel with an ABI of its own",
+                      f"{v.name} runs as the second launch of the partial dparams kernels")
+    centred = norms.get(v.norm).centred
+    pf = {"dtype": v.param_fmt.name, **({"fill": "zero"} if v.algorithm == "atomic" else {})}
+    outs = [{"role": "dgamma", **pf}, {"role": "dbeta", **pf} if centred else {"role": "null"}]
+    ins = [{"role": r} for r in ("dy", "input", "mean" if centred else "null", "rstd", "rows",
+                                 "cols")]
+    grid = "rows" if v.algorithm == "atomic" else f"ceil_div(cols, {block})"
+    launches = [{"entry": v.name, "grid": grid, "block": str(block), "args": outs + ins}]
+    if v.algorithm == "partial":
+        nb = "ceil_div(rows, 32)"
+        parts = [{"role": "scratch", "name": name, "dtype": "fp32", "size": f"{nb} * cols"}
+                 if name else {"role": "null"} for name in ("part_g", centred and "part_b")]
+        launches = [{"entry": v.name, "grid": nb, "block": str(block), "args": parts + ins + [
+                        {"role": "const", "type": "int32", "value": "32"}]},
+                    {"entry": "backward_dparams_finalize", "grid": grid, "block": str(block),
+                     "args": outs + parts + [{"role": "const", "type": "int32", "value": nb},
+                                             {"role": "cols"}]}]
+    sp = specs.parse({"norm": v.norm, "dtype": v.storage, "backward": True, "stats": "saved",
+                      "launch": launches}, f"built-in {v.name}")
+    sp.source = v.path
+    return sp
+
+
 def run_backward_dx(variant, x, dy, gamma, mean, rstd, *, backend="cpu", block=BLOCK,
                     **launch_options) -> np.ndarray:
     """dx of a built-in backward dx kernel on the rows x with upstream gradient dy and the saved
     statistics mean (LayerNorm) and rstd ([rows] float32)."""
     v = get(variant, "dx")
-    x, dy, g, mean, rstd = _backward_inputs(v, x, dy, gamma, mean, rstd)
-    rows, cols = x.shape
-    kern = compiled(v, backend)
-    dx = launch.poisoned((rows, cols), v.fmt.dtype)
-    kern((rows,), (block,), [dx, dy, x, g, mean, rstd, np.int32(rows), np.int32(cols)],
-         names=["dx", "dy", "x", "gamma", "mean", "rstd", "rows", "cols"], **launch_options)
-    return dx
+    return _run_backward(v, x, dy, gamma, mean, rstd, backend, block, launch_options)["dx"]
 
 
 def run_backward_dparams(variant, x, dy, mean, rstd, *, backend="cpu", block=BLOCK,
-                         rows_per_block=32, **launch_options):
+                         **launch_options):
     """(dγ, dβ or None) of a built-in dparams kernel; ``launch_options`` may set the cpu backend's
     ``schedule``/``seed`` (the atomic kernel's sum follows the blocks' order)."""
     v = get(variant, "dparams")
-    x, dy, _, mean, rstd = _backward_inputs(v, x, dy, None, mean, rstd)
-    rows, cols = x.shape
-    pf = v.param_fmt
-    kern = compiled(v, backend)
-    names = ["dgamma", "dbeta", "dy", "x", "mean", "rstd", "rows", "cols"]
-    if v.algorithm == "atomic":
-        dg = np.zeros(cols, np.float32)
-        db = np.zeros(cols, np.float32) if v.has_beta else None
-        kern((rows,), (block,), [dg, db, dy, x, mean, rstd, np.int32(rows), np.int32(cols)],
-             names=names, **launch_options)
-    elif v.algorithm == "partial":
-        nb = -(-rows // rows_per_block)
-        pg = launch.poisoned((nb * cols,), np.float32)
-        pb = launch.poisoned((nb * cols,), np.float32) if v.has_beta else None
-        kern((nb,), (block,), [pg, pb, dy, x, mean, rstd, np.int32(rows), np.int32(cols),
-                               np.int32(rows_per_block)],
-             names=["part_g", "part_b"] + names[2:] + ["rows_per_block"], **launch_options)
-        dg = launch.poisoned((cols,), np.float32)
-        db = launch.poisoned((cols,), np.float32) if v.has_beta else None
-        fin = compiled(get("backward_dparams_finalize"), backend)
-        fin((-(-cols // block),), (block,), [dg, db, pg, pb, np.int32(nb), np.int32(cols)],
-            names=["dgamma", "dbeta", "part_g", "part_b", "nblocks", "cols"], **launch_options)
-    else:
-        dg = launch.poisoned((cols,), pf.dtype)
-        db = launch.poisoned((cols,), pf.dtype) if v.has_beta else None
-        kern((-(-cols // block),), (block,), [dg, db, dy, x, mean, rstd, np.int32(rows),
-                                              np.int32(cols)], names=names, **launch_options)
-    return dg, db
+    outs = _run_backward(v, x, dy, None, mean, rstd, backend, block, launch_options)
+    return outs["dgamma"], outs.get("dbeta")
 
 
-def _backward_inputs(v, x, dy, gamma, mean, rstd):
+def _run_backward(v, x, dy, gamma, mean, rstd, backend, block, launch_options):
     fmt = v.fmt
     for name, a in (("x", x), ("dy", dy)):
         if not isinstance(a, np.ndarray) or a.ndim != 2 or a.dtype != fmt.dtype:
@@ -325,18 +328,17 @@ def _backward_inputs(v, x, dy, gamma, mean, rstd):
     if dy.shape != x.shape:
         raise invalid("dy.shape", dy.shape, f"x's shape {x.shape}")
     rows, cols = x.shape
-    g = None
-    if v.kind == "dx":
-        g = _param(gamma, "gamma", cols, fmt, 1.0)
-    r = np.ascontiguousarray(np.asarray(rstd, np.float32))
-    if r.shape != (rows,):
-        raise invalid("rstd.shape", r.shape, f"({rows},), one per row")
-    m = None
-    if v.norm == "layernorm":
-        m = np.ascontiguousarray(np.asarray(mean, np.float32))
-        if m.shape != (rows,):
-            raise invalid("mean.shape", m.shape, f"({rows},), one per row")
-    return np.ascontiguousarray(x), np.ascontiguousarray(dy), g, m, r
+    stats = {}
+    for name, a in (("mean", mean if v.norm == "layernorm" else None), ("rstd", rstd)):
+        if name == "rstd" or a is not None:
+            stats[name] = np.ascontiguousarray(np.asarray(a, np.float32))
+            if stats[name].shape != (rows,):
+                raise invalid(f"{name}.shape", stats[name].shape, f"({rows},), one per row")
+    case = launch.Case(x=np.ascontiguousarray(x), dy=np.ascontiguousarray(dy),
+                       gamma=_param(gamma, "gamma", cols, fmt, 1.0) if v.kind == "dx" else None,
+                       **stats)
+    tgt = target(v, backend, block, timeout=launch_options.pop("timeout", None))
+    return tgt(case, **launch_options)
 
 
 _modules = {}
@@ -350,9 +352,9 @@ def is_compiled(variant: Variant, backend="cpu", options=None) -> bool:
     return key in _modules
 
 
-def compiled(variant: Variant, backend="cpu", options=None):
+def compiled(variant: Variant, backend="cpu", options=None, module=False):
     """The compiled kernel of ``variant`` (its whole source file is built once per backend and
-    options, e.g. {"fmad": True} on cuda)."""
+    options, e.g. {"fmad": True} on cuda); ``module``: every kernel of its file, by entry."""
     be = for_source(backend, variant.path)
     opts = dict(options or {})
     key = (be.name, variant.source, tuple(sorted(opts.items())))
@@ -360,7 +362,7 @@ def compiled(variant: Variant, backend="cpu", options=None):
         if key not in _modules:
             entries = list(dict.fromkeys(v.entry for v in _ALL if v.source == variant.source))
             _modules[key] = be.compile_many(variant.path, entries, options=opts)
-    return _modules[key][variant.entry]
+    return _modules[key] if module else _modules[key][variant.entry]
 
 
 def _param(a, name, cols, fmt, default):
@@ -377,19 +379,18 @@ def _param(a, name, cols, fmt, default):
 
 def target(variant, backend="cpu", block=BLOCK, options=None, timeout=None,
            contract=None) -> launch.KernelTarget:
-    """The built-in ``variant`` (forward or quantised) as a
-    :class:`normcheck.launch.KernelTarget` of its spec (:meth:`Variant.spec`; a quantised one
-    under its contract, or ``contract``): called on a :class:`normcheck.launch.Case`, it returns
-    the outputs by role ("output", "h" for fused kernels, "scales").  Its source file is compiled
-    once per backend and options (:func:`compiled`)."""
+    """The built-in ``variant`` as a :class:`normcheck.launch.KernelTarget` of its spec
+    (:meth:`Variant.spec`; a quantised one under its contract, or ``contract``): called on a
+    :class:`normcheck.launch.Case`, it returns the outputs by role ("output", "h" for fused
+    kernels, "scales"; "dx", "dgamma", "dbeta").  Its source file is compiled once per backend
+    and options (:func:`compiled`)."""
     v = get(variant)
-    if v.kind not in ("forward", "quantised"):
-        raise invalid("variant", v.name, "a forward or quantised built-in",
-                      "run a backward one with run_backward_dx or run_backward_dparams")
     quant = (contract or v.contract) if v.kind == "quantised" else None
-    return launch.KernelTarget(v.spec(block, quant), oracle_norm(v), v.storage,
-                               None if quant else v.storage,
-                               {v.entry: compiled(v, backend, options)}, timeout, label=v.name,
+    sp = v.spec(block, quant)
+    mod = compiled(v, backend, options, module=True)
+    return launch.KernelTarget(sp, oracle_norm(v), v.storage,
+                               v.storage if v.kind == "forward" else None,
+                               {e: mod[e] for e in sp.entries}, timeout, label=v.name,
                                quant=quant, capabilities=for_source(backend, v.path).capabilities)
 
 
@@ -404,8 +405,6 @@ def run_case(variant, case: launch.Case, backend="cpu", block=BLOCK, options=Non
 
 def oracle_norm(v: Variant):
     """The Norm a built-in computes (γ always; β where the norm has one)."""
-    from normcheck import norms
-
     return norms.get(v.norm).with_affine(True, v.has_beta)
 
 
