@@ -405,32 +405,42 @@ def bind(spec: specs.KernelSpec, source, *, norm, dtype, out_dtype=None, backend
 class CallableTarget:
     """A Python function on the stored rows: fn(x, gamma, beta, eps) -> y, or for fused norms
     fn(x, residual, gamma, beta, eps) -> (h, y).  β is None for RMSNorm (and γ, β for an
-    affine-free norm)."""
+    affine-free norm).  Under a quantisation contract (``quant``) it takes the static scale last
+    (nvfp4: the encode scale; None for the other dynamic contracts) and returns q, or
+    (q, scales) for a dynamic contract, after h for a fused norm: q as float values (numpy,
+    ml_dtypes float8/4, torch) or uint8 codes, scales as values (or e8m0/ue4m3 codes)."""
 
-    def __init__(self, fn, norm: norms.Norm, fmt, out, label=None):
-        self.fn, self.norm, self.fmt, self.out = fn, norm, fmt, out
+    def __init__(self, fn, norm: norms.Norm, fmt, out=None, label=None, quant=None):
+        self.fn, self.norm, self.fmt, self.out, self.quant = fn, norm, fmt, out, quant
         self.formats = {"input": fmt, "output": out, "gamma": fmt, "beta": fmt}
         if norm.fused:
             self.formats.update({"residual": fmt, "h": fmt})
         self.label = label or getattr(fn, "__name__", "callable")
+        self.names = ["h"] * norm.fused + (["output"] if quant is None else
+                                           ["q_values", "scale_values"][:1 + quant.dynamic])
 
-    def __call__(self, case: Case, guard=None) -> dict:
+    def __call__(self, case: Case, guard=None, alternate=False) -> dict:
+        from normcheck.quant.formats import as_values, get as qformat
+
         g = case.gamma if self.norm.has_gamma else None
         b = case.beta if self.norm.centred and self.norm.has_beta else None
+        args = (case.x, case.residual)[:1 + self.norm.fused] + (g, b, case.eps)
         try:
-            if self.norm.fused:
-                res = self.fn(case.x, case.residual, g, b, case.eps)
-                if not isinstance(res, (tuple, list)) or len(res) != 2:
-                    raise TypeError(f"expected (h, y) from a fused norm, got {type(res).__name__}")
-                h, y = res
-                outs = {"h": as_format(h, self.fmt), "output": as_format(y, self.out)}
-            else:
-                outs = {"output": as_format(self.fn(case.x, g, b, case.eps), self.out)}
+            res = self.fn(*args, *([case.extra.get("scale")] if self.quant else []))
+            res = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+            if len(res) != len(self.names):
+                raise TypeError(f"expected {len(self.names)} results ("
+                                f"{', '.join(self.names)}), got {len(res)}")
+            outs = dict(zip(self.names, res))
+            for k, v in outs.items():
+                outs[k] = as_format(v, self.fmt if k == "h" else self.out) if k in (
+                    "h", "output") else as_values(v, qformat(self.quant.scale_format), None) \
+                    if k == "scale_values" else as_values(v, self.quant.qformat, case.cols)
         except Exception as e:  # the callable's failure, reported as such
             raise KernelRaised(f"{self.label} raised {type(e).__name__}: {e}",
                                exception=type(e).__name__) from None
         for k, v in outs.items():
-            if v.shape != case.x.shape:
+            if k != "scale_values" and v.shape != case.x.shape:
                 raise KernelRaised(f"{self.label} returned {k} of shape {v.shape} for rows of "
                                    f"shape {case.x.shape}")
         return outs

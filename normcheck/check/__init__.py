@@ -223,14 +223,13 @@ def check_callable(fn, norm, dtype, *, out_dtype=None, convention="exact",
     if quant is not None:
         from normcheck.check.quantised import judge_quantised
         from normcheck.quant import contract as qcontract
-        from normcheck.check.quantised import QuantCallableTarget
 
         c = qcontract.resolve(quant)
         n = norms.get(norm)
         fmt = formats.get(dtype)
         label = name or getattr(fn, "__name__", "callable")
         lo, hi = check_cols(cols)
-        return judge_quantised(QuantCallableTarget(fn, n, fmt, c, label), label=label, norm=n,
+        return judge_quantised(launch.CallableTarget(fn, n, fmt, label=label, quant=c), label=label, norm=n,
                                storage=fmt, contract=c, eps=np.float32(exact.check_eps(eps)),
                                backend=backend, examples=examples, seed=seed,
                                cols_range=(lo, hi), cols_multiple_of=1,

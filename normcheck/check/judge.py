@@ -108,21 +108,10 @@ class Measured:
                                    E=None if E is None else E.rows(lo, hi), floor=floor,
                                    poison=poison, hist=False)
 
-    @property
-    def ulp(self):
-        return self.full().ulp
-
-    @property
-    def scaled(self):
-        return self.full().scaled
-
-    @property
-    def ratio(self):
-        return self.full().ratio
-
-    @property
-    def cls(self):
-        return self.full().cls
+    def __getattr__(self, name):  # ulp, scaled, ratio, cls: the per-element arrays
+        if name in ("ulp", "scaled", "ratio", "cls"):
+            return getattr(self.full(), name)
+        raise AttributeError(name)
 
 
 class _Point:

@@ -23,14 +23,13 @@ from normcheck.check.result import QuantisedDetail
 from normcheck.check.engine import Failure, assemble, check_h, odd_rows, with_notes
 from normcheck.check.tolerances import TOLERANCES
 from normcheck.errors import KernelRaised
-from normcheck.launch import Case
 from normcheck.quant import families as qfamilies, formats as qformats
 from normcheck.quant.classify import (CLASSES, CONTRACT, EXACT, ORDER, UNWRITTEN, QCounts,
-                                      QMeasured, ScaleShape, as_values, classify, scale_layout)
+                                      QMeasured, ScaleShape, classify, scale_layout)
 from normcheck.quant.contract import Contract
 from normcheck.quant.oracle import QOracle
 
-__all__ = ["judge_quantised", "FAMILIES", "QuantisedJudge", "QuantCallableTarget", "QFamilyResult",
+__all__ = ["judge_quantised", "FAMILIES", "QuantisedJudge", "QFamilyResult",
            "QWorst", "CLASSES"]
 
 #: The families a quantised check runs, in order.
@@ -64,51 +63,6 @@ def judge_quantised(target, *, label, norm, storage, contract, eps, backend, exa
         save=engine.saver(judge, worst, save_counterexample,
                           {**kernel_desc, "quant": contract.as_dict()}, label, "quantised"),
         max_ulp=0.0, arch=arch, detail=detail)
-
-
-class QuantCallableTarget:
-    """A Python function under a contract: fn(x, gamma, beta, eps, scale) -> q or (q, scales);
-    fused norms fn(x, residual, gamma, beta, eps, scale) -> (h, q) or (h, q, scales).  ``scale``
-    is the static scale (nvfp4: the encode scale), None for other dynamic contracts."""
-
-    def __init__(self, fn, norm: norms.Norm, fmt, contract: Contract, label=None):
-        self.fn, self.norm, self.fmt, self.contract = fn, norm, fmt, contract
-        self.label = label or getattr(fn, "__name__", "callable")
-
-    def __call__(self, case: Case, guard=None, alternate=False) -> dict:
-        g = case.gamma if self.norm.has_gamma else None
-        b = case.beta if self.norm.centred and self.norm.has_beta else None
-        sc = case.extra.get("scale")
-        try:
-            if self.norm.fused:
-                res = self.fn(case.x, case.residual, g, b, case.eps, sc)
-            else:
-                res = self.fn(case.x, g, b, case.eps, sc)
-            res = tuple(res) if isinstance(res, (tuple, list)) else (res,)
-            want = (1 if self.norm.fused else 0) + (2 if self.contract.dynamic else 1)
-            if len(res) != want:
-                raise TypeError(f"expected {want} results ("
-                                + ("h, " if self.norm.fused else "") + "q"
-                                + (", scales" if self.contract.dynamic else "")
-                                + f"), got {len(res)}")
-            outs = {}
-            if self.norm.fused:
-                h, res = res[0], res[1:]
-                from normcheck.launch import as_format
-                outs["h"] = as_format(h, self.fmt)
-            fmt = self.contract.qformat
-            outs["q_values"] = as_values(res[0], fmt, case.cols)
-            if self.contract.dynamic:  # float values, or e8m0/ue4m3 codes of block scales
-                sfmt = self.contract.scale_format
-                sv = np.asarray(res[1]) if not hasattr(res[1], "detach") else res[1]
-                outs["scale_values"] = as_values(sv, qformats.get(sfmt), np.size(sv))
-        except Exception as e:  # the callable's failure, reported as such
-            raise KernelRaised(f"{self.label} raised {type(e).__name__}: {e}",
-                               exception=type(e).__name__) from None
-        if outs["q_values"].shape != case.x.shape:
-            raise KernelRaised(f"{self.label} returned q of shape {outs['q_values'].shape} "
-                               f"for rows of shape {case.x.shape}")
-        return outs
 
 
 @dataclass

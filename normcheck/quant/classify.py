@@ -32,7 +32,7 @@ from normcheck.errors import invalid
 from normcheck.quant.contract import Contract
 from normcheck.quant.oracle import QReference
 
-__all__ = ["QCounts", "QMeasured", "classify", "as_values", "CLASSES", "ScaleShape",
+__all__ = ["QCounts", "QMeasured", "classify", "CLASSES", "ScaleShape",
            "scale_layout", "EXACT", "ORDER", "CONTRACT", "UNWRITTEN"]
 
 CLASSES = ("exact", "order", "contract", "unwritten")
@@ -171,25 +171,5 @@ def _rd(a):
 def _ru(a):
     from normcheck.quant.oracle import round_up32
     return round_up32(a)
-
-
-def as_values(a, fmt, cols: int) -> np.ndarray:
-    """A callable's q (or scales) as float64 values: floats (numpy, ml_dtypes float8/float4,
-    torch tensors of any float dtype) are values; uint8 arrays are codes of ``fmt`` (fp4 packed
-    two a byte); int8 arrays are int8 values."""
-    if hasattr(a, "detach"):  # torch
-        a = a.detach().cpu()
-        if a.dtype.is_floating_point:
-            a = a.float()
-        a = a.numpy()
-    a = np.asarray(a)
-    if a.dtype == np.uint8:
-        return fmt.from_storage(a, cols)
-    if a.dtype == np.int8:
-        return a.astype(np.float64)
-    try:
-        return a.astype(np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"expected float values or uint8 codes, got {a.dtype}") from None
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from normcheck import formats
 from normcheck.errors import invalid
 
-__all__ = ["QFormat", "QFORMATS", "get", "E4M3", "E5M2", "E4M3FNUZ", "E5M2FNUZ", "INT8", "E2M1",
+__all__ = ["QFormat", "QFORMATS", "get", "as_values", "E4M3", "E5M2", "E4M3FNUZ", "E5M2FNUZ", "INT8", "E2M1",
            "E8M0", "UE4M3", "OVERFLOW"]
 
 OVERFLOW = ("satfinite", "nan")
@@ -258,6 +258,24 @@ class QFormat:
         ia = np.searchsorted(vals, np.asarray(a, np.float64))
         ib = np.searchsorted(vals, np.asarray(b, np.float64))
         return np.abs(ia - ib)
+
+
+def as_values(a, fmt, cols: int) -> np.ndarray:
+    """A callable's q (or scales) as float64 values: floats (numpy, ml_dtypes float8/float4,
+    torch tensors of any float dtype) are values; uint8 arrays are codes of ``fmt`` (fp4 packed
+    two a byte); int8 arrays are int8 values."""
+    if hasattr(a, "detach"):  # torch
+        a = a.detach().cpu()
+        if a.dtype.is_floating_point:
+            a = a.float()
+        a = a.numpy()
+    a = np.asarray(a)
+    if a.dtype == np.uint8:
+        return fmt.from_storage(a, cols)
+    try:
+        return a.astype(np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"expected float values or uint8 codes, got {a.dtype}") from None
 
 
 def _fp(name, bits, precision, emin, emax_value, **kw):
