@@ -58,9 +58,20 @@ def _quant_args(spec, contract, rows, reference, out_dtype):
                       "add [[args]] with role = \"scale\"")
 
 
-def _judge(target, *, label, norm: norms.Norm, fmt, out, convention, eps, backend, examples,
+def _judge(target, *, contract, norm: norms.Norm, fmt, out, convention, eps, backend, examples,
            search_examples, seed, cols_range, cols_multiple_of, stats_roles,
            save_counterexample, kernel_desc, long=None, progress=None, arch=None) -> CheckResult:
+    """The check of a bound target: the quantised one under a contract, else the forward one
+    (families, long run, search)."""
+    label = target.label
+    if contract is not None:
+        from normcheck.check.quantised import judge_quantised
+
+        return judge_quantised(target, label=label, norm=norm, storage=fmt, contract=contract,
+                               eps=eps, backend=backend, examples=examples, seed=seed,
+                               cols_range=cols_range, cols_multiple_of=cols_multiple_of,
+                               kernel_desc=kernel_desc, arch=arch,
+                               save_counterexample=save_counterexample)
     t0 = time.perf_counter()
     judge = ForwardJudge(target, norm, fmt, out, convention=convention, eps=eps, backend=backend,
                   seed=seed, cols_range=cols_range, cols_multiple_of=cols_multiple_of,
@@ -173,23 +184,14 @@ def check_kernel(source=None, entry=None, norm=None, dtype=None, *, block=256, s
     spec, n, fmt, out, contract, target = r.spec, r.norm, r.fmt, r.out, r.contract, r.target
     if contract is not None:
         _quant_args(spec, contract, rows, reference, out_dtype)
-    stats_roles = [role for role in specs.STAT_ROLES if spec.has(role)]
-    long = long_run(rows, cols, spec.cols, spec.cols_multiple_of)
-    desc = r.desc
-    if contract is not None:
-        from normcheck.check.quantised import judge_quantised
-
-        return _with_headers(target, judge_quantised(target, label=target.label, norm=n, storage=fmt,
-                               contract=contract, eps=r.eps, backend=r.backend, examples=examples, seed=seed,
-                               cols_range=spec.cols, cols_multiple_of=spec.cols_multiple_of,
-                               kernel_desc=desc, arch=r.arch,
-                               save_counterexample=save_counterexample))
-    return _with_headers(target, _judge(target, label=target.label, norm=n, fmt=fmt, out=out,
-                  convention=spec.convention, eps=r.eps, backend=r.backend, examples=examples,
-                  search_examples=search, seed=seed, cols_range=spec.cols,
-                  cols_multiple_of=spec.cols_multiple_of, stats_roles=stats_roles,
-                  save_counterexample=save_counterexample, kernel_desc=desc, long=long,
-                  progress=progress, arch=r.arch))
+    return _with_headers(target, _judge(
+        target, contract=contract, norm=n, fmt=fmt, out=out, convention=spec.convention,
+        eps=r.eps, backend=r.backend, examples=examples, search_examples=search, seed=seed,
+        cols_range=spec.cols, cols_multiple_of=spec.cols_multiple_of,
+        stats_roles=[role for role in specs.STAT_ROLES if spec.has(role)],
+        save_counterexample=save_counterexample, kernel_desc=r.desc,
+        long=long_run(rows, cols, spec.cols, spec.cols_multiple_of), progress=progress,
+        arch=r.arch))
 
 
 def _with_headers(target, result):
@@ -220,34 +222,19 @@ def check_callable(fn, norm, dtype, *, out_dtype=None, convention="exact",
     check_counts(examples, search, seed)
     if not callable(fn):
         raise invalid("fn", fn, "a callable")
-    if quant is not None:
-        from normcheck.check.quantised import judge_quantised
-        from normcheck.quant import contract as qcontract
-
-        c = qcontract.resolve(quant)
-        n = norms.get(norm)
-        fmt = formats.get(dtype)
-        label = name or getattr(fn, "__name__", "callable")
-        lo, hi = check_cols(cols)
-        return judge_quantised(launch.CallableTarget(fn, n, fmt, label=label, quant=c), label=label, norm=n,
-                               storage=fmt, contract=c, eps=np.float32(exact.check_eps(eps)),
-                               backend=backend, examples=examples, seed=seed,
-                               cols_range=(lo, hi), cols_multiple_of=1,
-                               kernel_desc={"callable": label, "norm": n.name,
-                                            "dtype": fmt.name},
-                               save_counterexample=save_counterexample)
-    n = norms.get(norm).with_reference(reference)
-    fmt = formats.get(dtype)
-    out = formats.get(out_dtype or dtype)
     if convention not in ("exact", "stored"):
         raise invalid("convention", convention, '"exact" or "stored"')
-    e = np.float32(exact.check_eps(eps))
+    from normcheck.quant import contract as qcontract
+
+    c = None if quant is None else qcontract.resolve(quant)
+    n, fmt = norms.get(norm), formats.get(dtype)
+    n, out = (n, None) if c else (n.with_reference(reference), formats.get(out_dtype or dtype))
     lo, hi = check_cols(cols)
     label = name or getattr(fn, "__name__", "callable")
-    long = long_run(rows, long_cols, (lo, hi), 1)
-    return _judge(launch.CallableTarget(fn, n, fmt, out, label), label=label, norm=n, fmt=fmt,
-                  out=out, convention=convention, eps=e, backend=backend, examples=examples,
-                  search_examples=search, seed=seed, cols_range=(lo, hi), cols_multiple_of=1,
-                  stats_roles=[], save_counterexample=save_counterexample,
+    return _judge(launch.CallableTarget(fn, n, fmt, out, label, quant=c), contract=c, norm=n,
+                  fmt=fmt, out=out, convention=convention, eps=np.float32(exact.check_eps(eps)),
+                  backend=backend, examples=examples, search_examples=search, seed=seed,
+                  cols_range=(lo, hi), cols_multiple_of=1, stats_roles=[],
+                  save_counterexample=save_counterexample,
                   kernel_desc={"callable": label, "norm": n.name, "dtype": fmt.name},
-                  long=long, progress=progress)
+                  long=long_run(rows, long_cols, (lo, hi), 1), progress=progress)
