@@ -257,7 +257,7 @@ def bias_benchmark(rows=1_000_000, cols=256, fmts=("fp16", "bf16"), echo=print) 
     ForwardJudge.long_batches in turn) for the sound built-in RMSNorm of each format, and for the
     same outputs re-stored toward zero: batches judged alone, false alarms, the largest |mean|
     signed error and z = |mean|/stderr, and the verdict on the whole run."""
-    from normcheck import kernels, launch, measure, norms
+    from normcheck import kernels, measure, norms
     from normcheck.check.judge import ForwardJudge
     from normcheck.check.tolerances import BIAS
 
@@ -280,7 +280,7 @@ def bias_benchmark(rows=1_000_000, cols=256, fmts=("fp16", "bf16"), echo=print) 
             ref = j.reference(case)
             rz = fmt.cast(fmt.round_toward_zero(ref.exact))
             for key, yy in (("rn", y), ("rz", rz)):
-                s_, c_ = measure.signed_rows(ref, yy, launch.poison_bits(yy.dtype))
+                s_, c_ = measure.signed_rows(ref, yy, formats.poison_bits(yy.dtype))
                 b = measure.Bias().add(s_, c_)
                 st = stats[key]
                 st[0].merge(b)

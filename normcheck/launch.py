@@ -25,7 +25,7 @@ from normcheck import formats, norms, spec as specs
 from normcheck.errors import KernelRaised, SpecError, invalid
 
 __all__ = ["Case", "KernelTarget", "CallableTarget", "Outputs", "bind", "buffer_formats",
-           "poisoned", "poison_bits", "unwritten"]
+           "poisoned", "unwritten"]
 
 def poisoned(shape, fmt, alternate: bool = False) -> np.ndarray:
     """An array of the poison code of ``fmt`` (any :class:`normcheck.formats.NumberFormat`, or
@@ -37,8 +37,6 @@ def poisoned(shape, fmt, alternate: bool = False) -> np.ndarray:
     bits = np.uint8 if fmt.dtype.itemsize == 1 else formats.of_dtype(fmt.dtype).uint
     return np.full(shape, fmt.poison(alternate), bits).view(fmt.dtype)
 
-
-poison_bits = formats.poison_bits
 
 
 def unwritten(a) -> np.ndarray:

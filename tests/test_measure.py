@@ -50,7 +50,7 @@ def test_compiled_equals_numpy(monkeypatch, fmt, norm, with_E):
     if measure.library() is None:
         pytest.skip("the compiled measurement could not be built here")
     ref, y, E = _planted(fmt, norm)
-    kw = dict(E=E if with_E else None, poison=launch.poison_bits(y.dtype), floor=1.0)
+    kw = dict(E=E if with_E else None, poison=formats.poison_bits(y.dtype), floor=1.0)
     a, b = _both(monkeypatch, ref, y, **kw)
     for k in measure.ELEMENTS:
         assert np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True), k
@@ -231,7 +231,7 @@ def test_bound_formed_in_the_pass_equals_the_array(case):
                               convention=conv, storage=F)
     assert np.array_equal(lazy.array(), E, equal_nan=True)
     assert np.array_equal(lazy.rows(3, 7).array(), E[3:7], equal_nan=True)
-    kw = dict(poison=launch.poison_bits(y.dtype), floor=1.0)
+    kw = dict(poison=formats.poison_bits(y.dtype), floor=1.0)
     a = measure.measure(ref, y, E=lazy, **kw)
     c = measure.measure(ref, y, E=E, **kw)
     for k in measure.ELEMENTS:

@@ -74,7 +74,7 @@ def test_sound_builtins_stay_below_the_bias_rule_on_every_family():
                 case = launch.Case(x=x, gamma=g, beta=bb if v.has_beta else None, residual=r)
                 y = kernels.run_case(v, case)["output"]
                 ref, _ = kernels.reference(v, x, g, bb if v.has_beta else None, residual=r)
-                b.add(*measure.signed_rows(ref, y, launch.poison_bits(y.dtype)))
+                b.add(*measure.signed_rows(ref, y, formats.poison_bits(y.dtype)))
             assert not BIAS.fails(v.fmt.name, b), (v.name, fam, b.as_dict())
             if b.n >= BIAS.min_elements:
                 worst = max(worst, abs(b.mean))
@@ -90,7 +90,7 @@ def test_the_signed_error_compiled_equals_numpy():
     y = formats.FP16.cast(formats.FP16.round_toward_zero(ref.exact))
     y[3, 5] = launch.poisoned((1,), y.dtype)[0]
     y[4, 6] = np.inf
-    poison = launch.poison_bits(y.dtype)
+    poison = formats.poison_bits(y.dtype)
     a = measure.signed_rows(ref, y, poison)
     b = measure._signed_rows_numpy(ref.fmt, ref.exact, y, poison)
     assert np.array_equal(a[1], b[1]) and np.allclose(a[0], b[0], rtol=0, atol=1e-9)

@@ -412,7 +412,7 @@ def compare_role(role, ref, got, E, tol, fam, case, norm, scale, eps):
     if got.dtype != fmt.dtype:
         got = fmt.cast(got.astype(np.float64))
     m = measure_mod.measure(ref, got, E=E, floor=tol.fail_floor, scale=scale,
-                            poison=launch.poison_bits(got.dtype))
+                            poison=formats.poison_bits(got.dtype))
     st = {"max_ulp": m.max_ulp if m.n else 0.0, "p99_ulp": 0.0,
           "max_scaled": m.max_scaled, "of_bound": m.max_ratio}
     st["p99_ulp"] = metrics.ulp_stats(m.ulp.ravel())[1]

@@ -239,13 +239,10 @@ def run_families(judge: Judge, fams, examples: int, progress=None):
 def unique(failures, key=lambda f: (f.kind, f.family)) -> list:
     """The failures, one per ``key`` (a kind in a family; a backward check adds the output),
     in the order found: one of each is enough to read."""
-    seen, out = set(), []
+    out = {}
     for f in failures:
-        k = key(f)
-        if k not in seen:
-            seen.add(k)
-            out.append(f)
-    return out
+        out.setdefault(key(f), f)
+    return list(out.values())
 
 
 def fault_or_worst(fault, worst, what: str = ""):

@@ -233,7 +233,7 @@ class ForwardJudge(engine.Judge):
         parts = oracle.normalised_parts(ref, x, case.residual, self.convention)
         E = bounds.SoundBound(self.norm, ref, parts, case.gamma, case.beta, eps=case.eps,
                               convention=self.convention, storage=self.fmt)
-        poison = launch.poison_bits(y.dtype)
+        poison = formats.poison_bits(y.dtype)
         mm = measure_mod.measure(ref, y, E=E, floor=self.tol.fail_floor, poison=poison,
                                  keep=())
         fails_cls = sum(mm.classes[k] for k in metrics.FAILURE_CLASSES)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from normcheck import cases
 from normcheck.check.render import render
-from normcheck.check.tolerances import Tolerance
+from normcheck.check.tolerances import Tolerance, Verdict
 from normcheck.metrics import to_json
 
 __all__ = ["CheckResult", "ForwardDetail", "BackwardDetail", "QuantisedDetail"]
@@ -43,9 +43,7 @@ class BackwardDetail:
     seed: int
 
     def as_dict(self) -> dict:
-        return {"backward": {"outputs": self.outputs, "stats": self.stats, "mode": self.mode,
-                             "races_ulp": self.races_ulp, "orders": self.orders,
-                             "seed": self.seed}}
+        return {"backward": asdict(self)}
 
 
 @dataclass
@@ -62,9 +60,7 @@ class QuantisedDetail:
     saturation: list
 
     def as_dict(self) -> dict:
-        return {"quant": {"contract": self.contract, "describe": self.describe,
-                          "values": self.values, "scales": self.scales, "amax": self.amax,
-                          "families": self.families, "saturation": self.saturation}}
+        return {"quant": asdict(self)}
 
 
 @dataclass
@@ -76,7 +72,7 @@ class CheckResult:
     dtype: str
     out_dtype: str
     backend: str
-    verdict: str                       # pass | warn | fail
+    verdict: Verdict
     max_ulp: float
     rows_checked: int
     failures: list
