@@ -33,15 +33,23 @@ class Replayed(str):
         return o
 
 
-def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
+def _case(case):
+    """The saved rows as the Case a target runs: every array the file holds."""
     from normcheck import launch
+
+    extra = {k: case[k] for k in ("dh", "y") if case[k] is not None}
+    if case["scale"] is not None:
+        extra["scale"] = np.float32(case["scale"].ravel()[0])
+    return launch.Case(x=case["x"], gamma=case["gamma"], beta=case["beta"],
+                       residual=case["residual"], eps=case["eps"], dy=case["dy"],
+                       mean=case["mean"], rstd=case["rstd"], extra=extra)
+
+
+def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
     from normcheck.check import backward as cb
     from normcheck.check.tolerances import TOLERANCES
 
-    x = case["x"]
-    extra = {k: case[k] for k in ("dh", "y") if case[k] is not None}
-    c = launch.Case(x=x, gamma=case["gamma"], beta=case["beta"], eps=case["eps"],
-                    dy=case["dy"], mean=case["mean"], rstd=case["rstd"], extra=extra)
+    x, c = case["x"], _case(case)
     fmt = formats.of_dtype(x.dtype)
     outs = target(c)
     n = norm  # resolved as the backward check resolves it
@@ -69,13 +77,9 @@ def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
 
 
 def _replay_quant(case, path, target, norm, contract, backend, notes) -> str:
-    from normcheck import launch
     from normcheck.check.quantised import CLASSES, QuantisedJudge
 
-    x = case["x"]
-    extra = {} if case["scale"] is None else {"scale": np.float32(case["scale"].ravel()[0])}
-    c = launch.Case(x=x, gamma=case["gamma"], beta=case["beta"], residual=case["residual"],
-                    eps=case["eps"], extra=extra)
+    x, c = case["x"], _case(case)
     judge = QuantisedJudge(target, norm, formats.of_dtype(x.dtype), contract, eps=case["eps"])
     m, fails = judge.measure("replay", c)
     head = (f"case {path}: {x.shape[0]} row(s) of {x.shape[1]}, eps={float(case['eps'])!r}, "
@@ -101,14 +105,12 @@ def _replay_quant(case, path, target, norm, contract, backend, notes) -> str:
 def replay(path, backend="cpu", variant=None, run_embedded=False) -> Replayed:
     """Rerun a saved case on its kernel (or on the built-in ``variant``), judge it under the
     check's rule and describe the comparison with the oracle (module docstring)."""
-    from normcheck import kernels, launch
+    from normcheck import kernels
     from normcheck.check.judge import ForwardJudge
 
     case = load_case(path)
     k = {"variant": variant} if variant else case["kernel"]
-    x, g, b, r, eps = case["x"], case["gamma"], case["beta"], case["residual"], case["eps"]
-    notes = []
-    c = launch.Case(x=x, gamma=g, beta=b, residual=r, eps=eps)
+    x, eps, c, notes = case["x"], case["eps"], _case(case), []
     if "variant" in k:
         v = kernels.get(k["variant"])
         if v.fmt.dtype != x.dtype:
