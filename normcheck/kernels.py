@@ -321,12 +321,8 @@ def run_backward_dparams(variant, x, dy, mean, rstd, *, backend="cpu", block=BLO
 
 
 def _run_backward(v, x, dy, gamma, mean, rstd, backend, block, launch_options):
-    fmt = v.fmt
-    for name, a in (("x", x), ("dy", dy)):
-        if not isinstance(a, np.ndarray) or a.ndim != 2 or a.dtype != fmt.dtype:
-            raise invalid(name, a, f"a 2-D array [rows, cols] of {fmt.dtype} for {v.name}")
-    if dy.shape != x.shape:
-        raise invalid("dy.shape", dy.shape, f"x's shape {x.shape}")
+    x = _rows("x", x, v)
+    dy = _rows("dy", dy, v, x)
     rows, cols = x.shape
     stats = {}
     for name, a in (("mean", mean if v.norm == "layernorm" else None), ("rstd", rstd)):
@@ -334,8 +330,8 @@ def _run_backward(v, x, dy, gamma, mean, rstd, backend, block, launch_options):
             stats[name] = np.ascontiguousarray(np.asarray(a, np.float32))
             if stats[name].shape != (rows,):
                 raise invalid(f"{name}.shape", stats[name].shape, f"({rows},), one per row")
-    case = launch.Case(x=np.ascontiguousarray(x), dy=np.ascontiguousarray(dy),
-                       gamma=_param(gamma, "gamma", cols, fmt, 1.0) if v.kind == "dx" else None,
+    case = launch.Case(x=x, dy=dy,
+                       gamma=_param(gamma, "gamma", cols, v.fmt, 1.0) if v.kind == "dx" else None,
                        **stats)
     tgt = target(v, backend, block, timeout=launch_options.pop("timeout", None))
     return tgt(case, **launch_options)
@@ -363,6 +359,22 @@ def compiled(variant: Variant, backend="cpu", options=None, module=False):
             entries = list(dict.fromkeys(v.entry for v in _ALL if v.source == variant.source))
             _modules[key] = be.compile_many(variant.path, entries, options=opts)
     return _modules[key] if module else _modules[key][variant.entry]
+
+
+def _rows(name, a, v, like=None):
+    """Rows a built-in reads: a 2-D array [rows, cols] in its storage format (of ``like``'s
+    shape)."""
+    fmt = v.fmt
+    if not isinstance(a, np.ndarray) or a.ndim != 2 or a.shape[1] < 1 or (
+            like is not None and a.shape != like.shape):
+        raise invalid(name, a, "a 2-D numpy array [rows, cols], cols >= 1" +
+                      (f", of x's shape {like.shape}" if like is not None else ""))
+    if a.dtype != fmt.dtype:
+        raise invalid(f"{name}.dtype", str(a.dtype), f"{fmt.dtype} for {v.name}",
+                      f"convert with {name}.astype(...) or pick a {formats.of_dtype(a.dtype).name}"
+                      " variant" if a.dtype in [f.dtype for f in formats.FORMATS.values()] else
+                      "use fp32, fp16 or bf16 rows")
+    return np.ascontiguousarray(a)
 
 
 def _param(a, name, cols, fmt, default):
@@ -419,39 +431,27 @@ def run(variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5), residual=Non
     to the kernel call (timeout, schedule, seed, workers)."""
     v = get(variant)
     fmt = v.fmt
-    if not isinstance(x, np.ndarray) or x.ndim != 2:
-        raise invalid("x", x, "a 2-D numpy array [rows, cols]", "reshape to (rows, cols)")
-    if x.dtype != fmt.dtype:
-        raise invalid("x.dtype", str(x.dtype), f"{fmt.dtype} for {v.name}",
-                      f"convert with x.astype(...) or pick a {formats.of_dtype(x.dtype).name} "
-                      "variant" if x.dtype in [f.dtype for f in formats.FORMATS.values()] else
-                      "use fp32, fp16 or bf16 rows")
+    x = _rows("x", x, v)
     rows, cols = x.shape
-    if cols < 1:
-        raise invalid("x.shape", x.shape, "at least one column")
     if beta is not None and not v.has_beta:
         raise invalid("beta", beta, f"None: {v.norm} has no β", "drop beta")
-    if v.fused:
-        if residual is None:
-            raise invalid("residual", None, f"the residual rows for the fused kernel {v.name}",
-                          "pass residual=... of x's shape and dtype")
-        if not isinstance(residual, np.ndarray) or residual.shape != x.shape or \
-                residual.dtype != x.dtype:
-            raise invalid("residual", residual, f"an array of shape {x.shape} and dtype {x.dtype}")
-    elif residual is not None:
+    if v.fused and residual is None:
+        raise invalid("residual", None, f"the residual rows for the fused kernel {v.name}",
+                      "pass residual=... of x's shape and dtype")
+    if residual is not None and not v.fused:
         raise invalid("residual", residual, f"None: {v.name} is not a fused kernel")
+    residual = _rows("residual", residual, v, x) if v.fused else None
     g = _param(gamma, "gamma", cols, fmt, 0.0 if v.norm == "gemma_rmsnorm" else 1.0)
     b = _param(beta, "beta", cols, fmt, 0.0) if v.has_beta else None
     tgt = target(v, backend, block, options, launch_options.pop("timeout", None))
     eps = np.float32(eps)
-    x = np.ascontiguousarray(x)
     y = np.empty_like(x)
     h = np.empty_like(x) if v.fused else None
     step = max(1, CHUNK_ELEMENTS // cols)
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         case = launch.Case(x=x[r0:r1], gamma=g, beta=b, eps=eps,
-                           residual=np.ascontiguousarray(residual[r0:r1]) if v.fused else None)
+                           residual=residual[r0:r1] if v.fused else None)
         outs = tgt(case, **launch_options)
         y[r0:r1] = outs["output"]
         if v.fused:
