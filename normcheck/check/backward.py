@@ -36,6 +36,7 @@ from normcheck import families as families_mod
 from normcheck import measure as measure_mod
 from normcheck.causes import Cause
 from normcheck.check import engine
+from normcheck.check.diagnose import CAUSES, rstd_variants, warp_groups
 from normcheck.check.result import BackwardDetail
 from normcheck.check.engine import assemble
 from normcheck.check.engine import FATAL, Failure, odd_rows, with_notes
@@ -192,14 +193,8 @@ def _candidates(norm, case, role, fmt, eps):
 
     def rows_variants(kind):
         """r (and so x̂) from another variance: recomputing kernels only."""
-        if saved:
-            return []
-        v = var
-        return [("bessel", "variance divided by D-1 instead of D",
-                 1 / np.sqrt(v * D / max(D - 1, 1) + eps)),
-                ("eps_missing", "ε missing from the variance", 1 / np.sqrt(v)),
-                ("eps_on_sigma", "ε added to σ instead of σ² (rstd = 1/(σ + ε))",
-                 1 / (np.sqrt(v) + eps))]
+        return [] if saved else [(k, CAUSES[k][0], rr)
+                                 for k, rr in rstd_variants(var, D, eps).items()]
 
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if role in specs.ROW_GRADS:
@@ -237,11 +232,7 @@ def _candidates(norm, case, role, fmt, eps):
                             "(PyTorch 1.x's formula, x not centred before the sums): b·x and c "
                             "cancel on offset rows", f32(f32(f32(rf * f32(g)) + f32(bb * x)) + cc)
                             + add, "size"))
-            for B in (32, 64, 128, 256, 512, 1024):
-                if B >= D:
-                    break
-                grp = (np.arange(D) % B) // 32
-
+            for B, grp in warp_groups(D):
                 def sums(gg, xh, grp=grp):
                     m = np.zeros_like(gg)
                     c = np.zeros_like(gg)

@@ -25,7 +25,8 @@ import numpy as np
 from normcheck import formats
 from normcheck.causes import EVIDENCE, Cause, headline
 
-__all__ = ["Cause", "EVIDENCE", "explain", "headline", "CAUSES", "ORDERS", "order_text"]
+__all__ = ["Cause", "EVIDENCE", "explain", "headline", "CAUSES", "ORDERS", "order_text",
+           "rstd_variants", "warp_groups"]
 
 CAUSES = {
     "rstd_storage": ("rstd rounded to the storage format before use", "bit"),
@@ -63,6 +64,22 @@ ORDERS = (("sequential",), *(("block", B) for B in (32, 64, 128, 256, 512, 1024)
           *(("cub", B) for B in (128, 256, 512, 1024)), ("tree",))
 
 
+def rstd_variants(var, D: int, eps) -> dict:
+    """{cause: rstd} of the usual wrong variances: D-1 (Bessel's, where D > 1), ε missing, ε on
+    σ -- the forward and the backward diagnosis alike."""
+    out = {"bessel": 1.0 / np.sqrt(var * D / (D - 1) + eps)} if D > 1 else {}
+    return {**out, "eps_missing": 1.0 / np.sqrt(var), "eps_on_sigma": 1.0 / (np.sqrt(var) + eps)}
+
+
+def warp_groups(D: int):
+    """(B, each column's warp) of a block of B threads whose warps never combine their sums
+    (warp w holds the columns j with (j mod B) / 32 = w), for each B narrower than the row."""
+    for B in (32, 64, 128, 256, 512, 1024):
+        if B >= D:
+            return
+        yield B, (np.arange(D) % B) // 32
+
+
 def order_text(order) -> str:
     if order[0] == "sequential":
         return "one thread summing the row"
@@ -97,10 +114,7 @@ def _models(norm, fmt, out, x, g, b, mean, var, eps):
                                                                        + b))
         if norm.centred or norm.has_gamma:
             m["affine_separate"] = ("rounded", out.round_array(out.round_array(ge * d * r) + b))
-        if D > 1:
-            m["bessel"] = y_of(1.0 / np.sqrt(v * D / (D - 1) + eps))
-        m["eps_missing"] = y_of(1.0 / np.sqrt(v))
-        m["eps_on_sigma"] = y_of(1.0 / (np.sqrt(v) + eps))
+        m.update({k: y_of(rr) for k, rr in rstd_variants(v, D, eps).items()})
         if norm.centred:
             mS = S.round_array(mean)[:, None]
             m["mean_storage"] = ge * (x - mS) * r + b
@@ -112,12 +126,8 @@ def _models(norm, fmt, out, x, g, b, mean, var, eps):
             m["exact_not_hf"] = y_of(r)
         if norm.has_gamma:  # Gemma's 1+γ and the plain γ mistaken for one another
             m["gemma_gamma"] = (ge - 1.0 if norm.gemma else ge + 1.0) * d * r + b
-        # partial reductions: a block of B threads whose warps never combine (warp w holds the
-        # columns j with (j mod B) / 32 = w), each using its own sums as the row's
-        for B in (32, 64, 128, 256, 512, 1024):
-            if B >= D:
-                break
-            grp = (np.arange(D) % B) // 32
+        # partial reductions: each warp using its own sums as the row's
+        for B, grp in warp_groups(D):
             mu_p = np.zeros_like(x)
             v_p = np.zeros_like(x)
             for k in np.unique(grp):
