@@ -77,7 +77,7 @@ def _judge(target, *, contract, norm: norms.Norm, fmt, out, convention, eps, bac
                   seed=seed, cols_range=cols_range, cols_multiple_of=cols_multiple_of,
                   stats_roles=stats_roles)
     fams = CHECK_FAMILIES
-    results, failures, warnings, worst = judge.run_families(fams, examples)
+    results, failures, warnings, worst = judge.run(fams, examples)
     if long is not None and not any(f.kind in FATAL for f in failures):
         fr, f, w = judge.run_long(*long, progress=progress)
         results.append(fr)

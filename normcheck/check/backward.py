@@ -559,7 +559,6 @@ class BackwardJudge(engine.Judge):
         self.multiple = max(1, spec.cols_multiple_of)
         #: a family's place in BACKWARD_FAMILIES seeds its rows, whichever families run
         self.index = {f: i for i, f in enumerate(families_mod.BACKWARD_FAMILIES)}
-        self.worst = None  # the rows saved: the first failure's, or a warn's
         self.races = {}
 
     def plan(self, fam, examples):

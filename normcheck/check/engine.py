@@ -158,6 +158,13 @@ class Judge:
         self.fault = None  # (family, Case, Failure): the first launch that faulted
         self.probed_undefined = set()  # families whose failing launch ran undefined_dependence
         self.undefined = {}  # family -> Cause, where the output depended on undefined values
+        self.worst = None  # the worst row so far (each kind's own WorstRow)
+
+    def run(self, fams, examples: int, progress=None):
+        """(family results, failures, warnings, the worst row over all of them): the families
+        through :func:`run_families`."""
+        self.worst = None
+        return (*run_families(self, fams, examples, progress), self.worst)
 
     def start(self, fam):
         return FamilyState(self.Result(fam))

@@ -325,12 +325,6 @@ class ForwardJudge(engine.Judge):
                         measure_mod.mismatch(f"row {i}", got[i], t[i]))]
 
     # the families (check.engine.run_families drives these) --------------------------------------
-    def run_families(self, fams, examples: int):
-        """(family results, failures, warnings, the worst row over all of them)."""
-        self.worst = None
-        results, failures, warnings = engine.run_families(self, fams, examples)
-        return results, failures, warnings, self.worst
-
     def plan(self, fam, examples):
         ws = families.widths(fam, self.cols_range, self.multiple_of)
         per = odd_rows(max(1, examples // len(ws)))

@@ -43,7 +43,7 @@ def judge_quantised(target, *, label, norm, storage, contract, eps, backend, exa
     judge = QuantisedJudge(target, norm, storage, contract, eps=eps, seed=seed,
                        cols_range=cols_range, cols_multiple_of=cols_multiple_of)
     fams = [f for f in FAMILIES if f != "saturation" or not contract.dynamic]
-    results, failures, worst = judge.run_families(fams, examples)
+    results, failures, _, worst = judge.run(fams, examples)
     total_q, total_s, total_a = QCounts(), QCounts(), QCounts()
     for fr in results:
         total_q.add(fr.q)
@@ -259,18 +259,6 @@ class QuantisedJudge(engine.Judge):
                 f"(exact t={float(m.ref.t[i, j])!r})"))
         return out
 
-    # -- the families -----------------------------------------------------------------------------
-    def run_families(self, fams, examples: int, progress=None):
-        """(family results, failures, the worst row over all of them: a QWorst or None)."""
-        self.worst = None
-        results, failures, _ = engine.run_families(self, fams, examples, progress)
-        w = None
-        if self.worst is not None:
-            _, fam, case, m, i = self.worst
-            w = QWorst(fam, case.cols, i, _row_detail(case, m, i), case=case.head(i))
-            w.case.extra = dict(case.extra)
-        return results, failures, w
-
     # the families (check.engine.run_families drives these) --------------------------------------
     def plan(self, fam, examples):
         ws = qfamilies.widths(fam, self.contract, self.cols_range, self.multiple_of)
@@ -319,8 +307,10 @@ class QuantisedJudge(engine.Judge):
                     if f.kind in ("contract", "scale", "amax") and not f.cause:
                         f.cause = fr.cause
             fr.cause = fr.cause or next((f.cause for f in fam_fails if f.cause), None)
-        if fam_worst is not None and (self.worst is None or fam_worst[0] > self.worst[0]):
-            self.worst = (fam_worst[0], fam, fam_worst[1], fam_worst[2], fam_worst[3])
+        if fam_worst is not None and (self.worst is None or fam_worst[0] > self.worst_score):
+            self.worst_score, case, m, i = fam_worst
+            self.worst = QWorst(fam, case.cols, i, _row_detail(case, m, i), case=case.head(i))
+            self.worst.case.extra = dict(case.extra)
         return fam_fails, []
 
 

@@ -54,7 +54,7 @@ def measure(backend="cpu", seed=0, mode="quick", pattern=None) -> dict:
             continue
         c = v.contract
         fams = [f for f in qfamilies.QUANT_FAMILIES if f != "saturation" or not c.dynamic]
-        res, fails, _ = _judge(v, c, backend, seed).run_families(fams, examples)
+        res, fails, _, _ = _judge(v, c, backend, seed).run(fams, examples)
         for fr in res:
             out["builtins"].append({"kernel": v.name, "contract": c.describe(),
                                     "family": fr.family, "rows": fr.rows,
@@ -67,7 +67,7 @@ def measure(backend="cpu", seed=0, mode="quick", pattern=None) -> dict:
         for a in vs:
             for b in vs:
                 c = b.contract
-                res, _, _ = _judge(a, c, backend, seed).run_families(
+                res, *_ = _judge(a, c, backend, seed).run(
                     ["gaussian", "amax_boundary"], examples)
                 n = sum(fr.q.n for fr in res)
                 ns = sum(fr.scales.n for fr in res)
