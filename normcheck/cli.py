@@ -443,14 +443,14 @@ def _clean(args) -> int:
 
 
 def _cache(args) -> int:
-    from normcheck.backends import base
+    from normcheck.backends import cache
 
-    root = base.cache_root()
+    root = cache.cache_root()
     if args.action == "clear":
-        n = base.cache_clear()
+        n = cache.cache_clear()
         print(f"removed {n} build(s) from {root}")
         return 0
-    info = base.cache_info()
+    info = cache.cache_info()
     print(f"build cache: {root} (NORMCHECK_CACHE, else XDG_CACHE_HOME/normcheck, else "
           "~/.cache/normcheck)")
     for name, (count, size) in info.items():

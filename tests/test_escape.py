@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from normcheck import errors, replay, spec as specs
-from normcheck.backends import base, confine, get_backend
+from normcheck.backends import base, cache, confine, get_backend
 from normcheck.backends.cpu import wire
 from normcheck.backends.cpu.backend import parse_report
 from paths_support import beside
@@ -452,7 +452,7 @@ def kp():
 def cache_file():
     """A file in the build cache (beneath a read root of the worker, as normcheck-launch is):
     what a kernel could open for reading and then try to change."""
-    p = base.cache_dir("cpu") / f"nc-escape-{os.getpid()}.txt"
+    p = cache.cache_dir("cpu") / f"nc-escape-{os.getpid()}.txt"
     p.write_text("tok-0577215664\n")
     p.chmod(0o644)
     yield p

@@ -12,7 +12,7 @@ import pytest
 
 import normcheck
 from normcheck import check
-from normcheck.backends import base, get_backend
+from normcheck.backends import base, cache, get_backend
 from normcheck.backends.cpu.backend import CpuBackend
 from normcheck.backends.cuda import CudaBackend
 from normcheck.pytest_plugin import assert_accurate
@@ -39,12 +39,12 @@ def test_the_wheel_carries_kernels_shim_and_examples(tmp_path):
 def test_cache_rule(monkeypatch, tmp_path):
     monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path / "a"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
-    assert base.cache_root() == tmp_path / "a"
+    assert cache.cache_root() == tmp_path / "a"
     monkeypatch.delenv("NORMCHECK_CACHE")
-    assert base.cache_root() == tmp_path / "x" / "normcheck"
+    assert cache.cache_root() == tmp_path / "x" / "normcheck"
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert base.cache_root() == Path.home() / ".cache" / "normcheck"
-    assert base.cache_dir("cuda").parent == base.cache_dir("cpu").parent
+    assert cache.cache_root() == Path.home() / ".cache" / "normcheck"
+    assert cache.cache_dir("cuda").parent == cache.cache_dir("cpu").parent
 
 
 def test_editing_an_included_header_changes_the_verdict(tmp_path):
@@ -102,7 +102,7 @@ def test_one_backend_interface():
     assert p["fmad"] is False and "seccomp" in p["sandbox"]
 
 
-_CACHE = str(__import__("normcheck.backends.base", fromlist=["cache_root"]).cache_root())
+_CACHE = str(__import__("normcheck.backends.cache", fromlist=["cache_root"]).cache_root())
 
 
 def test_assert_accurate_passes_and_fails_with_the_checks_report():

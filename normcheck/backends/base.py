@@ -1,5 +1,5 @@
-"""What every backend shares: the interface, sources, defines, the build cache, kernel signatures,
-argument checking and launch geometry.
+"""What every backend shares: the interface, sources, defines, kernel signatures, argument
+checking and launch geometry (the build cache is normcheck.backends.cache).
 
 A backend (:class:`Backend`) turns CUDA C into callable kernels::
 
@@ -10,7 +10,7 @@ A backend (:class:`Backend`) turns CUDA C into callable kernels::
 they hold what the kernel wrote), numpy scalars (np.int32, np.float32 ...; Python ints and floats
 are converted to the parameter's type) or ``None`` for a null pointer.
 
-Builds are cached under one directory for every backend (:func:`cache_root`):
+Builds are cached under one directory for every backend (``cache.cache_root``):
 ``$NORMCHECK_CACHE``, else ``$XDG_CACHE_HOME/normcheck``, else ``~/.cache/normcheck``; each entry
 is keyed by the preprocessed source (so the content of every included file counts), the
 compiler and its version, the flags and the shim, and is written under a temporary name and
@@ -20,12 +20,7 @@ renamed into place, so concurrent builds never see half an entry.
 from __future__ import annotations
 
 import abc
-import hashlib
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,8 +31,7 @@ from normcheck.errors import invalid
 from normcheck.files import SOURCE_BYTES, read_limited
 
 __all__ = ["Backend", "Param", "Source", "load_source", "define_flags", "check_defines",
-           "cache_root", "cache_dir", "cache_info", "cache_clear", "install_file", "compiler_version",
-           "cxx", "key_of", "parse_signature",
+           "parse_signature",
            "check_args", "check_launch", "dim3", "scalar_dtype", "parse_entry", "LIMITS",
            "parse_arch", "DEFAULT_ARCH", "StructArg", "Capabilities", "Kernel"]
 
@@ -356,114 +350,6 @@ def parse_arch(value) -> int:
     if not 300 <= arch <= 1300:
         raise invalid("arch", value, "an architecture from sm_30 to sm_130")
     return arch
-
-
-# ------------------------------------------------------------------------------------------------
-# The build cache
-# ------------------------------------------------------------------------------------------------
-def cache_root() -> Path:
-    """$NORMCHECK_CACHE, else $XDG_CACHE_HOME/normcheck, else ~/.cache/normcheck."""
-    env = os.environ.get("NORMCHECK_CACHE")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "normcheck"
-
-
-def cache_dir(backend: str) -> Path:
-    return cache_root() / backend
-
-
-def install_file(data: bytes | str, final: Path, mode: int | None = None) -> Path:
-    """Write ``data`` to ``final`` atomically (a temporary file in the same folder, given
-    ``mode``, then renamed)."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return final
-
-
-#: The parts of the cache: one folder each.
-CACHE_PARTS = ("cpu", "cuda", "oracle")
-
-
-def cxx() -> tuple[str, str]:
-    """The host C++ compiler ($CXX, else g++) and its version; BackendUnavailable if missing."""
-    cmd = os.environ.get("CXX", "g++")
-    v = compiler_version(cmd)
-    if v is None:
-        from normcheck.errors import BackendUnavailable
-
-        raise BackendUnavailable(f"CXX={cmd}: no such C++ compiler; normcheck needs one (the cpu "
-                                 "backend and the oracle's fast path): install g++ or set CXX")
-    return cmd, v
-
-
-def cache_info() -> dict:
-    """{part: (builds, bytes)} of the build cache."""
-    out = {}
-    for name in CACHE_PARTS:
-        d = cache_dir(name)
-        builds, size = 0, 0
-        if d.is_dir():
-            for e in d.iterdir():
-                if e.is_dir():
-                    builds += 1
-                    size += sum(f.stat().st_size for f in e.rglob("*") if f.is_file())
-        out[name] = (builds, size)
-    return out
-
-
-def cache_clear() -> int:
-    """Remove every build (and any half-written temporary); returns how many builds."""
-    n = 0
-    for name in CACHE_PARTS:
-        d = cache_dir(name)
-        if d.is_dir():
-            for e in d.iterdir():
-                if e.is_dir():
-                    n += 1
-                shutil.rmtree(e, ignore_errors=True) if e.is_dir() else e.unlink(missing_ok=True)
-    return n
-
-
-def key_of(*parts) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode() if isinstance(p, str) else p)
-        h.update(b"\0")
-    return h.hexdigest()[:32]
-
-
-_versions: dict = {}
-
-
-def compiler_version(cmd: str) -> str | None:
-    """The first line of ``cmd --version`` (cached), None when the compiler is missing."""
-    if cmd not in _versions:
-        exe = shutil.which(cmd)
-        v = None
-        if exe:
-            try:
-                out = subprocess.run([exe, "--version"], capture_output=True, text=True,
-                                     timeout=60).stdout.strip().splitlines()
-                v = " ".join(line.strip() for line in out if line.strip() and not line.startswith(
-                    ("Copyright", "This is free software", "warranty", "FOR A PARTICULAR"))) or None
-            except (OSError, subprocess.SubprocessError):
-                v = None
-        _versions[cmd] = v
-    return _versions[cmd]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from normcheck.backends import base
+from normcheck.backends import cache
 from normcheck.errors import BackendUnavailable, CompileError
 
 __all__ = ["launcher", "mechanism", "describe", "command", "run_compiler", "Limits",
@@ -165,7 +165,7 @@ def build_artifact(source: Path, part: str, name: str, filename: str, flags: lis
     the source, the flags and the compiler's version; built in a temporary folder and installed
     atomically, so concurrent first uses are safe.  ``confined=False`` only for the launcher
     itself (nothing can confine its own build)."""
-    cmd, _version = base.cxx()
+    cmd, _version = cache.cxx()
     final, dirs = _artifact(source, part, name, filename, flags, link)
     if final.is_file():
         return final
@@ -183,14 +183,14 @@ def build_artifact(source: Path, part: str, name: str, filename: str, flags: lis
                 raise CompileError(f"{what}: {cmd} could not run ({e})") from None
         if r.returncode != 0:
             raise CompileError(f"{what}: {source} did not compile", r.stderr)
-        base.install_file(out.read_bytes(), final,
+        cache.install_file(out.read_bytes(), final,
                           mode=0o755 if os.access(out, os.X_OK) else None)
     return final
 
 
 def _artifact(source, part, name, filename, flags, link):
     """(where the build of ``source`` lives in the cache, the folders its headers are in)."""
-    _cmd, version = base.cxx()
+    _cmd, version = cache.cxx()
     text = Path(source).read_text()
     dirs = {str(Path(source).parent)}
     for inc in re.findall(r'^#include "([^"]+)"', text, re.M):  # its own headers ("x.h", "../x.h")
@@ -198,8 +198,8 @@ def _artifact(source, part, name, filename, flags, link):
         if h.is_file():
             text += h.read_text()
             dirs.add(str(h.parent))
-    final = base.cache_dir(part) / (
-        name + "-" + base.key_of(text, " ".join(list(flags) + list(link)), version)) / filename
+    final = cache.cache_dir(part) / (
+        name + "-" + cache.key_of(text, " ".join(list(flags) + list(link)), version)) / filename
     return final, dirs
 
 

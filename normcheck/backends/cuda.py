@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck.backends import base, confine
+from normcheck.backends import base, cache, confine
 from normcheck.errors import BackendUnavailable, CompileError, KernelCrash, invalid
 
 __all__ = ["CudaBackend", "CudaKernel", "unavailable_reason", "ptx_entries", "find_entry",
@@ -290,7 +290,7 @@ class CudaBackend(base.Backend):
 
     def provenance(self, options=None) -> dict:
         fmad = bool((options or {}).get("fmad", self.fmad))
-        nvcc = base.compiler_version(os.environ.get("NVCC", "nvcc")) or "nvcc"
+        nvcc = cache.compiler_version(os.environ.get("NVCC", "nvcc")) or "nvcc"
         return {"backend": "cuda", "compiler": nvcc,
                 "flags": f"-arch={self.arch} --ptx --fmad={'true' if fmad else 'false'}",
                 "fmad": fmad, "device": self.device.name(),
@@ -301,7 +301,7 @@ def _nvcc_ptx(text: str, flags: list[str], origin: str) -> str:
     """PTX of ``text``, cached by its preprocessed form (every included file), nvcc's version
     and the flags; entries are written atomically."""
     nvcc = os.environ.get("NVCC", "nvcc")
-    version = base.compiler_version(nvcc) or "nvcc"
+    version = cache.compiler_version(nvcc) or "nvcc"
     # nvcc runs with normcheck-launch's lifetime, limits and environment (no landlock: where
     # a CUDA toolkit keeps its files varies too much to list)
     with confine.temporary_folder("build") as d:
@@ -311,8 +311,8 @@ def _nvcc_ptx(text: str, flags: list[str], origin: str) -> str:
                                    f"preprocessing {origin}", cleanup=d)
         if pre.returncode != 0:
             raise CompileError(f"nvcc could not preprocess {origin}", pre.stderr)
-        key = base.key_of(pre.stdout.replace(str(src), "<kernel>"), " ".join(flags), version)
-        ptx = base.cache_dir("cuda") / key / "kernel.ptx"
+        key = cache.key_of(pre.stdout.replace(str(src), "<kernel>"), " ".join(flags), version)
+        ptx = cache.cache_dir("cuda") / key / "kernel.ptx"
         if ptx.is_file():
             return ptx.read_text()
         r = confine.run_compiler([nvcc, *flags, "--ptx", str(src), "-o",
@@ -322,5 +322,5 @@ def _nvcc_ptx(text: str, flags: list[str], origin: str) -> str:
             raise CompileError(f"nvcc could not compile {origin}",
                                r.stderr.replace(str(src), origin))
         text_ptx = (Path(d) / "kernel.ptx").read_text()
-    base.install_file(text_ptx, ptx)
+    cache.install_file(text_ptx, ptx)
     return text_ptx

@@ -32,7 +32,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from normcheck.backends import base
+from normcheck.backends import cache
 from normcheck.errors import CompileError
 
 __all__ = ["LIBRARIES", "library_for", "library_include_dirs", "torch_include_dirs",
@@ -66,7 +66,7 @@ def library_for(header: str) -> str | None:
 
 
 def _fetched_root() -> Path:
-    return base.cache_root() / "headers"
+    return cache.cache_root() / "headers"
 
 
 def fetched() -> dict:

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck.backends import base, confine, headers
+from normcheck.backends import base, cache, confine, headers
 from normcheck.backends.cpu import sandbox, translate, wire
 from normcheck.errors import (
     BackendUnavailable,
@@ -145,7 +145,7 @@ def cuda_include_dirs() -> list[Path]:
 
 
 def _compiler() -> tuple[str, str]:
-    return base.cxx()
+    return cache.cxx()
 
 
 _UNDECLARED = re.compile(r"'([A-Za-z_]\w*)' was not declared in this scope|"
@@ -320,7 +320,7 @@ _LINE_MARKER = re.compile(r'^# \d+ "([^"]+)"', re.M)
 def _tools_key() -> str:
     """What else a preprocessed build depends on: normcheck's rewriting code."""
     here = Path(__file__).resolve().parent
-    return base.key_of(*[(here / f).read_bytes() for f in ("backend.py", "translate.py",
+    return cache.key_of(*[(here / f).read_bytes() for f in ("backend.py", "translate.py",
                                                            "ptx.py")])
 
 
@@ -336,12 +336,12 @@ def _stamps(paths) -> list | None:
 
 
 def _manifest(src, entries, defines, extra, arch, hosts, version) -> Path:
-    key = base.key_of(src.origin, src.text, repr((entries, sorted((defines or {}).items()),
+    key = cache.key_of(src.origin, src.text, repr((entries, sorted((defines or {}).items()),
                                                   extra, arch, sorted(hosts),
                                                   list(src.include_dirs),
                                                   [str(d) for d in include_dirs_for(src)])),
                       version or "", _tools_key())
-    return base.cache_dir("cpu") / "manifests" / f"{key}.json"
+    return cache.cache_dir("cpu") / "manifests" / f"{key}.json"
 
 
 def _from_manifest(path: Path):
@@ -372,13 +372,13 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
     flags = [*_CXX_FLAGS, *extra]
     manifest = _manifest(src, entries, defines, extra, arch, hosts, version)
     known = _from_manifest(manifest)
-    if known and (base.cache_dir("cpu") / known[0] / "kernel.so").is_file():
+    if known and (cache.cache_dir("cpu") / known[0] / "kernel.so").is_file():
         key, deferred, used = known
     else:
         text, deferred, deps = preprocess(src, entries, defines, extra, arch, hosts)
-        key = base.key_of(text, " ".join(flags), version)
+        key = cache.key_of(text, " ".join(flags), version)
         used = headers.frameworks(deps)
-    so = base.cache_dir("cpu") / key / "kernel.so"
+    so = cache.cache_dir("cpu") / key / "kernel.so"
     if not so.is_file():
         with confine.temporary_folder("build") as d:
             ii = Path(d) / "kernel.ii"
@@ -413,11 +413,11 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
                 raise CompileError(f"{src.origin}: the build is {size >> 20} MiB, over "
                                    f"normcheck's limit of {MAX_BUILD_BYTES >> 20} MiB (large "
                                    "static data?); it is not kept")
-            base.install_file(out.read_bytes(), so)
+            cache.install_file(out.read_bytes(), so)
     if known is None:
         stamps = _stamps(deps)
         if stamps is not None:
-            base.install_file(json.dumps({"key": key, "deferred": deferred, "deps": stamps,
+            cache.install_file(json.dumps({"key": key, "deferred": deferred, "deps": stamps,
                                           "frameworks": used}), manifest)
     mod = Module(str(so), list(entries), src.origin, unsupported_ptx=deferred, frameworks=used)
     # the signatures are read in the worker: the caller's process never loads user code
@@ -692,7 +692,7 @@ class Worker:
             # preloaded: its system/popen/posix_spawn report a kernel's call by name (see there)
             extra["LD_PRELOAD"] = lib
             extra["NORMCHECK_SANDBOX_READ"] = os.pathsep.join(
-                sandbox.read_dirs(str(base.cache_dir("cpu").resolve())))
+                sandbox.read_dirs(str(cache.cache_dir("cpu").resolve())))
         if self.extra_env is not None:
             extra.update(self.extra_env())
         cmd = confine.command([sys.executable, "-m", self.module])

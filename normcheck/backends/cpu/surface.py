@@ -201,11 +201,11 @@ def _signatures(inc: Path, cxx: str) -> dict:
 @functools.lru_cache(maxsize=None)
 def declared() -> dict:
     """{section title: {name: [parameter lists]}} of the headers in use."""
-    from normcheck.backends import base
+    from normcheck.backends import cache
     from normcheck.backends.cpu import backend as cpu
 
     inc = Path(cpu.cuda_include_dirs()[0])
-    cxx, _ = base.cxx()
+    cxx, _ = cache.cxx()
     groups = _groups(inc)
     sigs = _signatures(inc, cxx)
     by_name = defaultdict(set)
@@ -281,7 +281,7 @@ def _call(name: str, params: str, i: int) -> str:
 def coverage() -> dict:
     """{section: {"implemented": [...], "missing": [...], "left_out": {name: why}}}: a name is
     implemented when a call of each of its signatures compiles on the cpu backend."""
-    from normcheck.backends import base, confine
+    from normcheck.backends import base, cache, confine
     from normcheck.backends.cpu import backend as cpu
 
     decl = declared()
@@ -295,7 +295,7 @@ def coverage() -> dict:
                 probes.append(_call(name, params, len(probes)) if plist else
                               f"void nc_probe_{len(probes)}() {{ (void)&{name}; }}")
     tu = '#include "normcheck_simt.h"\n' + "\n".join(probes) + "\n"
-    cxx, _ = base.cxx()
+    cxx, _ = cache.cxx()
     incs = cpu.cuda_include_dirs()
     with confine.temporary_folder("pp") as d:
         path = Path(d) / "probe.cpp"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck.backends import base
+from normcheck.backends import base, cache
 from normcheck.errors import (BackendUnavailable, CompileError, FailureKind, KernelCrash,
                               KernelError, invalid)
 from normcheck.files import SOURCE_BYTES, read_limited
@@ -158,8 +158,8 @@ def _worker():
             _STARTED_WITH.clear()
             _STARTED_WITH.update(_IMPORTS)
             return {"NORMCHECK_SANDBOX_READ": os.pathsep.join(sandbox.read_dirs(
-                str(base.cache_dir("triton").resolve()))), "TRITON_INTERPRET": "1",
-                "TRITON_CACHE_DIR": str(base.cache_dir("triton").resolve() / "triton"),
+                str(cache.cache_dir("triton").resolve()))), "TRITON_INTERPRET": "1",
+                "TRITON_CACHE_DIR": str(cache.cache_dir("triton").resolve() / "triton"),
                 "NORMCHECK_TRITON_IMPORTS": ",".join(sorted(_IMPORTS))}
 
         _WORKER = Worker("normcheck.backends.triton.worker", extra_env=env)
@@ -278,9 +278,9 @@ def load(source) -> tuple:
     raw = read_limited(path, "source", SOURCE_BYTES, "a readable Triton .py file")
     text = raw.decode("utf-8", "replace")
     digest = hashlib.sha256(raw).hexdigest()[:24]
-    cached = base.cache_dir("triton") / f"{digest}.py"
+    cached = cache.cache_dir("triton") / f"{digest}.py"
     if not cached.exists():
-        base.install_file(raw, cached)
+        cache.install_file(raw, cached)
     return path.resolve(), text, cached
 
 
