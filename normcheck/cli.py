@@ -529,7 +529,7 @@ def _kernels(args) -> int:
     print("  ".join("-" * w for w in widths))
     for r in table:
         print("  ".join(x.ljust(w) for x, w in zip(r, widths)))
-    print(f"\n{len(vs)} variants")
+    print(f"\n{len(vs)} variant{'s' if len(vs) != 1 else ''}")
     return 0
 
 
