@@ -47,10 +47,11 @@ class NumberFormat(Protocol):
     @property
     def packed(self) -> bool: ...  # two codes a byte (fp4)
 
-    def quantize(self, v, overflow: str = "satfinite", mode: str = "rn") -> np.ndarray:
+    def quantize(self, v, overflow: str = ..., mode: str = "rn") -> np.ndarray:
         """float64 values rounded once to the format (``mode`` rn, rz; QFormat: ru, rd too); past
         the largest value ±max ("satfinite") or, "nan", the non-saturating conversion's NaN (±inf
-        where the format has infinities)."""
+        where the format has infinities).  The default is each format's usual conversion: a
+        storage format's IEEE rounding ("nan": ±inf), a quantised format's "satfinite"."""
 
     def decode(self, codes) -> np.ndarray: ...  # the value of each code (bit pattern)
     def encode(self, values) -> np.ndarray: ...  # the code of each value of the format

@@ -586,3 +586,13 @@ def test_trtllm_all_zero_rows_store_the_storage_types_floor():
     assert f"{s:.4g}" == "7.861e-09"
     f = qc.preset("trtllm", "per_token", "int8").for_storage(formats.FP32)
     assert f"{stored_scale(f, np.zeros((1, 1)))[0, 0]:.4g}" == "7.874e-09"
+
+
+def test_a_contract_in_a_storage_format_is_refused_by_name():
+    """quant.formats.get names the storage formats too (a contract's fp32 scales): a contract
+    that would write fp16, bf16 or fp32 codes is refused, by preset and by table alike."""
+    for fmt in ("fp16", "bf16", "fp32"):
+        with pytest.raises(InvalidArgument, match=f"quant.format='{fmt}'.*storage"):
+            qc.preset("vllm", "per_token", fmt)
+        with pytest.raises(InvalidArgument, match=f"quant.format='{fmt}'"):
+            qc.resolve({"contract": "trtllm", "granularity": "per_tensor", "format": fmt})

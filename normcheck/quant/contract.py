@@ -99,7 +99,7 @@ class Contract:
     # -- derived ----------------------------------------------------------------------------------
     @property
     def qformat(self) -> qformats.QFormat:
-        return qformats.get(self.format)
+        return _qformat(self.format)
 
     @property
     def q_max(self) -> float:
@@ -174,10 +174,17 @@ class Contract:
 FIELDS = tuple(f.name for f in dataclasses.fields(Contract) if f.name not in ("notes",))
 
 
-def _checked(c: Contract) -> Contract:
-    if not isinstance(qformats.get(c.format), qformats.QFormat):
-        raise invalid("quant.format", c.format, f"one of {', '.join(qformats.QFORMATS)}",
+def _qformat(name) -> qformats.QFormat:
+    """The quantised format a contract writes (a storage format is refused by name)."""
+    f = qformats.get(name)
+    if not isinstance(f, qformats.QFormat):
+        raise invalid("quant.format", name, f"one of {', '.join(qformats.QFORMATS)}",
                       "fp32, fp16 and bf16 are storage formats: check the kernel without [quant]")
+    return f
+
+
+def _checked(c: Contract) -> Contract:
+    _qformat(c.format)
     for k, opts in _CHOICES.items():
         v = getattr(c, k)
         if v not in opts:
@@ -225,7 +232,7 @@ _TE_NVFP4 = "TransformerEngine common/cast/nvfp4/core_nvfp4.cuh"
 
 
 def _vllm(granularity, fmt):
-    f = qformats.get(fmt)
+    f = _qformat(fmt)
     if granularity == "per_tensor":
         return dict(y_rounding="twice", residual="stored", apply="mul_inv", saturation="clamp",
                     source=_VLLM_STATIC,
@@ -247,7 +254,7 @@ def _vllm(granularity, fmt):
 
 
 def _trtllm(granularity, fmt):
-    f = qformats.get(fmt)
+    f = _qformat(fmt)
     if granularity == "per_tensor":
         return dict(y_rounding="once", apply="mul", saturation="satfinite", source=_TRT,
                     notes=("y = round_T(x·s_var·γ) once", "q = cvt(float(y)·scale), satfinite"))
@@ -333,7 +340,7 @@ def preset(name: str, granularity: str = "per_token", format: str = "e4m3") -> C
                       "or give the fields yourself (normcheck.quant.contract)")
     if granularity not in GRANULARITIES:
         raise invalid("quant.granularity", granularity, f"one of {', '.join(GRANULARITIES)}")
-    fmt = qformats.get(format).name
+    fmt = _qformat(format).name
     if granularity == "nvfp4" and fmt != "e2m1":
         fmt = "e2m1"
     fields = PRESETS[name](granularity, fmt)
