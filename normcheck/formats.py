@@ -45,6 +45,9 @@ class NumberFormat(Protocol):
     def dtype(self) -> np.dtype: ...  # a kernel's buffer of it (codes: uint8, int8: int8)
 
     @property
+    def uint(self) -> np.dtype: ...  # the unsigned integers of its bits (codes: uint8)
+
+    @property
     def packed(self) -> bool: ...  # two codes a byte (fp4)
 
     def quantize(self, v, overflow: str = ..., mode: str = "rn") -> np.ndarray:

@@ -291,7 +291,8 @@ def _backward_spec(v: Variant, block: int) -> specs.KernelSpec:
     if v.algorithm == "partial":
         nb = "ceil_div(rows, 32)"
         parts = [{"role": "scratch", "name": name, "dtype": "fp32", "size": f"{nb} * cols"}
-                 if name else {"role": "null"} for name in ("part_g", centred and "part_b")]
+                 for name in (("part_g", "part_b") if centred else ("part_g",))]
+        parts += [] if centred else [{"role": "null"}]  # no dβ partials for RMSNorm
         launches = [{"entry": v.name, "grid": nb, "block": str(block), "args": parts + ins + [
                         {"role": "const", "type": "int32", "value": "32"}]},
                     {"entry": "backward_dparams_finalize", "grid": grid, "block": str(block),

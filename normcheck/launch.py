@@ -34,8 +34,7 @@ def poisoned(shape, fmt, alternate: bool = False) -> np.ndarray:
     one)."""
     if not isinstance(fmt, formats.NumberFormat):
         fmt = formats.of_dtype(fmt)
-    bits = np.uint8 if fmt.dtype.itemsize == 1 else formats.of_dtype(fmt.dtype).uint
-    return np.full(shape, fmt.poison(alternate), bits).view(fmt.dtype)
+    return np.full(shape, fmt.poison(alternate), fmt.uint).view(fmt.dtype)
 
 
 
@@ -414,26 +413,32 @@ class CallableTarget:
         if norm.fused:
             self.formats.update({"residual": fmt, "h": fmt})
         self.label = label or getattr(fn, "__name__", "callable")
-        self.names = ["h"] * norm.fused + (["output"] if quant is None else
-                                           ["q_values", "scale_values"][:1 + quant.dynamic])
+        self.names = (["h"] if norm.fused else []) + (
+            ["output"] if quant is None else
+            ["q_values", "scale_values"] if quant.dynamic else ["q_values"])
 
     def __call__(self, case: Case, guard=None, alternate=False) -> dict:
         from normcheck.quant.formats import as_values, get as qformat
 
         g = case.gamma if self.norm.has_gamma else None
         b = case.beta if self.norm.centred and self.norm.has_beta else None
-        args = (case.x, case.residual)[:1 + self.norm.fused] + (g, b, case.eps)
+        args = [case.x, *([case.residual] if self.norm.fused else []), g, b, case.eps]
+        if self.quant is not None:
+            args.append(case.extra.get("scale"))
         try:
-            res = self.fn(*args, *([case.extra.get("scale")] if self.quant else []))
+            res = self.fn(*args)
             res = tuple(res) if isinstance(res, (tuple, list)) else (res,)
             if len(res) != len(self.names):
                 raise TypeError(f"expected {len(self.names)} results ("
                                 f"{', '.join(self.names)}), got {len(res)}")
             outs = dict(zip(self.names, res))
             for k, v in outs.items():
-                outs[k] = as_format(v, self.fmt if k == "h" else self.out) if k in (
-                    "h", "output") else as_values(v, qformat(self.quant.scale_format), None) \
-                    if k == "scale_values" else as_values(v, self.quant.qformat, case.cols)
+                if k in ("h", "output"):
+                    outs[k] = as_format(v, self.fmt if k == "h" else self.out)
+                elif k == "q_values":
+                    outs[k] = as_values(v, self.quant.qformat, case.cols)
+                else:  # float scales, or e8m0/ue4m3 codes of block scales
+                    outs[k] = as_values(v, qformat(self.quant.scale_format), None)
         except Exception as e:  # the callable's failure, reported as such
             raise KernelRaised(f"{self.label} raised {type(e).__name__}: {e}",
                                exception=type(e).__name__) from None

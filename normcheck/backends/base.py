@@ -27,7 +27,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from normcheck.errors import invalid
+from normcheck.errors import BackendUnavailable, invalid
 from normcheck.files import SOURCE_BYTES, read_limited
 
 __all__ = ["Backend", "Param", "Source", "load_source", "define_flags", "check_defines",
@@ -243,6 +243,12 @@ class Backend(abc.ABC):
     def provenance(self, options=None) -> dict:
         """What produced a result: backend, compiler and version, flags, fmad, device, and how
         the backend differs from a GPU.  ``options`` are the compile options used."""
+
+    def __init__(self):
+        """A backend that cannot run here refuses to be made, saying why."""
+        reason = self.unavailable_reason()
+        if reason:
+            raise BackendUnavailable(f"the {self.name} backend cannot run here: {reason}")
 
     def compile(self, source, entry, *, defines=None, options=None, include_dirs=()):
         """Build one entry of ``source`` (a path or CUDA C text)."""

@@ -27,6 +27,7 @@ import numpy as np
 from normcheck import formats, launch
 from normcheck.backends import get_backend
 from normcheck.causes import Cause, headline
+from normcheck.check.diagnose import CAUSES
 from normcheck.check.result import CheckResult
 from normcheck.check.tolerances import Verdict
 from normcheck.errors import FATAL, FailureKind, KernelError
@@ -191,7 +192,7 @@ class Judge:
         note = undefined_dependence(self.target, case)
         if note:
             self.undefined[family] = Cause(note, "undefined_values", "undefined",
-                                           "the output depends on undefined values")
+                                           CAUSES["undefined_values"][0])
             if isinstance(outs, launch.Outputs):
                 outs.notes.append(note)
 

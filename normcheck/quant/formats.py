@@ -131,6 +131,11 @@ class QFormat:
         return np.dtype(np.int8) if self.kind == "int" else np.dtype(np.uint8)
 
     @property
+    def uint(self) -> np.dtype:
+        """The dtype of a buffer's codes (bytes)."""
+        return np.dtype(np.uint8)
+
+    @property
     def element(self) -> str | None:
         """The ml_dtypes type a typed language (Triton) stores this format as, where there is
         one (its codes are the same bytes); None for codes only (e8m0, fp4, int8 as int8)."""

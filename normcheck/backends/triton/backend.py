@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from normcheck.backends import base, cache
-from normcheck.errors import (BackendUnavailable, CompileError, FailureKind, KernelCrash,
+from normcheck.errors import (CompileError, FailureKind, KernelCrash,
                               KernelError, invalid)
 from normcheck.files import SOURCE_BYTES, read_limited
 
@@ -300,11 +300,6 @@ class TritonCpuBackend(base.Backend):
     def unavailable_reason(cls) -> str | None:
         return available()
 
-    def __init__(self):
-        reason = self.unavailable_reason()
-        if reason:
-            raise BackendUnavailable(f"the Triton backend cannot run here: {reason}")
-
     def compile_many(self, source, entries, *, defines=None, options=None,
                      include_dirs=()) -> dict:
         if defines:
@@ -363,11 +358,6 @@ class TritonGpuBackend(base.Backend):
         if not torch.cuda.is_available():
             return "no CUDA device is visible to torch"
         return None
-
-    def __init__(self):
-        reason = self.unavailable_reason()
-        if reason:
-            raise BackendUnavailable(f"the Triton GPU backend cannot run here: {reason}")
 
     def compile_many(self, source, entries, *, defines=None, options=None,
                      include_dirs=()) -> dict:
