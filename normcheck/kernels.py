@@ -342,23 +342,24 @@ _modules = {}
 _lock = threading.Lock()
 
 
+def _key(variant: Variant, backend, options):
+    be = for_source(backend, variant.path)
+    return be, (be.name, variant.source, tuple(sorted(dict(options or {}).items())))
+
+
 def is_compiled(variant: Variant, backend="cpu", options=None) -> bool:
     """Whether this process holds the compiled source of ``variant`` already."""
-    key = (for_source(backend, variant.path).name, variant.source,
-           tuple(sorted(dict(options or {}).items())))
-    return key in _modules
+    return _key(variant, backend, options)[1] in _modules
 
 
 def compiled(variant: Variant, backend="cpu", options=None, module=False):
     """The compiled kernel of ``variant`` (its whole source file is built once per backend and
     options, e.g. {"fmad": True} on cuda); ``module``: every kernel of its file, by entry."""
-    be = for_source(backend, variant.path)
-    opts = dict(options or {})
-    key = (be.name, variant.source, tuple(sorted(opts.items())))
+    be, key = _key(variant, backend, options)
     with _lock:
         if key not in _modules:
             entries = list(dict.fromkeys(v.entry for v in _ALL if v.source == variant.source))
-            _modules[key] = be.compile_many(variant.path, entries, options=opts)
+            _modules[key] = be.compile_many(variant.path, entries, options=dict(options or {}))
     return _modules[key] if module else _modules[key][variant.entry]
 
 

@@ -33,7 +33,7 @@ from normcheck.check.tolerances import Verdict
 from normcheck.errors import FATAL, FailureKind, KernelError
 
 __all__ = ["Judge", "Failure", "FamilyOutcome", "WorstRow", "unique", "assemble",
-           "fault_or_worst", "saver", "run_families", "FamilyState", "odd_rows", "with_notes",
+           "saver", "run_families", "FamilyState", "odd_rows", "with_notes",
            "undefined_dependence", "check_h"]
 
 
@@ -253,30 +253,26 @@ def unique(failures, key=lambda f: (f.kind, f.family)) -> list:
     return list(out.values())
 
 
-def fault_or_worst(fault, worst, what: str = ""):
-    """(case, note) of the rows a failing check saves: the very launch that faulted (its family,
-    case and failure), else the worst row; (None, None) when neither exists."""
-    tail = f", {what}" if what else ""
-    if fault is not None:
-        fam, case, f = fault
-        return case, f"the launch that faulted in normcheck check ({fam}, {f.kind}{tail})"
-    if worst is not None and worst.case is not None:
-        return worst.case, f"worst row of normcheck check ({worst.family}{tail})"
-    return None, None
-
-
 def saver(judge: Judge, worst, path, kernel: dict, label, what: str = "",
           verdicts=("fail",)):
-    """The ``save`` of :func:`assemble`: the rows of the launch that faulted, else of the worst
-    row (:func:`fault_or_worst`), every array of the case with them, written for ``normcheck
-    replay`` when the verdict is one of ``verdicts`` or a ``path`` asks for them."""
+    """The ``save`` of :func:`assemble`: the rows of the very launch that faulted, else of the
+    worst row, every array of the case with them, written for ``normcheck replay`` when the
+    verdict is one of ``verdicts`` or a ``path`` asks for them."""
     from pathlib import Path
 
     from normcheck import cases
 
+    tail = f", {what}" if what else ""
+
     def save(verdict):
-        c, note = fault_or_worst(judge.fault, worst, what)
-        if c is None or not (verdict in verdicts or path):
+        if judge.fault is not None:
+            fam, c, f = judge.fault
+            note = f"the launch that faulted in normcheck check ({fam}, {f.kind}{tail})"
+        elif worst is not None and worst.case is not None:
+            c, note = worst.case, f"worst row of normcheck check ({worst.family}{tail})"
+        else:
+            return None
+        if not (verdict in verdicts or path):
             return None
         extra = {k: np.asarray(v, np.float32).reshape(-1) if k == "scale" else v for k, v in
                  (("dy", c.dy), ("mean", c.mean), ("rstd", c.rstd), *c.extra.items())
