@@ -205,10 +205,9 @@ class QuantisedJudge(engine.Judge):
         c = self.contract
         per_row = e.got[1] if len(e.got) == 2 else 1
         cause = None
-        if c.group_size and per_row:
-            for g2 in range(1, case.cols + 1):
-                if -(-case.cols // g2) == per_row and g2 != c.group_size and \
-                        g2 in (c.group_size // 2, c.group_size * 2, case.cols):
+        if c.group_size and per_row:  # half, twice the groups' width, or one group a row
+            for g2 in sorted({c.group_size // 2, c.group_size * 2, case.cols} - {0}):
+                if -(-case.cols // g2) == per_row and g2 != c.group_size:
                     cause = (Cause(f"groups of {g2} columns instead of {c.group_size}",
                                    "group_size", "formula") if g2 != case.cols else
                              Cause(f"one scale per row (per token) instead of groups of "
