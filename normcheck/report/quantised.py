@@ -72,7 +72,7 @@ def measure(backend="cpu", seed=0, mode="quick", pattern=None) -> dict:
                 n = sum(fr.q.n for fr in res)
                 ns = sum(fr.scales.n for fr in res)
                 out["matrix"].append({
-                    "group": title, "kernel": a.name, "contract": b.preset,
+                    "group": title, "kernel": a.name, "contract": b.algorithm,
                     "contract_share": sum(fr.q.contract for fr in res) / max(n, 1),
                     "order_share": sum(fr.q.order for fr in res) / max(n, 1),
                     "scale_contract_share": (sum(fr.scales.contract for fr in res) / ns

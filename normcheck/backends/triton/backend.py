@@ -47,7 +47,11 @@ def is_triton(source) -> bool:
 
 def available() -> str | None:
     """Why Triton cannot run here, or None."""
-    if importlib.util.find_spec("triton") is None:
+    try:
+        found = importlib.util.find_spec("triton")
+    except (ImportError, ValueError) as e:  # an install that cannot be imported, or hidden
+        return f"Triton cannot be imported ({type(e).__name__}: {e}; {EXTRA} installs it)"
+    if found is None:
         return f"Triton is not installed ({EXTRA} adds it)"
     return None
 
