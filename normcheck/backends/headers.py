@@ -36,7 +36,7 @@ from normcheck.backends import cache
 from normcheck.errors import CompileError
 
 __all__ = ["LIBRARIES", "library_for", "library_include_dirs", "torch_include_dirs",
-           "fetch", "fetched", "missing_header", "TORCH_HEADERS", "frameworks"]
+           "torch_cxx_standard", "fetch", "fetched", "missing_header", "TORCH_HEADERS", "frameworks"]
 
 #: pip package of each CUDA library, the headers that name it, and what it is.
 LIBRARIES = {
@@ -105,6 +105,28 @@ def torch_include_dirs() -> list[Path]:
     if not (inc / "torch").is_dir():
         return []
     return [inc, inc / "torch" / "csrc" / "api" / "include", SHIM_TORCH]
+
+
+#: The C++ standards a header may demand with ``#if __cplusplus < N`` / ``#error``, newest first.
+_STANDARDS = ((202302, "c++23"), (202002, "c++20"), (201703, "c++17"))
+_CPLUSPLUS_FLOOR = re.compile(r"__cplusplus\s*<\s*(\d{6})L")
+
+
+def torch_cxx_standard() -> str:
+    """The C++ standard the installed torch's headers demand (what torch's own extension builds
+    pass): torch 2.14's ``ATen/ATen.h`` stops with ``#error C++20 or later compatible compiler
+    is required`` below C++20, earlier releases below C++17.  Read from that guard, so a later
+    torch that raises the floor again is followed without a change here."""
+    dirs = torch_include_dirs()
+    floor = 201703
+    if dirs:
+        try:
+            text = (dirs[0] / "ATen" / "ATen.h").read_text(errors="replace")[:4096]
+        except OSError:
+            text = ""
+        for m in _CPLUSPLUS_FLOOR.finditer(text):
+            floor = max(floor, int(m.group(1)))
+    return next(name for v, name in _STANDARDS if v <= floor)
 
 
 def torch_version() -> str | None:

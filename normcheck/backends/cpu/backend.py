@@ -109,11 +109,14 @@ GUARDS = ("end", "start", "both")
 # large local array meets its fiber stack's guard page (a named stack overflow) instead of
 # stepping over it into other memory; -g1: line tables only (no compile time measured on a
 # kernel module, ~120 KiB), so a fault names the line of the user's file (source_line)
-_CXX_FLAGS = ["-std=c++17", "-O2", "-g1", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
+_CXX_FLAGS = ["-O2", "-g1", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
               "-fstack-clash-protection",
               "-fno-fast-math", "-fno-strict-aliasing", "-fvisibility=hidden", "-fno-gnu-unique",
               "-mtls-dialect=gnu2"]
-_PP_FLAGS = ["-std=c++17", "-pthread", "-E"]
+_PP_FLAGS = ["-pthread", "-E"]
+#: nvcc's default dialect (CUDA 12 and 13); a file that includes PyTorch's headers is built in
+#: the standard the installed torch demands (torch 2.14: C++20), as torch's own extension builds
+DEFAULT_STD = "c++17"
 _SCHEDULES = {"forward": 0, "reverse": 1, "random": 2}
 _PAGE = mmap.PAGESIZE
 _REPORT_PAGE = _PAGE  # page 0 of the arena
@@ -230,21 +233,33 @@ def presentation(arch: int, incs) -> list:
 _TORCH_INCLUDE = re.compile(r"^\s*#\s*include\s*[<\"](?:torch|ATen|c10|caffe2)/", re.M)
 
 
+def uses_torch(src: base.Source, torch: bool = False) -> bool:
+    """Whether a build of ``src`` searches PyTorch's headers: the file includes them (or
+    ``torch``: a project header it includes does) and torch is installed."""
+    return bool((torch or _TORCH_INCLUDE.search(src.text)) and headers.torch_include_dirs())
+
+
 def include_dirs_for(src: base.Source, torch: bool = False) -> list:
     """The system include folders of a build of ``src``: the CUDA runtime's, CUDA's library
     headers (normcheck.backends.headers), and PyTorch's where the file includes them (or
     ``torch``)."""
     incs = list(cuda_include_dirs()) + headers.library_include_dirs()
-    if torch or _TORCH_INCLUDE.search(src.text):
+    if uses_torch(src, torch):
         incs += headers.torch_include_dirs()
     return incs
 
 
+def cxx_standard(src: base.Source, torch: bool = False) -> str:
+    """The C++ standard a build of ``src`` is compiled in: :data:`DEFAULT_STD`, or the one the
+    installed torch's headers demand where the build reads them."""
+    return headers.torch_cxx_standard() if uses_torch(src, torch) else DEFAULT_STD
+
+
 def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(),
-               arch: int = base.DEFAULT_ARCH, hosts=()) -> tuple[str, list, list]:
+               arch: int = base.DEFAULT_ARCH, hosts=()) -> tuple[str, list, list, str]:
     """The rewritten, preprocessed translation unit of ``src`` with launchers for ``entries``,
-    the messages of its inline PTX statements left to fail when they run, and the files the
-    preprocessor read (absolute paths).  A header of
+    the messages of its inline PTX statements left to fail when they run, the files the
+    preprocessor read (absolute paths) and the C++ standard it was read in (``-std=``).  A header of
     CUDA's libraries the file includes and the machine lacks is fetched (once) and the file
     preprocessed again; one of PyTorch's names the package to install."""
     torch = False
@@ -283,8 +298,10 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
 def _preprocess(src, entries, defines, extra_flags, arch, hosts, torch):
     cxx, _ = _compiler()
     incs = include_dirs_for(src, torch)
+    std = cxx_standard(src, torch)
     tu = _translation_unit(src, entries, hosts)
-    flags = [*_PP_FLAGS, *presentation(arch, incs), *base.define_flags(defines), f"-I{SHIM_DIR}",
+    flags = [f"-std={std}", *_PP_FLAGS, *presentation(arch, incs), *base.define_flags(defines),
+             f"-I{SHIM_DIR}",
              *[f"-I{d}" for d in src.include_dirs], *[f"-isystem{d}" for d in incs],
              *extra_flags]
     with confine.temporary_folder("pp") as d:
@@ -310,7 +327,7 @@ def _preprocess(src, entries, defines, extra_flags, arch, hosts, torch):
             "<built-in>", "<command-line>", "<normcheck launch wrappers>", "<normcheck wrapper>")
 
     rewritten, deferred = translate.rewrite(text, ptx_file)
-    return rewritten, deferred, deps
+    return rewritten, deferred, deps, std
 
 
 _LINE_MARKER = re.compile(r'^# \d+ "([^"]+)"', re.M)
@@ -345,13 +362,14 @@ def _manifest(src, entries, defines, extra, arch, hosts, version) -> Path:
 
 
 def _from_manifest(path: Path):
-    """(build key, deferred PTX messages, frameworks) of an unchanged build, or None."""
+    """(build key, deferred PTX messages, frameworks, C++ standard) of an unchanged build, or
+    None."""
     try:
         m = json.loads(path.read_text())
         deps = m["deps"]
         if _stamps(d[0] for d in deps) != deps:
             return None
-        return m["key"], list(m["deferred"]), dict(m["frameworks"])
+        return m["key"], list(m["deferred"]), dict(m["frameworks"]), str(m["std"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -369,15 +387,18 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
     hosts = {base.parse_entry(e) for e in hosts}
     cxx, version = _compiler()
     extra = [str(f) for f in extra_flags]
-    flags = [*_CXX_FLAGS, *extra]
     manifest = _manifest(src, entries, defines, extra, arch, hosts, version)
     known = _from_manifest(manifest)
     if known and (cache.cache_dir("cpu") / known[0] / "kernel.so").is_file():
-        key, deferred, used = known
+        key, deferred, used, std = known
+        flags = [f"-std={std}", *_CXX_FLAGS, *extra]
     else:
-        text, deferred, deps = preprocess(src, entries, defines, extra, arch, hosts)
+        text, deferred, deps, std = preprocess(src, entries, defines, extra, arch, hosts)
+        flags = [f"-std={std}", *_CXX_FLAGS, *extra]
         key = cache.key_of(text, " ".join(flags), version)
         used = headers.frameworks(deps)
+        if std != DEFAULT_STD:
+            used["c++ standard"] = f"{std} (what the headers it includes demand)"
     so = cache.cache_dir("cpu") / key / "kernel.so"
     if not so.is_file():
         with confine.temporary_folder("build") as d:
@@ -418,7 +439,7 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
         stamps = _stamps(deps)
         if stamps is not None:
             cache.install_file(json.dumps({"key": key, "deferred": deferred, "deps": stamps,
-                                          "frameworks": used}), manifest)
+                                          "frameworks": used, "std": std}), manifest)
     mod = Module(str(so), list(entries), src.origin, unsupported_ptx=deferred, frameworks=used)
     # the signatures are read in the worker: the caller's process never loads user code
     rep = _worker.request({"op": "signatures", "so": str(so), "n": len(entries)}, 60.0,
@@ -1515,7 +1536,9 @@ class CpuBackend(base.Backend):
         st = _worker.sandbox_state() or {}
         arch = base.parse_arch((options or {}).get("arch"))
         return {"backend": "cpu", "compiler": version.split(" Copyright")[0],
-                "flags": " ".join(_CXX_FLAGS), "fmad": False,
+                "flags": f"-std={DEFAULT_STD} " + " ".join(_CXX_FLAGS) + " (a file that "
+                         "includes PyTorch's headers: the standard they demand, C++20 from "
+                         "torch 2.14)", "fmad": False,
                 "arch": f"sm_{arch // 10} (__CUDA_ARCH__={arch}, __CUDACC__ and nvcc "
                         f"{'.'.join(map(str, cuda_version()))} presented)",
                 "device": platform.processor() or platform.machine(),
