@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import re
+
 import numpy as np
 
 from normcheck import formats, norms, spec as specs
@@ -138,15 +140,48 @@ class KernelTarget:
 
     @property
     def strided(self) -> set:
-        """The roles of the row buffers whose pitch the kernel is told (a ``stride`` on the
-        argument, or a stride role naming them): the ones a padded run pads."""
-        out = set()
+        """The roles of the row buffers a padded run pads: those whose pitch reaches the kernel
+        only through what normcheck sets -- a ``stride`` role naming them, or a ``const``
+        whose value is the buffer's own ``stride`` expression (re-evaluated with the padded
+        pitch).  A buffer with a ``stride`` the kernel learns some other way is not padded
+        (:attr:`unpadded`): padding it would run a sound kernel on a pitch it was never told."""
+        return self._pitches()[0]
+
+    @property
+    def unpadded(self) -> dict:
+        """{role: why} of the row buffers with a ``stride`` that a padded run leaves alone."""
+        return self._pitches()[1]
+
+    def _pitches(self):
+        told, consts, why = set(), {}, {}
         for a in self.spec.args:
-            if a.stride:
-                out.update(a.roles)
             if a.role == "stride":
-                out.update(a.of)
-        return out
+                told.update(a.of)
+            elif a.role == "const" and a.value is not None:
+                consts.setdefault(_expression(a.value), []).append(a)
+        for a in self.spec.args:
+            if not a.stride or set(a.roles) & told:
+                continue
+            expr = _expression(a.stride)
+            named = [c for c in consts.get(expr, ()) if _carries_pitch(c, a)]
+            if named:
+                told.update(a.roles)
+            else:
+                why[a.roles[0]] = (
+                    f"`{a.label}`: its stride is \"{a.stride}\", and no stride role names it "
+                    f"nor a const of that value{' named for its pitch' if expr == 'cols' else ''}"
+                    ": the kernel learns its pitch some other way, so padding it would run the "
+                    "kernel on a pitch it was never told (give the pitch a role = \"stride\" "
+                    "argument to have it padded)")
+        return told, why
+
+    def _padded_const(self, a: specs.ArgSpec) -> bool:
+        """Whether a const argument carries the pitch of a buffer a padded run pads."""
+        if not self._pad or a.value is None:
+            return False
+        strided = self.strided
+        return any(b.stride and set(b.roles) & strided and _carries_pitch(a, b)
+                   for b in self.spec.args)
 
     def _pitch(self, role, rows, cols):
         """The row pitch of the buffer of ``role`` (its argument's stride expression, else
@@ -239,33 +274,55 @@ class KernelTarget:
             return codes.view(getattr(ml_dtypes, fmt.element))
         return codes
 
-    def _value(self, a: specs.ArgSpec, case: Case, buffers: dict):
+    def _value(self, a: specs.ArgSpec, case: Case, buffers: dict, param=None,
+               where: str | None = None):
         """The value of a (non-struct) argument or field: a scalar, None, or its buffer (one
-        buffer per role, shared by every launch)."""
-        rows, cols = case.rows, case.cols
+        buffer per role, shared by every launch).  A scalar is converted to the kernel's
+        parameter type (``param``, where the backend knows it) as C++ converts an argument:
+        from the spec's ``type`` where it gives one (the caller's variable), else from the
+        exact value."""
         if a.role in ("null", "stream"):  # a null pointer; a stream: the default one
             return None
-        if a.role == "eps":
-            return specs.scalar_type(a)(case.eps)
-        if a.role == "rows":
-            return specs.scalar_type(a)(rows)
-        if a.role == "cols":
-            return specs.scalar_type(a)(cols)
-        if a.role == "stride":
-            t = specs.scalar_type(a) if a.type else np.int32
-            return t(self._pitch(a.of[0], rows, cols))
-        if a.role == "scale" and a.type is not None:  # the static scale by value
-            return specs.scalar_type(a)(case.extra.get("scale"))
-        if a.role == "const":
-            t = specs.scalar_type(a)
-            v = specs.evaluate(a.value, rows, cols, f"args.{a.label}.value",
-                               real=(a.type in specs.FLOAT_TYPES))
-            if np.issubdtype(t, np.integer) and not (np.iinfo(t).min <= v <= np.iinfo(t).max):
-                raise invalid(f"args.{a.label}.value", v, f"a value that fits {a.type}")
-            return t(v)
+        if a.role in specs.SCALAR_ROLES or (a.role == "scale" and a.type is not None):
+            return _received(a, self._exact(a, case, _scalar_dtype(param)), param,
+                             where or f"args {a.label}")
         if a.key not in buffers:
             buffers[a.key] = (a, self._buffer(a, case))
         return buffers[a.key][1]
+
+    def _exact(self, a: specs.ArgSpec, case: Case, want=None):
+        """A scalar argument's value as the spec gives it, before any conversion: ε as the
+        case holds it, rows, cols, a pitch, the static scale, a const's expression (divided as
+        real numbers where the spec's type or the kernel's parameter is a float)."""
+        rows, cols = case.rows, case.cols
+        if a.role == "eps":
+            return float(case.eps)
+        if a.role == "rows":
+            return rows
+        if a.role == "cols":
+            return cols
+        if a.role == "stride":
+            return self._pitch(a.of[0], rows, cols)
+        if a.role == "scale":  # the static scale by value
+            return float(case.extra.get("scale"))
+        if self._padded_const(a):  # the pitch of a padded buffer, as a plain const
+            return cols + self._pad
+        float_param = want is not None and (np.dtype(want).kind == "f" or
+                                            np.dtype(want) == formats.BF16.dtype)
+        real = a.type in specs.FLOAT_TYPES or (a.type is None and float_param)
+        return specs.evaluate(a.value, rows, cols, f"args.{a.label}.value", real=real)
+
+    def received(self, a: specs.ArgSpec, value):
+        """``value`` of the scalar argument ``a`` as the kernel receives it: through the spec's
+        ``type`` and then the kernel's parameter type, where the backend knows it (ε given to
+        a ``__half epsilon`` arrives in half)."""
+        for ln in self.spec.launches:
+            for i, b in enumerate(ln.args):
+                if b is a:
+                    params = getattr(self.kernels.get(ln.entry), "params", None) or []
+                    p = params[i] if i < len(params) and hasattr(params[i], "ctype") else None
+                    return _received(a, value, p, f"args[{i}] {a.label}")
+        return _received(a, value, None, f"args {a.label}")
 
     def _struct(self, a: specs.ArgSpec, case: Case, buffers: dict):
         """A struct argument's bytes, laid out by C's rules (each field at the next multiple of
@@ -327,12 +384,18 @@ class KernelTarget:
         notes = []
         for ln in self.spec.launches:
             args, names = [], []
-            for a in ln.args:
+            kern = self.kernels[ln.entry]
+            params = getattr(kern, "params", None) or []
+            for i, a in enumerate(ln.args):
                 names.append(a.label)
                 if a.role == "struct":
                     args.append(self._struct(a, case, buffers))
                 else:
-                    args.append(self._value(a, case, buffers))
+                    p = params[i] if i < len(params) and hasattr(params[i], "ctype") else None
+                    v = self._value(a, case, buffers, p, f"args[{i}] {a.label}")
+                    if isinstance(v, np.ndarray) and p is not None:
+                        _check_elements(v, a, p, i, self.formats)
+                    args.append(v)
             if ln.host:  # a host function: called once, it launches its kernels itself
                 grid, block, shm = (1,), (1,), 0
             else:
@@ -341,7 +404,6 @@ class KernelTarget:
                     if ln.num_warps is None else \
                     (32 * specs.evaluate(ln.num_warps, rows, cols, "launch.num_warps"),)
                 shm = specs.evaluate(ln.shared_mem, rows, cols, "launch.shared_mem")
-            kern = self.kernels[ln.entry]
             note = kern(grid, block, args, shared_mem=shm, names=names, timeout=self.timeout,
                         guard=guard, **launch)
             if isinstance(note, str):  # the cpu backend's (its launches return their note)
@@ -363,6 +425,74 @@ class KernelTarget:
                                                  not self.spec.backward):
                 out[last] = buf
         return out
+
+
+def _scalar_dtype(param):
+    """The numpy type of a kernel's scalar parameter, where the backend names its C++ type."""
+    from normcheck.backends.base import scalar_dtype
+
+    if param is None or param.is_pointer:
+        return None
+    return scalar_dtype(param)
+
+
+def _received(a: specs.ArgSpec, v, param, where: str):
+    """A scalar as the kernel receives it (see KernelTarget._value)."""
+    want = _scalar_dtype(param)
+    if a.type is not None or want is None:
+        v = specs.convert(v, specs.scalar_type(a), f"{where} = {_shown(a, v)}", a.type)
+    if want is not None:
+        v = specs.convert(v, want, f"{where} = {_shown(a, v)}", param.ctype)
+    return v
+
+
+def _shown(a: specs.ArgSpec, v) -> str:
+    """A scalar argument's value as the spec wrote it (its expression) and as it evaluates."""
+    v = v.item() if isinstance(v, np.generic) else v
+    if a.role == "const" and a.value is not None and _expression(a.value) != _expression(str(v)):
+        return f"{a.value} ({v})"
+    return str(v)
+
+
+def _check_elements(buf, a: specs.ArgSpec, param, i: int, fmts: dict):
+    """A buffer whose elements are not the type the kernel's pointer parameter reads, named in
+    the spec's and the command line's terms: the format to check it with."""
+    from normcheck.backends.base import element_dtype
+
+    want = element_dtype(param)
+    if want is None or buf.dtype == want:
+        return
+    have = fmts.get(a.roles[0])
+    need = next((f for f in formats.FORMATS.values() if f.dtype == np.dtype(want)), None)
+    have_name = have.name if have is not None and hasattr(have, "name") else str(buf.dtype)
+    fix = (f"check it with --dtype {need.name} (dtype = \"{need.name}\" in a spec, or on this "
+           "argument)" if need is not None else "give the argument the dtype of the "
+           "kernel's parameter")
+    raise SpecError(f"args[{i}] {a.label} holds {have_name} values, but the kernel's parameter "
+                    f"{i} is `{param.ctype}`: {fix}")
+
+
+def _expression(text: str) -> str:
+    """A spec expression compared as written, blanks aside ("cols + 8" is "cols+8")."""
+    return "".join(str(text).split())
+
+
+#: A parameter named for a row pitch: vLLM's input_stride, Liger's X_row_stride, a pitch.
+_PITCH_NAME = re.compile(r"stride|pitch", re.I)
+
+
+def _carries_pitch(c: specs.ArgSpec, b: specs.ArgSpec) -> bool:
+    """Whether the const ``c`` passes the row pitch of the buffer ``b``: its value is b's
+    ``stride`` expression, and where that is plain "cols" -- which the row's length may also
+    be -- its name says so too: a pitch's name that starts with the buffer's (``input_stride``
+    of ``input``, ``X_row_stride`` of ``X``)."""
+    expr = _expression(c.value)
+    if expr != _expression(b.stride):
+        return False
+    if expr != "cols":
+        return True
+    name, of = (c.name or ""), (b.name or b.roles[0])
+    return bool(_PITCH_NAME.search(name)) and name.lower().startswith(of.lower())
 
 
 def _in_format(a, fmt):

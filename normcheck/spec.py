@@ -108,7 +108,7 @@ from normcheck.errors import SpecError
 
 __all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "default_spec", "QUANT_ROLES",
            "default_backward_spec", "evaluate",
-           "evaluate_dims", "ROLES", "NORMS", "INPLACE", "scalar_type", "ROW_GRADS",
+           "evaluate_dims", "ROLES", "NORMS", "INPLACE", "scalar_type", "convert", "ROW_GRADS",
            "PARAM_GRADS", "GRADS", "ROW_OUTPUTS", "STAT_ROLES"]
 
 NORMS = norms.NORMS
@@ -807,4 +807,50 @@ def evaluate(expr: str, rows: int, cols: int, where: str = "expression", real: b
 
 
 def scalar_type(a: ArgSpec):
+    """The numpy type of a scalar argument as the spec gives it (``type``, else float32 for
+    ε and int32 for the rest)."""
     return _SCALAR_TYPES[a.type or ("float32" if a.role == "eps" else "int32")]
+
+
+def convert(value, dtype, where: str, ctype: str | None = None):
+    """``value`` (a Python or numpy number: what a spec's expression gives) converted to
+    ``dtype`` as C++ converts an argument to a parameter's type: to ``bool`` any nonzero value
+    is true; to an integer a float is truncated toward zero; a negative integer to an unsigned
+    type wraps (``-1`` is all ones, as C++ gives it); to a float the value rounds to nearest
+    even, once (bf16 too: ml_dtypes would round float64 through float32).  Refused -- an
+    InvalidArgument that starts with ``where`` (``args[10] use_shmem = 1``) -- only where the
+    value cannot reach the kernel as written: an integer too large for the type (C++ would wrap
+    it to another number), a float out of an integer's range or not a number (undefined in
+    C++)."""
+    from normcheck.errors import InvalidArgument
+
+    dt = np.dtype(dtype)
+    ct = f"`{ctype}`" if ctype else dt.name
+    v = value.item() if isinstance(value, np.generic) else value
+    if dt == np.bool_:
+        return np.bool_(v != 0)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        if isinstance(v, float):
+            if not np.isfinite(v) or not info.min <= int(v) <= info.max:
+                raise InvalidArgument(f"{where}: does not fit {ct} (a float out of an "
+                                      "integer type's range is undefined in C++): give the "
+                                      "argument a value in range, or a wider type")
+            v = int(v)  # C++ truncates toward zero
+        if dt.kind == "u" and -info.max - 1 <= v < 0:
+            return dt.type(v % (info.max + 1))  # C++'s modular conversion: -1 is all ones
+        if not info.min <= v <= info.max:
+            raise InvalidArgument(f"{where}: does not fit {ct} ({info.min} to {info.max}; "
+                                  f"C++ would pass {_wrapped(v, dt)}): a smaller value, or a "
+                                  "wider type for the kernel's parameter")
+        return dt.type(v)
+    if dt == formats.BF16.dtype:
+        return formats.BF16.cast(np.float64(v))[()]
+    with np.errstate(over="ignore"):
+        return dt.type(np.float64(v))
+
+
+def _wrapped(v: int, dt) -> int:
+    bits = dt.itemsize * 8
+    w = v % (1 << bits)
+    return w - (1 << bits) if dt.kind == "i" and w >= 1 << (bits - 1) else w

@@ -31,9 +31,9 @@ from normcheck.errors import BackendUnavailable, invalid
 from normcheck.files import SOURCE_BYTES, read_limited
 
 __all__ = ["Backend", "Param", "Source", "load_source", "define_flags", "check_defines",
-           "parse_signature",
-           "check_args", "check_launch", "dim3", "scalar_dtype", "parse_entry", "LIMITS",
-           "parse_arch", "DEFAULT_ARCH", "StructArg", "Capabilities", "Kernel"]
+           "parse_signature", "check_args", "check_launch", "dim3", "scalar_dtype",
+           "element_dtype", "parse_entry", "LIMITS", "parse_arch", "DEFAULT_ARCH", "StructArg",
+           "Capabilities", "Kernel"]
 
 # An entry (a kernel's name, pasted into the launcher normcheck generates) is parsed, never
 # matched: a qualified C++ name with template arguments made of names, integers and types.
@@ -416,7 +416,14 @@ def parse_signature(raw: str) -> list[Param]:
 
 
 def scalar_dtype(p: Param):
+    """The numpy type of a scalar parameter, or None (a struct, an enum, a pointer)."""
     return _SCALARS.get(p.base)
+
+
+def element_dtype(p: Param):
+    """The numpy type of the elements a pointer parameter reads (float, __half, bf16 ...), or
+    None where any element size that fits goes (void*, integers, fp8 codes)."""
+    return _ELEMENTS.get(p.base) if p.is_pointer else None
 
 
 def dim3(value, name: str) -> tuple[int, int, int]:

@@ -74,6 +74,11 @@ def first_difference(a, b):
     return int(diff.sum()), idx, a[idx], b[idx]
 
 
+def _where(idx) -> str:
+    return ", ".join(f"{k} {v}" for k, v in zip(("row", "col"), idx)) if len(idx) == 2 else \
+        f"element {idx[0]}"
+
+
 def _show(v) -> str:
     try:
         return repr(float(v))
@@ -226,12 +231,16 @@ def padding(target, case, outs, family, multiple_of=1):
             roles = key.split("+")
             if set(roles) & target.strided and buf.ndim == 2 and buf.shape[1] == cols + pad:
                 padded[key] = buf
-        # the outputs first: a kernel that steps rows by cols also lands in the padding, and
+        # the outputs first, padded or not (a padded input read with the wrong step shows in an
+        # unpadded output): a kernel that steps rows by cols also lands in the padding, and
         # what it got wrong is the step
-        for key, buf in padded.items():
+        for key, buf in bufs.items():
             exit_role = key.split("+")[-1]
             if exit_role in outs:
-                d = first_difference(outs[exit_role], buf[:, :cols])
+                got = buf[:, :cols] if buf.ndim == 2 and np.ndim(outs[exit_role]) == 2 else buf
+                if np.shape(got) != np.shape(outs[exit_role]):
+                    continue  # a quantised output's codes: read as the unpadded run read them
+                d = first_difference(outs[exit_role], got)
                 if d is not None:
                     n, idx, a, b = d
                     what = ("does not step its rows by the stride it is given (cols in its "
@@ -239,9 +248,8 @@ def padding(target, case, outs, family, multiple_of=1):
                     return Finding(
                         "stride", family,
                         f"with rows padded to a pitch of cols + {pad} (the padding poisoned), "
-                        f"{n}/{buf[:, :cols].size} elements of `{exit_role}` differ from the "
-                        f"unpadded run (first at row {idx[0]}, col {idx[1]}: {_show(a)} -> "
-                        f"{_show(b)})",
+                        f"{n}/{np.size(got)} elements of `{exit_role}` differ from the "
+                        f"unpadded run (first at {_where(idx)}: {_show(a)} -> {_show(b)})",
                         cause=Cause(f"{what} ({n} elements differ once rows are padded)",
                                     "stride_ignored", "exact", what))
         for key, buf in padded.items():

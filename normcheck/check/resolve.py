@@ -252,9 +252,10 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
     eps = np.float32(spec.eps) if spec.eps is not None else \
         np.float32(1e-6 if contract is not None else 1e-5)
     eps_arg = next((a for a in spec.args if a.role == "eps"), None)
-    if eps_arg is not None and eps_arg.type in ("float16", "half", "bfloat16"):
-        # ε as the kernel receives it: in half (ONNX Runtime's epsilon), the exact function too
-        eps = np.float32(specs.scalar_type(eps_arg)(eps))
+    if eps_arg is not None:
+        # ε as the kernel receives it: in half (ONNX Runtime's `__half epsilon`, by its spec
+        # type or by the parameter's), the exact function too
+        eps = np.float32(target.received(eps_arg, eps))
     if isinstance(src, (str, Path)) and "\n" not in str(src):
         desc = {"source": str(Path(src).resolve()), "sha256": sha256(src)}
     else:
