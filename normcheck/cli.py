@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from normcheck import __version__
 from normcheck import errors, norms
@@ -163,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     df.set_defaults(func=_diff)
 
     rp = sub.add_parser("replay", help="rerun a saved case and compare it with the oracle")
-    rp.add_argument("case", help="a case file written by check, report or a property")
+    rp.add_argument("case", nargs="?", help="a case file written by check, report or a "
+                    "property (default: the newest in ./.normcheck/)")
     rp.add_argument("--backend", default="cpu", choices=("auto", "cpu", "cuda"))
     rp.add_argument("--variant", help="run this built-in variant on the saved rows instead")
     rp.add_argument("--run-embedded-source", action="store_true",
@@ -404,7 +406,16 @@ def _cannot_judge(args, message: str, kind: str):
 def _replay(args) -> int:
     from normcheck import replay
 
-    out = replay.replay(args.case, backend=args.backend, variant=args.variant,
+    case = args.case
+    if case is None:
+        saved = sorted(Path(".normcheck").glob("counterexample-*.npz"),
+                       key=lambda p: p.stat().st_mtime)
+        if not saved:
+            raise invalid("case", None, "a case file: ./.normcheck/ holds none",
+                          "run a check that fails first, or name the file")
+        case = str(saved[-1])
+        print(f"normcheck replay: the newest saved case, {case}", file=sys.stderr)
+    out = replay.replay(case, backend=args.backend, variant=args.variant,
                         run_embedded=args.run_embedded_source)
     print(out)
     return out.exit_code
@@ -557,7 +568,6 @@ def main(argv=None) -> int:
 def _main(argv=None) -> int:
     import os
     import signal
-    from pathlib import Path
 
     parser = build_parser()
     args = parser.parse_args(argv)
