@@ -36,6 +36,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -161,8 +162,10 @@ def _check_files(cmd: Command, cwd: Path) -> list[str]:
     return wrong
 
 
-def run(cmds, cwd: Path, env=None, timeout=900, echo=print) -> bool:
-    """Run each command in ``cwd`` with bash; True when every one ended as it says it ends."""
+def run(cmds, cwd: Path, env=None, timeout=900, echo=print, tail=25) -> bool:
+    """Run each command in ``cwd`` with bash (its own process group, killed whole at the
+    timeout); True when every one ended as it says it ends.  A command that did not: its last
+    ``tail`` lines of output."""
     ok = True
     for c in cmds:
         where = f"README.md:{c.line}"
@@ -170,21 +173,23 @@ def run(cmds, cwd: Path, env=None, timeout=900, echo=print) -> bool:
             echo(f"skip  {where}  {c.text}   ({c.skip})")
             continue
         t = time.monotonic()
+        p = subprocess.Popen(["bash", "-c", c.text], cwd=cwd, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, errors="replace",
+                             start_new_session=True)
         try:
-            r = subprocess.run(["bash", "-c", c.text], cwd=cwd, env=env, timeout=timeout,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               errors="replace")
-            rc, out = r.returncode, r.stdout
-        except subprocess.TimeoutExpired as e:
-            rc, out = "timeout", (e.stdout or b"").decode(errors="replace") \
-                if isinstance(e.stdout, bytes) else (e.stdout or "")
+            out, _ = p.communicate(timeout=timeout)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+            rc = f"timeout after {timeout} s"
         wrong = ([] if rc == c.exit_code else [f"exit {rc}, the README says {c.exit_code}"]) + \
             (_check_files(c, cwd) if rc == c.exit_code else [])
         dt = time.monotonic() - t
         if wrong:
             ok = False
             echo(f"FAIL  {where}  {c.text}   ({dt:.1f} s): " + "; ".join(wrong))
-            echo("      " + "\n      ".join(out.rstrip().splitlines()[-25:]))
+            echo("      " + "\n      ".join(out.rstrip().splitlines()[-tail:]))
         else:
             echo(f"ok    {where}  {c.text}   (exit {rc}, {dt:.1f} s)")
     return ok
@@ -210,7 +215,8 @@ def main(argv=None) -> int:
     root = readme_path.parent
     if a.which in ("1", "2"):
         cmd = setup_commands(text)[int(a.which) - 1]
-        return 0 if run([cmd], root) else 1
+        # the whole suite, or the whole sweep: an hour at most, and pytest's summary when not
+        return 0 if run([cmd], root, timeout=3600, tail=80) else 1
     env = dict(os.environ)
     if a.bin:
         env["PATH"] = str(Path(a.bin).resolve()) + os.pathsep + env.get("PATH", "")
