@@ -9,7 +9,6 @@ called as ``kernel(grid, block, args, shared_mem=0)``.
 
 from __future__ import annotations
 
-from normcheck.backends.base import Backend
 from normcheck.errors import BackendUnavailable, InvalidArgument, invalid
 
 __all__ = ["get_backend", "backend_class", "capabilities_of", "for_source", "BACKENDS",
@@ -19,9 +18,27 @@ BACKENDS = ("cpu", "cuda", "auto")
 _cache = {}
 
 
+def __getattr__(name):
+    # Backend (and with it numpy and ml_dtypes) imported when asked for: a worker process
+    # imports normcheck.backends.cpu.sandbox and .wire and starts in tens of milliseconds
+    if name == "Backend":
+        from normcheck.backends.base import Backend
+
+        return Backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _backend_type():
+    from normcheck.backends.base import Backend
+
+    return Backend
+
+
 def backend_class(name: str) -> type:
     """The class of the backend called ``name`` ("cpu" or "cuda"), for its capabilities and
-    parts without starting it (no GPU context, no worker)."""
+    parts without starting it (no GPU context, no worker); a Backend gives its own class."""
+    if isinstance(name, _backend_type()):
+        return type(name)
     if name == "cpu":
         from normcheck.backends.cpu.backend import CpuBackend
 
@@ -46,9 +63,9 @@ def capabilities_of(name):
         return None
 
 
-def get_backend(name: str = "cpu") -> Backend:
+def get_backend(name: str = "cpu") -> "Backend":
     """The backend called ``name`` ("cpu", "cuda" or "auto"); a Backend passes through."""
-    if isinstance(name, Backend):
+    if isinstance(name, _backend_type()):
         return name
     if name in ("triton-cpu", "triton-gpu"):
         if name not in _cache:
@@ -67,7 +84,7 @@ def get_backend(name: str = "cpu") -> Backend:
     return _cache[name]
 
 
-def for_source(backend, source) -> Backend:
+def for_source(backend, source) -> "Backend":
     """The backend that runs ``source`` under ``backend``: a Triton file (``.py``) runs on
     triton-cpu where CUDA C runs on the cpu backend, on triton-gpu where it runs on cuda."""
     be = get_backend(backend)

@@ -321,6 +321,22 @@ def signatures(req):
     return {"ok": True, "signatures": out}
 
 
+def read_file(path) -> str:
+    """A file's text, read without open() (whose isatty() check is an ioctl the sandbox
+    refuses): a Python worker's kernel file, from normcheck's cache."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 def _read(stream, n):
     buf = b""
     while len(buf) < n:
@@ -368,10 +384,26 @@ def _send(out, value):
     out.flush()
 
 
-def main(handlers=None, prepare=None):
+def _imported_from_where_normcheck_installs():
+    """The assertion before the sandbox: every module imported so far comes from the
+    interpreter's folders or normcheck's package (normcheck.backends.isolation), else the
+    worker stops (exit 3) naming the module and its file."""
+    from normcheck.backends.isolation import foreign_modules
+
+    bad = foreign_modules()
+    if bad:
+        name, f = bad[0]
+        sys.stderr.write(f"normcheck: the worker stops: module {name} was imported from {f}, "
+                         "outside the interpreter's folders and normcheck's package\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+
+def main(handlers=None, prepare=None, stat_paths=False):
     """Serve requests until stdin closes.  ``handlers``: {op: fn(req) -> reply} beyond ping
     (this worker's: signatures and launch); ``prepare``: called before the sandbox is entered
-    (what must be imported or opened while files can still be read)."""
+    (what must be imported or opened while files can still be read); ``stat_paths``: imports
+    may run once sandboxed (normcheck.backends.cpu.sandbox.enter)."""
     global _ARENA, _TASKS
     if handlers is None:
         handlers = {"signatures": signatures, "launch": launch}
@@ -386,6 +418,7 @@ def main(handlers=None, prepare=None):
 
     if prepare is not None:
         prepare()
+    _imported_from_where_normcheck_installs()
     try:
         _TASKS = os.open("/proc/self/task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -395,7 +428,8 @@ def main(handlers=None, prepare=None):
                               os.pathsep) if d], report_page=_report_page(),
                           report_len=REPORT_BYTES,
                           address_space=int(os.environ.get("NORMCHECK_WORKER_AS", "0")),
-                          cpu_seconds=int(os.environ.get("NORMCHECK_WORKER_CPU", "0")))
+                          cpu_seconds=int(os.environ.get("NORMCHECK_WORKER_CPU", "0")),
+                          stat_paths=stat_paths)
     _watchdog(parent)  # after the sandbox: the thread inherits it
     while True:
         head = _read(inp, wire.HEADER)
