@@ -136,9 +136,11 @@ def describe() -> str:
             "that leaves the group while its parent lives is not covered")
 
 
-def command(argv, *, cleanup=None, limits: Limits | None = None, read=None, write=()) -> list:
+def command(argv, *, cleanup=None, limits: Limits | None = None, read=None, write=(),
+            connect: bool = False) -> list:
     """``argv`` wrapped in normcheck-launch: ``cleanup`` a folder removed if normcheck dies,
-    ``read``/``write`` the landlock roots (None: no landlock)."""
+    ``read``/``write`` the landlock roots (None: no landlock), ``connect``: TCP connections
+    out allowed (a fetch; never a listening socket)."""
     cmd = [str(launcher()), "--parent", str(os.getpid())]
     if mechanism()["lifetime"] != "pid-namespace":
         cmd.append("--no-namespace")
@@ -152,6 +154,8 @@ def command(argv, *, cleanup=None, limits: Limits | None = None, read=None, writ
             cmd += ["--read", p]
         for p in dict.fromkeys(str(w) for w in write):
             cmd += ["--write", p]
+        if connect:
+            cmd.append("--connect")
     return cmd + ["--", *[str(a) for a in argv]]
 
 
@@ -298,14 +302,18 @@ class Result:
 
 def run_compiler(cmd: list, what: str, *, read=None, write=(), cleanup=None,
                  limits: Limits | None = None, env: dict | None = None,
-                 stdin: bytes | None = None, diagnostics: int = DIAGNOSTICS_BYTES) -> Result:
-    """Run a compiler confined (see the module docstring): ``read``/``write`` its landlock roots
-    (None: no landlock), ``cleanup`` its temporary folder.  Its diagnostics are cut to
+                 stdin: bytes | None = None, diagnostics: int = DIAGNOSTICS_BYTES,
+                 cwd=None, connect: bool = False) -> Result:
+    """Run a compiler (or another tool: pip fetching headers) confined (see the module
+    docstring): ``read``/``write`` its landlock roots (None: no landlock), ``cleanup`` its
+    temporary folder (its TMPDIR too), ``cwd`` its working folder, ``connect`` whether it may
+    open TCP connections.  Its diagnostics are cut to
     ``diagnostics`` bytes (:data:`DIAGNOSTICS_BYTES`, with a count of what was cut); a stdout
     over the limit, a compile
     past the wall-clock limit or a missing compiler is a CompileError."""
     limits = limits or compiler_limits()
-    full = command(cmd, cleanup=cleanup, limits=limits, read=read, write=write)
+    full = command(cmd, cleanup=cleanup, limits=limits, read=read, write=write,
+                   connect=connect)
     child_env = child_environment({"TMPDIR": str(cleanup)} if cleanup else {})
     child_env.update(env or {})
     if shutil.which(cmd[0], path=child_env["PATH"]) is None and not Path(cmd[0]).is_file():
@@ -313,7 +321,8 @@ def run_compiler(cmd: list, what: str, *, read=None, write=(), cleanup=None,
     try:
         proc = subprocess.Popen(full, stdin=subprocess.PIPE if stdin is not None else
                                 subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=child_env, start_new_session=True)
+                                stderr=subprocess.PIPE, env=child_env, start_new_session=True,
+                                cwd=cwd)
     except OSError as e:
         raise CompileError(f"{what}: {cmd[0]} could not be started ({e.strerror})") from None
     out, err, cut = bytearray(), bytearray(), [0, 0]  # bytes, lines cut from the diagnostics

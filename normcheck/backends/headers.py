@@ -26,7 +26,6 @@ import importlib.util
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -171,9 +170,40 @@ def missing_header(diagnostics: str) -> str | None:
     return m.group(1) if m else None
 
 
+#: The wheel of each library whose headers normcheck fetches: the version and the SHA-256 of
+#: its manylinux x86-64 and aarch64 files (from PyPI's JSON API, 2026-12-05).  pip refuses any
+#: other bytes (hash-checking mode); a newer version is a change here, reviewed.
+PINS = {
+    "nvidia-cublas": ("13.10.0.20", (
+        "dcc6d63884c53d07e267ce7e6feac17b2538cebaafec5db865736c3e28e4dc84",
+        "c5f3418c0a845232a8cabc58f6fa52cfae7d8bd3680d94c3907aca710fd48d70")),
+    "nvidia-curand": ("10.4.5.25", (
+        "22bb226a857e5888fe6b54ae465fc4371296bcff13a35f79e19691bcf454f529",
+        "07c75d8ba14b627d1a01d2c1bfa1eece88f25d564d3aae7e6b6fb44f7bbec9c1")),
+    "nvidia-cusparse": ("12.9.4.2", (
+        "072667e58c851a318738f5527a12eb225cbf058803f2ea451c722d8cf8edddec",
+        "e2ce97f185c9c4b285e4a8fbf02cb96dd1b8dd66736ebe2f0a8da5f6012a4fb7")),
+    "nvidia-cudnn-cu13": ("9.28.1.4", (
+        "a54f205b1db1f2895d99f398754db1369816f0569dd459731f925635cf7b65ec",
+        "759b6a4919951ed8ec603dec97b96f6a6396c8269b95b3d345526e2471fb433d")),
+    "nvidia-nvtx": ("13.5.25", (
+        "f72f21bd338c531afb3f802d03c569e9f7c324739ac332c672a431734d0b5c41",
+        "181c68c7e5308aa633015f96462b7064c07a6f3d36bb680a1ddb1b250ae84e8e")),
+    "nvidia-cufft": ("12.5.0.14", (
+        "b8be26837a5abad2b5b74f3e92dd29f622a42934b355be0961a48712cbba23ad",
+        "091cde103312d6e09366122fe3f67092dcfd94cc9785029d695d6bcffaa76fdf")),
+    "nvidia-cusolver": ("12.4.1.2", (
+        "b3b8e02fd2f2df869369af075dc3a179d43f6f7b85e94632a7dce556697be044",
+        "1f54c8e0d5b1ebd183b4c5a79f0709fa90241e8254da381ca5b969ee97c8de32")),
+}
+
+
 def fetch(package: str, echo=None) -> Path:
-    """Download ``package``'s wheel with pip (no dependencies), keep only its ``include``
-    folder in the build cache, and return it.  Raises CompileError naming what went wrong."""
+    """Download ``package``'s pinned wheel (:data:`PINS`, no dependencies), pip confined
+    (:mod:`normcheck.backends.fetch`), keep only its ``include`` folder in the build cache, and
+    return it.  Raises CompileError naming what went wrong."""
+    from normcheck.backends.fetch import Pin, download
+
     if package not in LIBRARIES:
         raise CompileError(f"normcheck fetches the headers of {', '.join(LIBRARIES)}; "
                            f"not {package!r}")
@@ -181,20 +211,15 @@ def fetch(package: str, echo=None) -> Path:
     if package in have:
         return have[package]
     what = LIBRARIES[package][1]
+    version, hashes = PINS[package]
     if echo:
-        echo(f"normcheck: fetching {what}'s headers (pip download {package}; only its "
-             "include folder is kept, in the build cache) -- once on this machine")
+        echo(f"normcheck: fetching {what}'s headers (pip download {package}=={version}, "
+             "confined, its hash checked; only its include folder is kept, in the build "
+             "cache) -- once on this machine")
     root = _fetched_root()
     root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="normcheck-headers-") as d:
-        spec = f"{package}>=13,<14" if package in ("nvidia-nvtx",) else package
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
-                            "--disable-pip-version-check", "-d", d, spec],
-                           capture_output=True, text=True, timeout=1800)
-        wheels = list(Path(d).glob("*.whl"))
-        if r.returncode != 0 or not wheels:
-            raise CompileError(f"could not fetch {what}'s headers: pip download {package} "
-                               f"failed", (r.stderr or r.stdout)[-2000:])
+    d, wheels = download([Pin(package, version, hashes)], f"{what}'s headers")
+    try:
         whl = wheels[0]
         version = whl.name.split("-")[1]
         dest = root / f"{package}@{version}"
@@ -221,6 +246,8 @@ def fetch(package: str, echo=None) -> Path:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
     if echo:
         size = sum(p.stat().st_size for p in (dest / "include").rglob("*") if p.is_file())
         echo(f"normcheck: kept {what}'s headers: {size / 2**20:.1f} MiB in {dest}")

@@ -3,7 +3,8 @@
 // code inside the program.
 //
 //   normcheck-launch --parent PID [--cleanup DIR] [--as BYTES] [--cpu SECONDS] [--fsize BYTES]
-//                    [--read PATH]... [--write PATH]... [--no-namespace] -- PROGRAM ARGS...
+//                    [--read PATH]... [--write PATH]... [--connect] [--no-namespace]
+//                    -- PROGRAM ARGS...
 //
 // Three processes, all of this file's code but the last:
 //
@@ -108,6 +109,8 @@ enum {
   LL_SCOPE_ABSTRACT_UNIX = 1ull << 0, LL_SCOPE_SIGNAL = 1ull << 1,
 };
 
+static int g_connect = 0;  // --connect: TCP connections out are allowed (a fetch's pip)
+
 // 1: applied, 0: the kernel has no landlock, -1: it failed
 static int apply_landlock(void) {
   if (g_nread == 0 && g_nwrite == 0) return 0;
@@ -121,8 +124,8 @@ static int apply_landlock(void) {
   if (abi >= 5) all |= LL_IOCTL_DEV;
   attr.handled_access_fs = all;
   size_t size = sizeof(uint64_t);
-  if (abi >= 4) {
-    attr.handled_access_net = LL_NET_BIND | LL_NET_CONNECT;
+  if (abi >= 4) {  // no listening socket; no outgoing connection unless --connect (pip)
+    attr.handled_access_net = g_connect ? LL_NET_BIND : LL_NET_BIND | LL_NET_CONNECT;
     size = 2 * sizeof(uint64_t);
   }
   if (abi >= 6) {
@@ -284,7 +287,7 @@ static void kill_descendants(pid_t child) {
 static void usage(void) {
   fprintf(stderr, "usage: normcheck-launch --parent PID [--cleanup DIR] [--as BYTES] "
                   "[--cpu S] [--fsize BYTES] [--read PATH]... [--write PATH]... "
-                  "[--no-namespace] -- PROGRAM ARGS...\n       normcheck-launch --probe\n");
+                  "[--connect] [--no-namespace] -- PROGRAM ARGS...\n       normcheck-launch --probe\n");
   _exit(127);
 }
 
@@ -306,7 +309,7 @@ int main(int argc, char** argv) {
   for (; i < argc; ++i) {
     const char* a = argv[i];
     if (!strcmp(a, "--")) { ++i; break; }
-    if (i + 1 >= argc && strcmp(a, "--no-namespace")) usage();
+    if (i + 1 >= argc && strcmp(a, "--no-namespace") && strcmp(a, "--connect")) usage();
     if (!strcmp(a, "--parent")) parent = strtol(argv[++i], NULL, 10);
     else if (!strcmp(a, "--cleanup")) g_cleanup = argv[++i];
     else if (!strcmp(a, "--as")) g_as = strtoull(argv[++i], NULL, 10);
@@ -315,6 +318,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(a, "--read") && g_nread < MAX_PATHS) g_read[g_nread++] = argv[++i];
     else if (!strcmp(a, "--write") && g_nwrite < MAX_PATHS) g_write[g_nwrite++] = argv[++i];
     else if (!strcmp(a, "--no-namespace")) use_ns = 0;
+    else if (!strcmp(a, "--connect")) g_connect = 1;
     else usage();
   }
   if (i >= argc || parent <= 0) usage();
