@@ -18,25 +18,16 @@ from pathlib import Path
 import numpy as np
 
 from normcheck import formats, launch, norms, oracle, spec as specs
-from normcheck.backends import for_source
+from normcheck.backends import for_source, isolation
 from normcheck.errors import invalid
 
 __all__ = ["Variant", "variants", "TRITON_SOURCE", "get", "run", "run_case", "target", "oracle_norm", "reference", "CUDA_SRC",
            "NORMS", "ORDERS", "ALGORITHMS", "KINDS", "QUANT_SOURCE", "QUANT_STORAGES",
            "run_backward_dx", "run_backward_dparams"]
 
-def _cuda_src() -> Path:
-    """The built-in kernels: normcheck/cuda_src in an installed wheel, cuda_src/ at the top of a
-    checkout (or an editable install)."""
-    here = Path(__file__).resolve().parent
-    for d in (here / "cuda_src", here.parent / "cuda_src"):
-        if (d / "norm_common.cuh").is_file():
-            return d
-    raise FileNotFoundError(f"normcheck's built-in kernels (cuda_src) are missing from {here}: "
-                            "reinstall normcheck")
-
-
-CUDA_SRC = _cuda_src()
+#: The built-in kernels: normcheck/cuda_src in an installed wheel, cuda_src/ at the top of a
+#: checkout (or an editable install).
+CUDA_SRC = isolation.CUDA_SRC
 
 NORMS = ("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm", "add_rmsnorm")
 ORDERS = ("upcast_square", "square_upcast", "storage_accumulate")

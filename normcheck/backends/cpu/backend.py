@@ -35,6 +35,7 @@ start), ``"both"`` launches twice to catch either.
 from __future__ import annotations
 
 import atexit
+import collections
 import functools
 import importlib.util
 import json
@@ -54,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck.backends import base, cache, confine, headers
+from normcheck.backends import base, cache, confine, headers, isolation
 from normcheck.backends.cpu import sandbox, translate, wire
 from normcheck.errors import (
     BackendUnavailable,
@@ -186,6 +187,11 @@ class Module:
     signatures: dict = field(default_factory=dict)
     unsupported_ptx: list = field(default_factory=list)  # inline PTX that fails when it runs
     frameworks: dict = field(default_factory=dict)  # headers.frameworks of the files it read
+    own: bool = False  # normcheck's own code (cuda_src/): run where no user code has run
+
+    def worker(self) -> "Worker":
+        """The worker process this module runs in (:data:`WORKERS`)."""
+        return WORKERS.get(str(Path(self.path).parent), self.own)
 
 
 def _line_literal(origin: str) -> str:
@@ -374,6 +380,18 @@ def _from_manifest(path: Path):
         return None
 
 
+def is_own(src: base.Source) -> bool:
+    """Whether ``src`` is normcheck's own (a built-in of cuda_src/): its builds live apart from
+    user builds and run in a worker no user code has run in."""
+    return src.path is not None and isolation.is_own(src.path)
+
+
+def builds_folder(own: bool) -> Path:
+    """Where builds live: normcheck's own beneath ``cpu/builtin/`` (the one folder the built-ins'
+    worker reads), each user build in a folder of its own (the one its worker reads)."""
+    return cache.cache_dir("cpu") / "builtin" if own else cache.cache_dir("cpu")
+
+
 #: The largest build normcheck keeps (a kernel module is well under a MiB; the limit stops a
 #: source whose static data would fill the cache).
 MAX_BUILD_BYTES = 64 << 20
@@ -389,7 +407,9 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
     extra = [str(f) for f in extra_flags]
     manifest = _manifest(src, entries, defines, extra, arch, hosts, version)
     known = _from_manifest(manifest)
-    if known and (cache.cache_dir("cpu") / known[0] / "kernel.so").is_file():
+    own = is_own(src)
+    builds = builds_folder(own)
+    if known and (builds / known[0] / "kernel.so").is_file():
         key, deferred, used, std = known
         flags = [f"-std={std}", *_CXX_FLAGS, *extra]
     else:
@@ -399,7 +419,7 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
         used = headers.frameworks(deps)
         if std != DEFAULT_STD:
             used["c++ standard"] = f"{std} (what the headers it includes demand)"
-    so = cache.cache_dir("cpu") / key / "kernel.so"
+    so = builds / key / "kernel.so"
     if not so.is_file():
         with confine.temporary_folder("build") as d:
             ii = Path(d) / "kernel.ii"
@@ -440,10 +460,12 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
         if stamps is not None:
             cache.install_file(json.dumps({"key": key, "deferred": deferred, "deps": stamps,
                                           "frameworks": used, "std": std}), manifest)
-    mod = Module(str(so), list(entries), src.origin, unsupported_ptx=deferred, frameworks=used)
+    mod = Module(str(so), list(entries), src.origin, unsupported_ptx=deferred, frameworks=used,
+                 own=own)
     # the signatures are read in the worker: the caller's process never loads user code
-    rep = _worker.request({"op": "signatures", "so": str(so), "n": len(entries)}, 60.0,
-                          _signatures_reply(len(entries)))
+    worker = mod.worker()
+    rep = worker.request({"op": "signatures", "so": str(so), "n": len(entries)}, 60.0,
+                         _signatures_reply(len(entries)))
     if isinstance(rep, tuple) and rep[0] == "malformed":
         raise SandboxViolation(f"{src.origin}: while the module loaded, the worker sent "
                                f"something that is not normcheck's protocol ({rep[1]}): code in "
@@ -451,7 +473,7 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
                                "pipe; the worker was stopped and nothing it sent was used",
                                call="forged reply")
     if isinstance(rep, tuple):
-        m = re.fullmatch(r"kind=sandbox syscall=(\d{1,6})", _worker.report()) \
+        m = re.fullmatch(r"kind=sandbox syscall=(\d{1,6})", worker.report()) \
             if rep[0] == "died" else None
         if m:  # code that runs as the module loads (a static constructor) made the call
             raise SandboxViolation(f"{src.origin}: while the module loaded (a static "
@@ -460,7 +482,7 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
                                    "kernel's code only the calls a launch needs (an "
                                    "allow-list)", call=int(m.group(1)))
         raise CompileError(f"{src.origin}: the compiled module could not be loaded",
-                           _worker.describe_death(rep))
+                           worker.describe_death(rep))
     if not rep["ok"]:
         raise CompileError(f"{src.origin}: the compiled module could not be loaded",
                            rep["message"])
@@ -656,9 +678,15 @@ class Worker:
     unlinked file: nothing is left in /dev/shm whatever happens.  Everything it sends is
     untrusted (:mod:`normcheck.backends.cpu.wire`)."""
 
-    def __init__(self, module: str = "normcheck.backends.cpu.worker", extra_env=None):
+    def __init__(self, module: str = "normcheck.backends.cpu.worker", extra_env=None,
+                 roots=(), sandbox: str | None = None):
         self.module = module  # the worker's program (python -m ...)
         self.extra_env = extra_env  # a callable: more environment for the worker, or None
+        #: the sandbox's mode when it is this worker's own ("off": the GPU path's, whose
+        #: driver needs its devices), else NORMCHECK_SANDBOX's
+        self.sandbox = sandbox
+        #: the cache folders it may read: the builds it runs (no other source's)
+        self.roots = set(roots)
         self.proc = None
         self.stderr = None
         self.lock = threading.RLock()
@@ -691,12 +719,11 @@ class Worker:
             self.stderr.close()
         self.stderr = tempfile.TemporaryFile()
         self.arena(4 * _PAGE)
-        mode = os.environ.get("NORMCHECK_SANDBOX", "on")
+        mode = self.sandbox or os.environ.get("NORMCHECK_SANDBOX", "on")
         if mode not in sandbox.MODES:
             raise invalid("NORMCHECK_SANDBOX", mode, "on or off (measure: "
                           "scripts/measure_syscalls.py only)")
         self.cpu_limit = int(max(sandbox.cpu_seconds(), 2 * cpu_need + 60))
-        pkg_root = str(Path(__file__).resolve().parents[3])
         extra = {
             # static TLS for the shim's initial-exec variables, 64 bytes a loaded module
             "GLIBC_TUNABLES": "glibc.rtld.optional_static_tls=262144",
@@ -704,8 +731,6 @@ class Worker:
             "NORMCHECK_SANDBOX": mode,
             "NORMCHECK_WORKER_AS": str(sandbox.address_space()),
             "NORMCHECK_WORKER_CPU": str(self.cpu_limit),
-            "PYTHONPATH": pkg_root,
-            "PYTHONDONTWRITEBYTECODE": "1",
         }
         if mode != "off":
             lib = sandbox_helper()
@@ -713,10 +738,11 @@ class Worker:
             # preloaded: its system/popen/posix_spawn report a kernel's call by name (see there)
             extra["LD_PRELOAD"] = lib
             extra["NORMCHECK_SANDBOX_READ"] = os.pathsep.join(
-                sandbox.read_dirs(str(cache.cache_dir("cpu").resolve())))
+                sandbox.read_dirs(sorted(str(Path(r).resolve()) for r in self.roots)))
         if self.extra_env is not None:
             extra.update(self.extra_env())
-        cmd = confine.command([sys.executable, "-m", self.module])
+        # isolated: nothing of the folder normcheck runs in is on its import path
+        cmd = confine.command(isolation.command(self.module))
         env = sandbox.worker_environment(extra)
         # started from one thread that lives as long as normcheck: normcheck-launch dies with
         # the *thread* that started it (PR_SET_PDEATHSIG follows the creating thread), so a
@@ -724,7 +750,7 @@ class Worker:
         self.proc = _spawner().submit(
             subprocess.Popen, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.stderr, env=env, bufsize=0, pass_fds=(self.fd,),
-            start_new_session=True).result()
+            start_new_session=True, cwd=isolation.private_cwd()).result()
         self.cpu_used = 0.0
         self.loaded = set()
         rep = self._exchange({"op": "ping"}, 60.0)
@@ -951,8 +977,64 @@ def _spawner():
     return _SPAWNER[0]
 
 
-_worker = Worker()
-atexit.register(_worker.close)
+class Workers:
+    """The worker processes: one for normcheck's own built-ins (the yardsticks: no user code
+    has run in it), and one for each user build -- a kernel never shares a process with
+    another source's code, so it cannot change another kernel's results (or its own
+    yardstick's), and its sandbox reads no other build than its own.  The user workers kept
+    alive are the ``keep`` used last; an older one is stopped, and started again if its build
+    runs again."""
+
+    def __init__(self, module: str = "normcheck.backends.cpu.worker", extra_env=None,
+                 keep: int = 4, roots=(), sandbox: str | None = None):
+        self.module, self.extra_env, self.keep = module, extra_env, keep
+        self.roots = tuple(roots)  # what every worker of the pool reads besides its builds
+        self.sandbox = sandbox  # the workers' sandbox mode (Worker.sandbox)
+        self.own = None
+        self.users = collections.OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, folder: str, own: bool) -> Worker:
+        """The worker of the build in ``folder`` (``own``: a built-in's; its folder is one the
+        built-ins' worker reads already)."""
+        with self.lock:
+            if own:
+                if self.own is None:
+                    self.own = Worker(self.module, self.extra_env, roots=self.roots,
+                                      sandbox=self.sandbox)
+                if folder not in self.own.roots:
+                    self.own.roots.add(folder)
+                    self.own.restart()  # started again, reading that folder too
+                return self.own
+            w = self.users.pop(folder, None)
+            if w is None:
+                w = Worker(self.module, self.extra_env, roots=(*self.roots, folder),
+                           sandbox=self.sandbox)
+            self.users[folder] = w
+            while len(self.users) > self.keep:
+                self.users.popitem(last=False)[1].close()
+            return w
+
+    def any(self) -> Worker:
+        """A worker to ask what the sandbox enforces (the built-ins')."""
+        with self.lock:
+            if self.own is None:
+                self.own = Worker(self.module, self.extra_env, roots=self.roots,
+                                      sandbox=self.sandbox)
+            return self.own
+
+    def all(self) -> list:
+        with self.lock:
+            return [w for w in (self.own, *self.users.values()) if w is not None]
+
+    def close(self):
+        for w in self.all():
+            w.close()
+
+
+#: The cpu backend's workers.
+WORKERS = Workers()
+atexit.register(WORKERS.close)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1305,7 +1387,8 @@ class CpuKernel(base.Kernel):
                "fill": fill}
         if self._blocks is not None:
             req["blocks"] = self._blocks
-        rep = _worker.run_on_arrays(
+        worker = self.module.worker()
+        rep = worker.run_on_arrays(
             layout, size, req, timeout, _launch_reply,
             cpu_need=timeout * min(workers, max(1, g[0] * g[1] * g[2])),
             on_dead=lambda r: self._raise_dead(r, args, names, timeout, threads))
@@ -1388,7 +1471,7 @@ class CpuKernel(base.Kernel):
         if rep[0] == "malformed":
             raise self._malformed(rep[1])
         try:
-            info = parse_report(_worker.report(), args)
+            info = parse_report(self.module.worker().report(), args)
         except wire.WireError as e:
             raise self._malformed(str(e)) from None
         where = ""
@@ -1398,7 +1481,7 @@ class CpuKernel(base.Kernel):
         if line:
             where += f" at {line}"
         kind = info.get("kind")
-        own = _worker.messages()
+        own = self.module.worker().messages()
         extra = f"\n{own}" if own else ""
         if kind == "out_of_bounds":
             raise self._oob(info, args, names, where)
@@ -1436,7 +1519,7 @@ class CpuKernel(base.Kernel):
                     f"{', ' + info['detail'] if 'detail' in info else ''})"}[kind]
             raise KernelCrash(f"{self.entry}: {what}{where}{extra}",
                               signal=int(info.get("signal", 0) or 0))
-        sym = _worker.undefined_symbol()
+        sym = self.module.worker().undefined_symbol()
         if sym:
             raise KernelCrash(f"{self.entry}: the kernel called a function that is declared but "
                               f"never defined ({sym}){extra}", signal=0)
@@ -1452,8 +1535,9 @@ class CpuKernel(base.Kernel):
     def _raise_failed(self, rep, args, names, relaunch=None):
         if rep["kind"] == "threads":
             # the threads a kernel started outlive its launch: the worker (and they) end here
-            with _worker.lock:
-                _worker._kill()
+            worker = self.module.worker()
+            with worker.lock:
+                worker._kill()
             raise SandboxViolation(f"{self.entry}: {rep['message'][:200]}; a kernel's threads "
                                    "must end before its launch returns (normcheck ended the "
                                    "worker, and them)", call="threads")
@@ -1533,7 +1617,7 @@ class CpuBackend(base.Backend):
 
     def provenance(self, options=None) -> dict:
         cxx, version = _compiler()
-        st = _worker.sandbox_state() or {}
+        st = WORKERS.any().sandbox_state() or {}
         arch = base.parse_arch((options or {}).get("arch"))
         return {"backend": "cpu", "compiler": version.split(" Copyright")[0],
                 "flags": f"-std={DEFAULT_STD} " + " ".join(_CXX_FLAGS) + " (a file that "

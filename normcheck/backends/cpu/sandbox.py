@@ -135,13 +135,14 @@ def syscall_name(nr) -> str:
     return f"{name or 'system call'} (#{nr}, not on the allow-list)"
 
 
-def read_dirs(cache: str) -> list[str]:
-    """The folders the worker may read beneath: the build cache, Python, and the normcheck
-    package folder itself -- never the folder it sits in (an editable install's checkout, with
-    its ``.git`` and ``.env``)."""
+def read_dirs(builds) -> list[str]:
+    """The folders the worker may read beneath: the builds it runs (its own source's, or the
+    built-ins'; never the rest of the build cache: another kernel's source or binary), Python,
+    and the normcheck package folder itself -- never the folder it sits in (an editable
+    install's checkout, with its ``.git`` and ``.env``)."""
     import normcheck
 
-    dirs = [cache, os.path.dirname(os.path.realpath(normcheck.__file__))]
+    dirs = [*builds, os.path.dirname(os.path.realpath(normcheck.__file__))]
     for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
         dirs.append(p)
     return [d for d in dict.fromkeys(dirs) if d]
@@ -185,8 +186,10 @@ FILE_SIZE = 64 << 20
 
 
 def enter(mode: str, read_dirs, report_page: int, report_len: int, address_space: int,
-          cpu_seconds: int) -> dict:
-    """In the worker, before user code: apply the sandbox (see the module docstring).  Returns
+          cpu_seconds: int, stat_paths: bool = False) -> dict:
+    """In the worker, before user code: apply the sandbox (see the module docstring).
+    ``stat_paths``: a path's stat is carried out as an open for reading and fstat (a Python
+    worker importing modules once confined: landlock decides what it may see).  Returns
     {"mode", "enforced": [...], "detail"}."""
     if mode == "off":
         return {"mode": "off", "enforced": [], "detail": "NORMCHECK_SANDBOX=off"}
@@ -201,6 +204,8 @@ def enter(mode: str, read_dirs, report_page: int, report_len: int, address_space
     import resource  # noqa: F401  (imported before the sandbox closes the file system)
 
     lib = ctypes.CDLL(lib_path)
+    lib.ncsb_stat_paths.argtypes = [ctypes.c_int]
+    lib.ncsb_stat_paths(int(stat_paths))
     lib.ncsb_enter.restype = ctypes.c_int
     lib.ncsb_enter.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_int,
                                ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_ulonglong,

@@ -16,6 +16,7 @@ it.
 from __future__ import annotations
 
 import ast
+import atexit
 import hashlib
 import importlib.util
 import os
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck.backends import base, cache
+from normcheck.backends import base, cache, isolation
 from normcheck.errors import (CompileError, FailureKind, KernelCrash,
                               KernelError, invalid)
 from normcheck.files import SOURCE_BYTES, read_limited
@@ -97,7 +98,18 @@ def _is_jit(dec) -> bool:
 
 def signature(text: str, entry: str, where: str = "source") -> Signature:
     """The parameters of the ``@triton.jit`` function ``entry`` of a file's text, from its
-    syntax tree (nothing of the file runs)."""
+    syntax tree (nothing of the file runs).  A file nested too deeply to read (a 200,000-term
+    expression, a decorator a recursion deep) is refused by name, never an internal error."""
+    try:
+        return _signature(text, entry, where)
+    except (RecursionError, MemoryError) as e:
+        raise CompileError(f"{where}: normcheck cannot read this file: its Python is nested too "
+                           f"deeply ({type(e).__name__} while reading its syntax tree); a "
+                           "kernel file's expressions and decorators need no such depth") \
+            from None
+
+
+def _signature(text: str, entry: str, where: str) -> Signature:
     try:
         tree = ast.parse(text)
     except SyntaxError as e:
@@ -125,8 +137,8 @@ def signature(text: str, entry: str, where: str = "source") -> Signature:
 
 def _imports(tree, where) -> tuple:
     """(installed, missing): the modules a file imports (import a.b; from a.b import c: a.b and
-    a.b.c) that are installed here -- the worker imports them before its sandbox closes the
-    file system -- and those that are not (a project's own helpers: ``from
+    a.b.c) that are installed here -- imported as the file runs, inside the worker's sandbox --
+    and those that are not (a project's own helpers: ``from
     liger_kernel.ops.utils import ...``, ``from .utils import ...``), which the file's host code
     uses and its kernels normally do not: they are stood in for as it is imported, and a kernel
     that calls one fails naming it."""
@@ -152,27 +164,25 @@ def _imports(tree, where) -> tuple:
     return tuple(dict.fromkeys(installed)), tuple(dict.fromkeys(missing))
 
 
-def _worker():
-    global _WORKER
-    if _WORKER is None:
-        from normcheck.backends.cpu import sandbox
-        from normcheck.backends.cpu.backend import Worker
+def _workers():
+    """The Triton workers (:class:`normcheck.backends.cpu.backend.Workers`): one for the
+    built-in Triton norms, one for each user file."""
+    global _WORKERS
+    if _WORKERS is None:
+        from normcheck.backends.cpu.backend import Workers
 
         def env():
-            _STARTED_WITH.clear()
-            _STARTED_WITH.update(_IMPORTS)
-            return {"NORMCHECK_SANDBOX_READ": os.pathsep.join(sandbox.read_dirs(
-                str(cache.cache_dir("triton").resolve()))), "TRITON_INTERPRET": "1",
-                "TRITON_CACHE_DIR": str(cache.cache_dir("triton").resolve() / "triton"),
-                "NORMCHECK_TRITON_IMPORTS": ",".join(sorted(_IMPORTS))}
+            return {"TRITON_INTERPRET": "1",
+                    "TRITON_CACHE_DIR": str(cache.cache_dir("triton").resolve() / "triton")}
 
-        _WORKER = Worker("normcheck.backends.triton.worker", extra_env=env)
-    return _WORKER
+        # a file's imports run in the sandbox: torch reads /dev/urandom as it is imported
+        _WORKERS = Workers("normcheck.backends.triton.worker", extra_env=env,
+                           roots=("/dev/urandom",))
+        atexit.register(_WORKERS.close)
+    return _WORKERS
 
 
-_WORKER = None
-_IMPORTS: set = set()       # the modules the worker imports before its sandbox
-_STARTED_WITH: set = set()  # those the running worker imported
+_WORKERS = None
 
 _SCHEDULES = ("forward", "reverse", "random")
 
@@ -201,6 +211,10 @@ class TritonKernel(base.Kernel):
 
     def __repr__(self):
         return f"<TritonKernel {self.entry}({', '.join(self.sig.params)})>"
+
+    def worker(self):
+        """The worker this file runs in: its own (one a user file), or the built-ins'."""
+        return _workers().get(str(self.cached.parent), isolation.is_own(self.path))
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
                  guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
@@ -241,7 +255,7 @@ class TritonKernel(base.Kernel):
                "dtypes": dtypes, "names": [str(n) for n in (names or self.sig.params)],
                "poison": poison, "schedule": schedule, "seed": int(seed),
                "stubs": list(self.sig.stubbed)}
-        w = _worker()
+        w = self.worker()
 
         def dead(rep):
             if rep[0] == "timeout":
@@ -258,9 +272,6 @@ class TritonKernel(base.Kernel):
             raise KernelCrash(f"{self.entry}: {w.describe_death(rep)}")
 
         with w.lock:
-            if not set(self.sig.imports) <= _STARTED_WITH:
-                _IMPORTS.update(self.sig.imports)
-                w.restart()  # started again, importing these too
             rep = w.run_on_arrays(layout, size, req, timeout, _reply, cpu_need=timeout,
                                   on_dead=dead)
         if not rep["ok"]:
@@ -282,7 +293,10 @@ def load(source) -> tuple:
     raw = read_limited(path, "source", SOURCE_BYTES, "a readable Triton .py file")
     text = raw.decode("utf-8", "replace")
     digest = hashlib.sha256(raw).hexdigest()[:24]
-    cached = cache.cache_dir("triton") / f"{digest}.py"
+    # a folder of its own (the one its worker may read: no other file checked before), the
+    # built-ins' together
+    cached = cache.cache_dir("triton") / "builtin" / f"{digest}.py" if isolation.is_own(path) \
+        else cache.cache_dir("triton") / digest / "kernel.py"
     if not cached.exists():
         cache.install_file(raw, cached)
     return path.resolve(), text, cached
@@ -325,7 +339,7 @@ class TritonCpuBackend(base.Backend):
     def provenance(self, options=None) -> dict:
         from importlib.metadata import version
 
-        st = _worker().sandbox_state() or {}
+        st = _workers().any().sandbox_state() or {}
         v = version("triton")
         untested = "" if v.startswith(TESTED_VERSIONS) else \
             f"; triton {v}: the executor's corrections were measured on " \
@@ -365,61 +379,113 @@ class TritonGpuBackend(base.Backend):
 
     def compile_many(self, source, entries, *, defines=None, options=None,
                      include_dirs=()) -> dict:
-        import linecache
+        if defines:
+            raise invalid("defines", defines, "none for a Triton kernel (constexprs are "
+                          "[[args]] with role = \"const\")")
+        path, text, cached = load(source)
+        return {e: _GpuKernel(path, cached, e, signature(text, e, path.name), self.device)
+                for e in entries}
 
-        from normcheck.backends.triton.stubs import stub_modules
-
-        path, text, _cached = load(source)
-        sigs = {e: signature(text, e, path.name) for e in entries}
-        package = f"normcheck_user_{path.stem}_package"
-        ns = {"__name__": f"{package}.{path.stem}", "__file__": str(path),
-              "__package__": package}
-        stub_modules([package, *{m for s in sigs.values() for m in s.stubbed}], package)
-        linecache.cache[str(path)] = (len(text), None, text.splitlines(True), str(path))
-        exec(compile(text, str(path), "exec"), ns)  # noqa: S102 -- on the GPU, like PyCUDA's
-        return {e: _GpuKernel(ns, e, sig) for e, sig in sigs.items()}
+    #: where the kernels run: "cuda", or "cpu" for the stand-in (tests, without a GPU)
+    device = "cuda"
 
     def provenance(self, options=None) -> dict:
         import torch
         from importlib.metadata import version
 
+        name = torch.cuda.get_device_name(0) if self.device == "cuda" else \
+            "cpu (a stand-in for the GPU: Triton's interpreter on torch's CPU tensors)"
         return {"backend": self.name, "compiler": f"triton {version('triton')}",
-                "flags": "", "fmad": True, "arch": None,
-                "device": torch.cuda.get_device_name(0), "sandbox": "none (GPU)",
-                "cpu_vs_gpu": "-"}
+                "flags": "", "fmad": True, "arch": None, "device": name,
+                "sandbox": "the file runs in a worker of its own, started isolated (python -I, "
+                           "a private folder, the allow-listed environment, no capabilities, "
+                           "a PID namespace); no landlock or seccomp (the GPU driver needs its "
+                           "devices)", "cpu_vs_gpu": "-"}
+
+
+class TritonGpuStandIn(TritonGpuBackend):
+    """The GPU path on a machine without a GPU: the same worker, protocol and isolation, with
+    Triton's interpreter on torch's CPU tensors in place of the device -- what tests of the GPU
+    path's confinement run on."""
+
+    device = "cpu"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        why = available()
+        if why:
+            return why
+        if importlib.util.find_spec("torch") is None:
+            return "torch is not installed (the stand-in runs on torch's CPU tensors)"
+        return None
+
+
+def _gpu_workers(device: str):
+    """The GPU path's workers (:mod:`normcheck.backends.triton.gpu_worker`), one a user file."""
+    if device not in _GPU_WORKERS:
+        from normcheck.backends.cpu.backend import Workers
+
+        def env():
+            out = {"TRITON_CACHE_DIR": str(cache.cache_dir("triton").resolve() / "gpu"),
+                   "HOME": isolation.private_cwd(), "NORMCHECK_TRITON_DEVICE": device}
+            if device == "cpu":
+                out["TRITON_INTERPRET"] = "1"
+            for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH"):
+                if k in os.environ:
+                    out[k] = os.environ[k]
+            return out
+
+        _GPU_WORKERS[device] = Workers("normcheck.backends.triton.gpu_worker", extra_env=env,
+                                       sandbox="off")
+        atexit.register(_GPU_WORKERS[device].close)
+    return _GPU_WORKERS[device]
+
+
+_GPU_WORKERS = {}
 
 
 class _GpuKernel(base.Kernel):
     capabilities = TritonGpuBackend.capabilities
 
-    def __init__(self, ns, entry, sig):
-        self.fn, self.entry, self.sig = ns[entry], entry, sig
+    def __init__(self, path, cached, entry, sig, device):
+        self.path, self.cached, self.entry, self.sig = path, cached, entry, sig
+        self.device = device
         self.params = sig.params
+        self.last_seconds = None
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
                  guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
-        import torch
+        from normcheck.backends.cpu import backend as cpu
 
         self.refuse(schedule, workers, seed, fill, blocks)
-        dev, call = [], []
-        for p, a in zip(self.sig.passed, args):
-            if isinstance(a, np.ndarray):  # the bytes, then torch's type of the same name
-                raw = torch.from_numpy(np.ascontiguousarray(a).reshape(-1).view(
-                    f"u{a.dtype.itemsize}" if a.dtype.kind != "b" else np.uint8)).cuda()
-                t = raw.view(getattr(torch, _TORCH_NAMES.get(a.dtype.name, a.dtype.name)))
-                dev.append((a, raw))
-                call.append(t)
-            elif isinstance(a, np.generic):
-                call.append(a.item())
-            else:
-                call.append(a)
-        num_warps = max(1, base.dim3(block, "block")[0] // 32)
-        self.fn[tuple(base.dim3(grid, "grid"))](*call, num_warps=num_warps)
-        torch.cuda.synchronize()
-        for a, raw in dev:
-            a.reshape(-1).view(np.uint8)[:] = raw.cpu().numpy().view(np.uint8)
+        args = list(args)
+        records, layout, size, _hidden = cpu.array_layout(args, "end")
+        req = {"op": "launch", "module": str(self.cached), "filename": str(self.path),
+               "entry": self.entry, "params": list(self.sig.passed[:len(args)]),
+               "grid": list(base.dim3(grid, "grid")),
+               "num_warps": max(1, base.dim3(block, "block")[0] // 32), "args": records,
+               "dtypes": [a.dtype.name if isinstance(a, np.ndarray) else "" for a in args],
+               "stubs": list(self.sig.stubbed)}
+        timeout = float(timeout or DEFAULT_TIMEOUT)
+        w = _gpu_workers(self.device).get(str(self.cached.parent), isolation.is_own(self.path))
+
+        def dead(rep):
+            if rep[0] == "timeout":
+                raise cpu.timeout_error(self.entry, timeout)
+            if rep[0] == "malformed":
+                raise cpu.forged_reply(self.entry, rep[1])
+            raise KernelCrash(f"{self.entry}: {w.describe_death(rep)}")
+
+        with w.lock:
+            rep = w.run_on_arrays(layout, size, req, timeout, _reply, cpu_need=timeout,
+                                  on_dead=dead)
+        if not rep["ok"]:
+            if rep["kind"] == "load":
+                raise CompileError(f"{self.path.name}: {rep['message']}")
+            if rep["kind"] == "launch":
+                raise KernelCrash(f"{self.entry}: {rep['message']}")
+            err = KernelError(f"{self.entry}: {rep['message']}")
+            err.kind = FailureKind(rep["kind"])
+            raise err
+        self.last_seconds = rep["seconds"]
         return None
-
-
-#: numpy dtype names whose torch dtype is named otherwise
-_TORCH_NAMES = {"bool": "bool", "float8_e4m3fnuz": "float8_e4m3fnuz"}

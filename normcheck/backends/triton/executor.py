@@ -49,6 +49,7 @@ import inspect
 import linecache
 import os
 import sys
+import types
 
 if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
     raise ImportError("Triton was imported before normcheck.backends.triton.executor: its "
@@ -633,20 +634,43 @@ PRESENTED = {"name": "sm_90 presented by normcheck", "major": 9, "minor": 0,
              "max_shared_memory_per_block_optin": 227 << 10, "regs_per_multiprocessor": 65536}
 
 
-class _presented_device:
-    """While a file is imported: torch.cuda's device queries (current_device,
-    get_device_properties, get_device_capability, device_count) answer for the presented
-    device, so module-level code such as an autotune config list built from the device's warp
-    size runs on a machine without one; restored after."""
+class _file_imports:
+    """While a file is imported (its imports run now, inside the worker's sandbox):
+
+    * torch.cuda's device queries (current_device, get_device_properties,
+      get_device_capability, device_count) answer for the presented device -- as soon as the
+      file has imported torch -- so module-level code such as an autotune config list built
+      from the device's warp size runs on a machine without one; restored after;
+    * a ``__main__`` module is never imported (``import unittest.__main__`` would start test
+      discovery): an ImportError naming it."""
 
     def __enter__(self):
-        import types
+        import builtins
 
-        self.saved = []
-        torch = sys.modules.get("torch")
-        cuda = getattr(torch, "cuda", None) if torch is not None else None
-        if cuda is None:
-            return self
+        self.saved, self.real, self.depth = [], builtins.__import__, 0
+
+        def imported(name, globals=None, locals=None, fromlist=(), level=0):
+            if "__main__" in name.split(".") or "__main__" in (fromlist or ()):
+                what = name if "__main__" in name.split(".") else f"{name}.__main__"
+                raise ImportError(f"normcheck does not import a __main__ module from a kernel "
+                                  f"file ({what}): it runs a program")
+            self.depth += 1
+            try:
+                mod = self.real(name, globals, locals, fromlist, level)
+            finally:
+                self.depth -= 1
+            if self.depth == 0:  # the file's own import statement done: torch whole
+                self.present()
+            return mod
+
+        builtins.__import__ = imported
+        self.present()
+        return self
+
+    def present(self):
+        cuda = sys.modules.get("torch.cuda")
+        if cuda is None or self.saved:
+            return
         props = types.SimpleNamespace(**PRESENTED)
         for name, fn in (("current_device", lambda: 0),
                          ("get_device_properties", lambda *a, **k: props),
@@ -655,9 +679,11 @@ class _presented_device:
                          ("device_count", lambda: 1)):
             self.saved.append((cuda, name, getattr(cuda, name, None)))
             setattr(cuda, name, fn)
-        return self
 
     def __exit__(self, *exc):
+        import builtins
+
+        builtins.__import__ = self.real
         for obj, name, old in self.saved:
             setattr(obj, name, old)
         return False
@@ -675,7 +701,7 @@ def load_module(text: str, filename: str, name: str, stubs=()) -> dict:
           "__package__": package}
     stub_modules([package] + list(stubs), package)
     code = compile(text, filename, "exec")
-    with _presented_device():
+    with _file_imports():
         exec(code, ns)  # noqa: S102 -- the user's kernel file, in the sandboxed worker
     stub = sys.modules.get(_LIBDEVICE_STUB)
     for k, v in list(ns.items()):  # libdevice's stubs (empty on a CPU) -> the executor's

@@ -43,11 +43,6 @@ def _prepare():
 
     from normcheck.backends.triton import executor
 
-    for name in filter(None, os.environ.get("NORMCHECK_TRITON_IMPORTS", "").split(",")):
-        try:  # the kernel file's imports (a.b.c may name an attribute, not a module)
-            importlib.import_module(name)
-        except ImportError:
-            pass
     for name, mod in list(sys.modules.items()):
         f = getattr(mod, "__file__", None)
         if name.startswith("triton.") and f and f.endswith(".py"):
@@ -59,31 +54,13 @@ def _prepare():
     inspect.getmodule(executor.tl.sum)  # its cache of every module's file, filled now
 
 
-def _read(path) -> str:
-    """A file's text, read without open() (whose isatty() check is an ioctl the sandbox
-    refuses)."""
-    import os
-
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            chunks.append(b)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
 def _namespace(req):
     key = req["module"]
     ns = _modules.get(key)
     if ns is None:
         from normcheck.backends.triton import executor
 
-        text = _read(key)
+        text = base_worker.read_file(key)
         ns = executor.load_module(text, req["filename"], f"normcheck_user_{len(_modules)}",
                                   stubs=req.get("stubs", ()))
         _modules[key] = ns
@@ -153,4 +130,4 @@ def _dtype(name):
 
 
 if __name__ == "__main__":
-    base_worker.main({"launch": launch}, prepare=_prepare)
+    base_worker.main({"launch": launch}, prepare=_prepare, stat_paths=True)

@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -115,6 +116,37 @@ NCSB_EXPORT int posix_spawnp(pid_t* pid, const char* path, const posix_spawn_fil
 // path, or without the flag, it would read a path's metadata and stays trapped).  Returns 1
 // when the call was carried out (its result in rax), 0 when it is a violation.  Called by the
 // handler below and by the shim runtime's (a launch installs its own).
+static int g_stat_paths = 0;  // ncsb_stat_paths(1): a path's stat carried out as open + fstat
+
+// A Python worker that imports modules after entering the sandbox (the Triton worker: a kernel
+// file's imports run confined) stats the files of its import path: with this set, stat of a
+// path is carried out as openat(O_RDONLY) + fstat + close -- landlock decides the open, so only
+// the metadata of a file the worker may read anyway is ever given (a path outside its roots
+// answers EACCES, as its open does).  A symlink named with AT_SYMLINK_NOFOLLOW answers EACCES:
+// describing the link itself would take O_PATH, which landlock does not check.  isatty()
+// answers "not a terminal", a read-only open without O_CLOEXEC gets it, readlink answers EINVAL
+// (ncsb_emulate).
+NCSB_EXPORT void ncsb_stat_paths(int on) { g_stat_paths = on; }
+
+static long raw3(long nr, long a, long b, long c) {
+  long r;
+  __asm__ volatile("syscall" : "=a"(r) : "a"(nr), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+  return r;
+}
+static long raw4(long nr, long a, long b, long c, long d) {
+  long r;
+  register long r10 __asm__("r10") = d;
+  __asm__ volatile("syscall" : "=a"(r) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10)
+                   : "rcx", "r11", "memory");
+  return r;
+}
+
+// A trapped call a sound process makes, carried out here as the call it stands for: fstat
+// (glibc's fstat and the dynamic loader's are newfstatat(fd, "", buf, AT_EMPTY_PATH); with a
+// path, or without the flag, it would read a path's metadata and stays trapped -- unless
+// ncsb_stat_paths is on, above).  Returns 1 when the call was carried out (its result in rax),
+// 0 when it is a violation.  Called by the handler below and by the shim runtime's (a launch
+// installs its own).
 NCSB_EXPORT int ncsb_emulate(siginfo_t* info, void* vctx) {
   ucontext_t* uc = (ucontext_t*)vctx;
   if (!uc || info->si_code != 1 /* SYS_SECCOMP */) return 0;
@@ -122,12 +154,48 @@ NCSB_EXPORT int ncsb_emulate(siginfo_t* info, void* vctx) {
   if (info->si_syscall == SYS_newfstatat) {
     const char* path = (const char*)g[REG_RSI];
     if (path && path[0] == 0 && (g[REG_R10] & 0x1000 /* AT_EMPTY_PATH */)) {
-      long r;
-      __asm__ volatile("syscall" : "=a"(r) : "a"((long)SYS_fstat), "D"(g[REG_RDI]),
-                       "S"(g[REG_RDX]) : "rcx", "r11", "memory");
+      g[REG_RAX] = raw3(SYS_fstat, g[REG_RDI], g[REG_RDX], 0);
+      return 1;
+    }
+    if (path && g_stat_paths) {  // see ncsb_stat_paths
+      int nofollow = (g[REG_R10] & 0x100 /* AT_SYMLINK_NOFOLLOW */) != 0;
+      long flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (nofollow ? O_NOFOLLOW : 0);
+      long fd = raw4(SYS_openat, g[REG_RDI], (long)path, flags, 0);
+      if (fd < 0) {
+        g[REG_RAX] = fd == -ELOOP && nofollow ? -EACCES : fd;
+        return 1;
+      }
+      long r = raw3(SYS_fstat, fd, g[REG_RDX], 0);
+      raw3(SYS_close, fd, 0, 0);
       g[REG_RAX] = r;
       return 1;
     }
+  }
+  if (!g_stat_paths) return 0;
+  // isatty(), as Python's open() asks it of every file it opens: no descriptor of the worker
+  // is a terminal (its stdin and stdout are pipes, its stderr a file), so TCGETS answers ENOTTY
+  // without the call (ioctl stays off the allow-list)
+  if (info->si_syscall == SYS_ioctl && (unsigned)g[REG_RSI] == 0x5401 /* TCGETS */) {
+    g[REG_RAX] = -ENOTTY;
+    return 1;
+  }
+  // a file opened for reading without O_CLOEXEC (a library's plain open of /dev/urandom, of
+  // /proc/cpuinfo): opened with it -- nothing is ever executed in the worker, so the flag
+  // changes nothing else; landlock decides the open.  Writing stays trapped.
+  const long writes = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND | 0x400000 /* __O_TMPFILE */;
+  if (info->si_syscall == SYS_openat && !(g[REG_RDX] & writes)) {
+    g[REG_RAX] = raw4(SYS_openat, g[REG_RDI], g[REG_RSI], g[REG_RDX] | O_CLOEXEC, g[REG_R10]);
+    return 1;
+  }
+  if (info->si_syscall == SYS_open && !(g[REG_RSI] & writes)) {
+    g[REG_RAX] = raw4(SYS_openat, AT_FDCWD, g[REG_RDI], g[REG_RSI] | O_CLOEXEC, g[REG_RDX]);
+    return 1;
+  }
+  // where a link points: not told (the worker's links are normcheck's own import folder, which
+  // Python resolves only to name files); answered as for a path that is not a link
+  if (info->si_syscall == SYS_readlink || info->si_syscall == SYS_readlinkat) {
+    g[REG_RAX] = -EINVAL;
+    return 1;
   }
   return 0;
 }
@@ -388,7 +456,11 @@ static int install_landlock(const char** dirs, int ndirs) {
     int fd = open(dirs[i], O_PATH | O_CLOEXEC);
     if (fd < 0) continue;
     struct nc_path_beneath_attr pb;
-    pb.allowed_access = LL_READ_FILE | LL_READ_DIR | LL_EXECUTE;
+    struct stat st;
+    // a folder: read and execute beneath it; a file (/dev/urandom): read it
+    pb.allowed_access = fstat(fd, &st) == 0 && !S_ISDIR(st.st_mode)
+                            ? LL_READ_FILE
+                            : LL_READ_FILE | LL_READ_DIR | LL_EXECUTE;
     pb.parent_fd = fd;
     syscall(SYS_landlock_add_rule, rfd, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &pb, 0u);
     close(fd);

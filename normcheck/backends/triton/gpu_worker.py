@@ -1,0 +1,120 @@
+"""The triton-gpu backend's worker process: runs a user's ``@triton.jit`` kernel with real
+Triton on torch's CUDA tensors -- in a process of its own, never in normcheck's.
+
+A kernel file is Python: its module-level code runs as it is imported.  On the GPU path it
+runs here, started as every Python process normcheck starts is (:mod:`normcheck.backends.
+isolation`: ``python -I`` with only the interpreter's folders and normcheck on its import path,
+in a private empty folder, with the allow-listed environment; by ``normcheck-launch``: in a PID
+namespace that dies with normcheck, every capability dropped).  What it does not get is the cpu
+workers' sandbox -- landlock and the seccomp allow-list -- because the CUDA driver needs its
+device files, its ioctls and its memory mappings: on this path the file's host code can read
+what the user running normcheck can read, but it never holds normcheck's environment (tokens),
+its capabilities, its working folder or its process (DESIGN, "Threat model").  One worker per
+user file, as on the cpu backend.
+
+The arrays travel as on the cpu backend: the parent places them in the shared arena
+(:meth:`normcheck.backends.cpu.backend.Worker.run_on_arrays`); here each is copied to the device
+as torch's type of the same name, the kernel runs, and the outputs are copied back.
+
+``NORMCHECK_TRITON_DEVICE=cpu`` is the stand-in a machine without a GPU tests this path with:
+the same worker, the same protocol, Triton's own interpreter on torch's CPU tensors
+(``TRITON_INTERPRET=1``) -- everything but the device.
+
+Request::
+
+    {"op": "launch", "module": cached path, "filename": the user's path, "entry": name,
+     "params": [names], "grid": [x, y, z], "num_warps": n, "args": [records],
+     "dtypes": [numpy dtype name | ""], "stubs": [modules]}
+"""
+
+import ctypes
+import os
+import time
+
+import numpy as np
+
+from normcheck.backends.cpu import worker as base_worker
+
+_modules = {}
+#: numpy dtype names whose torch dtype is named otherwise
+_TORCH_NAMES = {"bool": "bool", "float8_e4m3fnuz": "float8_e4m3fnuz"}
+
+
+def _device() -> str:
+    return "cpu" if os.environ.get("NORMCHECK_TRITON_DEVICE") == "cpu" else "cuda"
+
+
+def _prepare():
+    import torch  # noqa: F401 -- the device's arrays
+    import triton  # noqa: F401
+
+
+def _namespace(req):
+    import linecache
+
+    from normcheck.backends.triton.stubs import stub_modules
+
+    key = req["module"]
+    ns = _modules.get(key)
+    if ns is None:
+        text = base_worker.read_file(key)
+        path = req["filename"]
+        package = f"normcheck_user_{len(_modules)}_package"
+        ns = {"__name__": f"{package}.kernel", "__file__": path, "__package__": package}
+        stub_modules([package, *req.get("stubs", ())], package)
+        linecache.cache[path] = (len(text), None, text.splitlines(True), path)
+        exec(compile(text, path, "exec"), ns)  # noqa: S102 -- the user's file, in this worker
+        _modules[key] = ns
+    return ns
+
+
+def launch(req):
+    import torch
+
+    try:
+        ns = _namespace(req)
+        fn = ns[req["entry"]]
+    except Exception as e:  # noqa: BLE001 -- the user's file raised as it ran
+        return {"ok": False, "kind": "load", "message": f"{type(e).__name__}: {str(e)[:600]}"}
+    dev = _device()
+    maps, copies, call = [], [], []
+    try:
+        for i, rec in enumerate(req["args"]):
+            if rec[0] == "array":
+                _, offset, region, start, nbytes, itemsize = rec
+                rbase = base_worker.map_guarded(offset, region)
+                if not rbase:
+                    return {"ok": False, "kind": "launch",
+                            "message": f"could not map {nbytes} bytes for argument {i}"}
+                g = base_worker.guard_bytes(region)
+                maps.append((rbase - g, region + 2 * g))
+                raw = (ctypes.c_char * max(nbytes, 1)).from_address(rbase + start)
+                host = np.frombuffer(raw, np.uint8, count=nbytes)
+                name = req["dtypes"][i]
+                on_dev = torch.from_numpy(host.copy()).to(dev)
+                copies.append((host, on_dev))
+                call.append(on_dev.view(getattr(torch, _TORCH_NAMES.get(name, name))))
+            elif rec[0] == "null":
+                call.append(None)
+            else:
+                call.append(np.frombuffer(rec[2], np.dtype(rec[1]))[0].item())
+        t0 = time.perf_counter()
+        try:
+            fn[tuple(req["grid"])](*call, num_warps=int(req["num_warps"]))
+            if dev == "cuda":
+                torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 -- the kernel's own error, named
+            return {"ok": False, "kind": "error",
+                    "message": f"{type(e).__name__}: {str(e)[:600]}"}
+        seconds = time.perf_counter() - t0
+        for host, on_dev in copies:
+            host[:] = on_dev.cpu().numpy()
+        return {"ok": True, "seconds": seconds}
+    finally:
+        del call, copies
+        for b, length in maps:
+            base_worker.unmap(b, length)
+
+
+if __name__ == "__main__":
+    base_worker.main({"launch": launch}, prepare=_prepare)
