@@ -15,6 +15,9 @@
   the torch-extension example (cuda_src/examples/torch_extension.toml) as a user runs it, first
   on a text never built (preprocessing torch's headers, compiling, linking) and again unchanged
   (the build's manifest: no preprocessing); beside them a file that includes only CUDA's headers.
+* ``normcheck bench workers`` — what one worker per user source costs: a fresh worker's start
+  (isolated, sandboxed) and a launch in it, against a launch in a worker already running, for
+  CUDA C and Triton sources; and a default check of a user file whose worker is new.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import numpy as np
 from normcheck import formats, oracle
 
 __all__ = ["numpy_layernorm", "numpy_rmsnorm", "oracle_benchmark", "backend_benchmark",
-           "cub_benchmark", "check_benchmark", "bias_benchmark", "compile_benchmark"]
+           "cub_benchmark", "check_benchmark", "bias_benchmark", "compile_benchmark",
+           "workers_benchmark"]
 
 
 def _best(fn, repeats):
@@ -355,3 +359,96 @@ def _spec_source(spec) -> str:
     import tomllib
 
     return tomllib.loads(spec.read_text())["source"]
+
+
+def workers_benchmark(sources=5, echo=print) -> list[dict]:
+    """Milliseconds a user source's worker of its own costs (#44): for ``sources`` distinct
+    CUDA C kernels (each its own build, so its own worker) the first launch -- the worker
+    started isolated and sandboxed, the module loaded -- against the next launch of the same
+    kernel (its worker running); the same for Triton files where Triton is installed; then a
+    default check (``check_kernel``, 64 rows a family, no search) of one more user file, whose
+    worker is new, as the share of that check the start is."""
+    import importlib.util
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    from normcheck import check
+    from normcheck.backends import get_backend
+
+    be = get_backend("cpu")
+    rows = []
+
+    def timed(k, args, block):
+        t0 = time.perf_counter()
+        k(1, block, args)
+        return (time.perf_counter() - t0) * 1e3
+
+    def fresh_then_warm(k, worker, args, block):
+        timed(k, args, block)  # the module built and loaded
+        worker.restart()  # the next launch starts a fresh worker, as a new source's does
+        return timed(k, args, block), timed(k, args, block)
+
+    cuda = []
+    for i in range(sources):
+        k = be.compile(f'extern "C" __global__ void k(float* y) {{ y[threadIdx.x] = {i}; }}',
+                       "k")
+        cuda.append(fresh_then_warm(k, k.module.worker(), [np.zeros(32, np.float32)], 32))
+    rows.append(("CUDA C", cuda))
+    tri = []
+    if importlib.util.find_spec("triton") is not None:
+        from normcheck.backends import for_source
+
+        tb = for_source("cpu", "x.py")
+        with tempfile.TemporaryDirectory(prefix="normcheck-bench-") as d:
+            for i in range(max(2, sources // 2)):
+                p = Path(d) / f"k{i}.py"
+                p.write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                             "def k(Y):\n    tl.store(Y + tl.arange(0, 32), "
+                             f"tl.full([32], {i}, tl.float32))\n")
+                k = tb.compile(str(p), "k")
+                tri.append(fresh_then_warm(k, k.worker(), [np.zeros(32, np.float32)], 32))
+        rows.append(("Triton", tri))
+    out = []
+    echo(f"{'source':8} {'sources':>7} {'first launch ms':>16} {'warm launch ms':>15} "
+         f"{'a fresh worker ms':>18}")
+    for label, pairs in rows:
+        if not pairs:
+            continue
+        f = statistics.median(a for a, _ in pairs)
+        w = statistics.median(b for _, b in pairs)
+        out.append({"source": label, "n": len(pairs), "first_ms": f, "warm_ms": w,
+                    "worker_ms": f - w})
+        echo(f"{label:8} {len(pairs):7d} {f:16.1f} {w:15.1f} {f - w:18.1f}")
+    with tempfile.TemporaryDirectory(prefix="normcheck-bench-") as d:
+        src = Path(d) / "rms.cu"
+        src.write_text(_BENCH_RMS)
+        t0 = time.perf_counter()
+        r = check.check_kernel(str(src), "rms", "rmsnorm", "fp16", search=0)
+        total = (time.perf_counter() - t0) * 1e3
+    share = out[0]["worker_ms"] / total if out else float("nan")  # a CUDA C source's
+    echo(f"a default check of a user file (64 rows a family, no search): {total:.0f} ms, "
+         f"verdict {r.verdict}; its worker's start {100 * share:.1f} % of it")
+    out.append({"source": "check", "check_ms": total, "worker_share": share})
+    return out
+
+
+_BENCH_RMS = r"""
+#include <cuda_fp16.h>
+extern "C" __global__ void rms(__half* y, const __half* x, const __half* g, float eps, int rows,
+                               int cols) {
+  __shared__ float part[256];
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) { float v = __half2float(xr[i]); s += v * v; }
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
+    __syncthreads();
+  }
+  const float r = rsqrtf(part[0] / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    y[(size_t)blockIdx.x * cols + i] = __float2half(__half2float(xr[i]) * r * __half2float(g[i]));
+}
+"""

@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="print performance figures (oracle, backend, check, gpu)")
     b.add_argument("what", choices=("oracle", "backend", "check", "gpu", "cub", "bias",
-                                        "compile"),
+                                        "compile", "workers"),
                    help="what to measure")
     b.add_argument("--cols", type=int, nargs="+", default=None,
                    help="widths (oracle, backend: 1024 4096; check: 4096)")
@@ -275,6 +275,8 @@ def _bench(args) -> int:
         bench.cub_benchmark()
     elif args.what == "compile":
         bench.compile_benchmark()
+    elif args.what == "workers":
+        bench.workers_benchmark()
     elif args.what == "bias":
         bench.bias_benchmark(rows=args.rows or 1_000_000, cols=(args.cols or (256,))[0])
     else:

@@ -154,9 +154,7 @@ def test_other_processes_limits_and_lifetime_are_out_of_reach(k, entry, call, pi
 def test_the_worker_sees_an_allow_listed_environment_and_no_capabilities(k, monkeypatch):
     monkeypatch.setenv("NORMCHECK_TEST_SECRET", "tok-3141592653")  # not one of the worker's
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "tok-2718281828")
-    from normcheck.backends.cpu.backend import _worker
-
-    _worker.close()  # a fresh worker, started with this environment
+    k["environment"].module.worker().close()  # a fresh worker, started with this environment
     y = np.zeros(1, np.float32)
     k["environment"](1, 1, [y])
     assert y[0] == 0  # no variable of normcheck's environment but its own
@@ -449,10 +447,10 @@ def kp():
 
 
 @pytest.fixture()
-def cache_file():
-    """A file in the build cache (beneath a read root of the worker, as normcheck-launch is):
-    what a kernel could open for reading and then try to change."""
-    p = cache.cache_dir("cpu") / f"nc-escape-{os.getpid()}.txt"
+def cache_file(kp):
+    """A file beside the kernels' own build (beneath a read root of their worker): what a
+    kernel could open for reading and then try to change."""
+    p = Path(kp["stat_path"].module.path).parent / f"nc-escape-{os.getpid()}.txt"
     p.write_text("tok-0577215664\n")
     p.chmod(0o644)
     yield p
