@@ -82,15 +82,15 @@ def _judge(target, *, contract, norm: norms.Norm, fmt, out, convention, eps, bac
         fr, f, w = judge.run_long(*long, progress=progress)
         results.append(fr)
         failures += f
-        if w is not None and (worst is None or (w.of_bound, w.scaled_ulp) >
-                              (worst.of_bound, worst.scaled_ulp)):
+        if w is not None and (worst is None or w.rank > worst.rank):
             worst = w
     search_stats = None
     if search_examples and not any(f.kind in FATAL for f in failures):
         search_stats, f, w = judge.search(fams, search_examples)
         if f is not None:
             failures.append(f)
-            worst = w
+            if worst is None or w.rank > worst.rank:  # the worst of all, not the last found
+                worst = w
     return assemble(
         kernel=label, norm=norm, dtype=judge.fmt.name, out_dtype=judge.out.name,
         backend=getattr(judge.target, "backend", None) or backend, failures=failures, warnings=warnings, families=results,

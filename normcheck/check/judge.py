@@ -57,6 +57,14 @@ class Worst(engine.WorstRow):
     of_bound: float                 # error / sound limit there (> 1 fails)
     row: list
     first: list
+    nonfinite: bool = False         # the kernel's value is NaN or ±inf where the exact is not
+
+    @property
+    def rank(self) -> tuple:
+        """How bad: a non-finite answer first, then the ratio to the sound bound, then the
+        scaled error -- the order "the worst row" of a check is chosen by, over every family,
+        the long run and the search."""
+        return (self.nonfinite, self.of_bound, self.scaled_ulp)
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "case"}
@@ -354,8 +362,7 @@ class ForwardJudge(engine.Judge):
         fr.max_of_bound = max(fr.max_of_bound, float(m.ratio.max()) if m.ratio.size else 0.0)
         fr.unbounded_rows += m.unbounded
         w = self._worst(fam, case, m)
-        if w is not None and (st.worst is None or (w.of_bound, w.scaled_ulp) >
-                              (st.worst[0].of_bound, st.worst[0].scaled_ulp)):
+        if w is not None and (st.worst is None or w.rank > st.worst[0].rank):
             st.worst = (w, case, m)
         for name, v in self.baseline_errors(case, m.ref).items():
             st.base_max[name] = max(st.base_max.get(name, 0.0), v)
@@ -382,8 +389,7 @@ class ForwardJudge(engine.Judge):
         if fam_worst is not None:
             w, case, m = fam_worst
             fr.bound_ulp = float(w.ulp / w.of_bound) if w.of_bound > 0 else None
-            if self.worst is None or (w.of_bound, w.scaled_ulp) > (self.worst.of_bound,
-                                                                   self.worst.scaled_ulp):
+            if self.worst is None or w.rank > self.worst.rank:
                 self.worst = w
         if fam_fails:
             fr.verdict = Verdict.FAIL
@@ -500,8 +506,7 @@ class ForwardJudge(engine.Judge):
                 fr.max_of_bound = max(fr.max_of_bound, m.m.max_ratio)
                 fr.unbounded_rows += m.unbounded
                 w = self._worst("long", case, m)
-                if w is not None and (worst is None or (w.of_bound, w.scaled_ulp) >
-                                      (worst[0].of_bound, worst[0].scaled_ulp)):
+                if w is not None and (worst is None or w.rank > worst[0].rank):
                     worst = (w, case, m)
             now = time.perf_counter()
             if progress and (now - last >= 2.0 or done >= rows):
@@ -567,10 +572,11 @@ class ForwardJudge(engine.Judge):
         mm = m.m
         if not mm.n:
             return None
-        if mm.max_ratio > 0:
+        bad = ~np.isfinite(m.scaled) if mm.inf_ulp else None
+        if bad is not None and bad.any():  # a non-finite answer: the worst there is
+            k = int(np.argmax(bad.ravel()))
+        elif mm.max_ratio > 0:
             k = mm.argmax_ratio
-        elif mm.inf_ulp:
-            k = int(np.argmax(~np.isfinite(m.scaled).ravel()))
         else:
             k = max(mm.argmax_scaled, 0)
         i, j = (int(v) for v in np.unravel_index(k, m.y.shape))
@@ -581,9 +587,11 @@ class ForwardJudge(engine.Judge):
             first.append({"col": int(jj), "x": float(case.x[i, jj]), "kernel": float(m.y[i, jj]),
                           "exact": float(m.ref.exact[i, jj]), "ulp": float(ulp[jj])})
         score = float(sc[j]) if np.isfinite(sc[j]) else math.inf
-        return Worst(fam, int(case.cols), int(i), int(j), float(ulp[j]), score, float(rt[j]),
+        nonfinite = not np.isfinite(sc[j])
+        return Worst(fam, int(case.cols), int(i), int(j), float(ulp[j]), score,
+                     math.inf if nonfinite else float(rt[j]),
                      [float(v) for v in case.x[i].astype(np.float64)], first,
-                     case=case.head(int(i)))
+                     nonfinite, case=case.head(int(i)))
 
     def diagnose(self, case: Case, m: Measured) -> str | None:
         fail_cls = np.isin(m.cls, [metrics.CLASSES.index(k)

@@ -94,9 +94,15 @@ def _forward(r):
     worst = []
     if r.worst:
         wst = r.worst
-        worst.append(f"worst row: family {wst.family}, width {wst.cols}, row {wst.row_index}: "
-                     f"{_fmt(wst.ulp)} ulp ({_fmt(wst.scaled_ulp)} of max(|γx̂|,|β|), "
-                     f"{_fmt(wst.of_bound)}x the sound bound)")
+        if getattr(wst, "nonfinite", False):
+            e = next((e for e in wst.first if e["col"] == wst.col), None)
+            what = f"{e['kernel']} where {e['exact']!r} is exact" if e else "a non-finite value"
+            worst.append(f"worst row: family {wst.family}, width {wst.cols}, row "
+                         f"{wst.row_index}: non-finite at col {wst.col} ({what})")
+        else:
+            worst.append(f"worst row: family {wst.family}, width {wst.cols}, row "
+                         f"{wst.row_index}: {_fmt(wst.ulp)} ulp ({_fmt(wst.scaled_ulp)} of "
+                         f"max(|γx̂|,|β|), {_fmt(wst.of_bound)}x the sound bound)")
         worst += ["  " + mismatch(f"col {e['col']}", e["kernel"], e["exact"], x=e["x"],
                                   ulp=e["ulp"]) for e in wst.first]
     tail = []
