@@ -112,6 +112,9 @@ GUARDS = ("end", "start", "both")
 # kernel module, ~120 KiB), so a fault names the line of the user's file (source_line)
 _CXX_FLAGS = ["-O2", "-g1", "-fPIC", "-shared", "-pthread", "-ffp-contract=off",
               "-fstack-clash-protection",
+              # every typed access checked against its type's alignment, as a GPU requires
+              # (normcheck_runtime.h: __ubsan_handle_type_mismatch_v1_abort)
+              "-fsanitize=alignment", "-fno-sanitize-recover=alignment",
               "-fno-fast-math", "-fno-strict-aliasing", "-fvisibility=hidden", "-fno-gnu-unique",
               "-mtls-dialect=gnu2"]
 _PP_FLAGS = ["-pthread", "-E"]

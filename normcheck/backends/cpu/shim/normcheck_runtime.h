@@ -650,7 +650,7 @@ bool in_own_stack(const void* p) {
   return a >= s && a < s + (size_t)sysconf(_SC_PAGESIZE) + stack_size();
 }
 
-void fault_misaligned(unsigned long long addr, int bytes, int store) {
+static void fault_misaligned_at(unsigned long long addr, int bytes, int store, uintptr_t ret) {
   Out o;
   o.put("kind=misaligned");
   o.put(" addr=");
@@ -659,9 +659,12 @@ void fault_misaligned(unsigned long long addr, int bytes, int store) {
   o.put(store ? " access=write" : " access=read");
   int i = buffer_of((uintptr_t)addr);
   if (i >= 0) describe_buffer(o, i, (uintptr_t)addr);
-  put_return(o, (uintptr_t)__builtin_return_address(0));
+  put_return(o, ret);
   where(o);
   finish(o);
+}
+void fault_misaligned(unsigned long long addr, int bytes, int store) {
+  fault_misaligned_at(addr, bytes, store, (uintptr_t)__builtin_return_address(0));
 }
 
 static void finish_at(Out& o, const ucontext_t* uc) {
@@ -1213,6 +1216,33 @@ unsigned shfl_ptx(int mode, unsigned a, unsigned b, unsigned c, unsigned mask, b
 
 extern "C" [[noreturn]] void ncsimt_unresolved_call(const char* sym, void* caller) {
   ::ncsimt::unresolved_call(sym, caller);
+}
+
+// Alignment as a GPU requires it.  The module is compiled with -fsanitize=alignment: every
+// access through a typed pointer checks the address against the type's alignment (__half2 4,
+// __nv_bfloat162 4, float2 8, float4/int4/uint4 16, float 4 ...), where x86 would read a
+// misaligned __half2 without a word and a GPU faults ("misaligned address").  GCC calls these
+// (the layout is libsanitizer's TypeMismatchData, v1); the launch fails as misaligned, with the
+// argument, the element, the block, the thread and the line (the caller's pc).
+struct NcUbsanLocation { const char* file; unsigned line, column; };
+struct NcUbsanTypeMismatch {
+  NcUbsanLocation loc;
+  const void* type;
+  unsigned char log_alignment;
+  unsigned char check_kind;  // 0 load, 1 store, 2 reference binding, 3 member access ...
+};
+static void nc_misaligned(NcUbsanTypeMismatch* d, uintptr_t ptr, uintptr_t ret) {
+  const int align = 1 << d->log_alignment;
+  if (ptr == 0 || ptr % (uintptr_t)align == 0) return;  // a null pointer: not this check's
+  ::ncsimt::fault_misaligned_at(ptr, align, d->check_kind == 1, ret);
+}
+extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_type_mismatch_v1(
+    NcUbsanTypeMismatch* d, uintptr_t ptr) {
+  nc_misaligned(d, ptr, (uintptr_t)__builtin_return_address(0));
+}
+extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_type_mismatch_v1_abort(
+    NcUbsanTypeMismatch* d, uintptr_t ptr) {
+  nc_misaligned(d, ptr, (uintptr_t)__builtin_return_address(0));
 }
 
 NC_EXPORT int ncsimt_shim_version() { return NORMCHECK_SHIM_VERSION; }
