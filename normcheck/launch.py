@@ -24,6 +24,7 @@ import re
 import numpy as np
 
 from normcheck import formats, norms, spec as specs
+from normcheck.backends.base import StructArg
 from normcheck.errors import KernelRaised, SpecError, invalid
 
 __all__ = ["Case", "KernelTarget", "CallableTarget", "Outputs", "bind", "buffer_formats",
@@ -136,6 +137,7 @@ class KernelTarget:
                                       quant=quant)
         self.label = label or ", ".join(dict.fromkeys(spec.entries))
         self._pad = None  # the padded run under way: extra elements a row of strided buffers
+        self._large = None  # the large-index run under way: the rows the kernel is told of
         self._alternate = False  # the quantised output's second poison code (a call's)
 
     @property
@@ -204,8 +206,22 @@ class KernelTarget:
                           f"a row pitch >= cols ({cols}); it gives {s}")
         return s
 
+    def _rows(self, case: Case) -> int:
+        """The rows the kernel is told of: the case's, or in a large-index run the launch's
+        (whose last rows are the case's)."""
+        return self._large or case.rows
+
+    def _row_buffer(self, window: np.ndarray, case: Case):
+        """A row buffer: the case's rows, or in a large-index run a SparseRows whose last rows
+        they are (the rest never touched: bounded memory)."""
+        from normcheck.backends.base import SparseRows
+
+        if not self._large:
+            return window
+        return SparseRows(window, self._large, self._large - case.rows)
+
     def _buffer(self, a: specs.ArgSpec, case: Case):
-        rows, cols = case.rows, case.cols
+        rows, cols = self._rows(case), case.cols
         first = a.roles[0]
         fmt = self.formats.get(first) if first != "scratch" else formats.get(a.dtype)
         if a.role == "scratch":
@@ -218,16 +234,17 @@ class KernelTarget:
         if first in specs.QUANT_ROLES or (first == "output" and self.quant is not None):
             return self._quant_buffer(a, first, case, zero)
         if first in specs.ROW_OUTPUTS:
-            shape = (rows, self._stride(a, rows, cols))
-            return np.zeros(shape, fmt.dtype) if zero else poisoned(shape, fmt.dtype)
+            shape = (case.rows, self._stride(a, rows, cols))
+            return self._row_buffer(np.zeros(shape, fmt.dtype) if zero else
+                                    poisoned(shape, fmt.dtype), case)
         if first in ("input", "residual", "dy", "dh", "y"):
             data = {"input": case.x, "residual": case.residual, "dy": case.dy,
                     "dh": case.extra.get("dh"), "y": case.extra.get("y")}[first]
             if data is None:
                 raise invalid(f"args.{a.label}", None, f"the {first} rows of the case")
-            buf = poisoned((rows, self._stride(a, rows, cols)), fmt.dtype)
+            buf = poisoned((case.rows, self._stride(a, rows, cols)), fmt.dtype)
             buf[:, :cols] = _in_format(data, fmt)
-            return buf
+            return self._row_buffer(buf, case)
         if first in ("gamma", "beta"):
             v = case.gamma if first == "gamma" else case.beta
             if v is None:
@@ -294,7 +311,7 @@ class KernelTarget:
         """A scalar argument's value as the spec gives it, before any conversion: ε as the
         case holds it, rows, cols, a pitch, the static scale, a const's expression (divided as
         real numbers where the spec's type or the kernel's parameter is a float)."""
-        rows, cols = case.rows, case.cols
+        rows, cols = self._rows(case), case.cols
         if a.role == "eps":
             return float(case.eps)
         if a.role == "rows":
@@ -365,21 +382,23 @@ class KernelTarget:
         return self.capabilities.fill
 
     def __call__(self, case: Case, guard=None, pad=None, raw=False, alternate=False,
-                 **launch) -> dict:
+                 large=None, **launch) -> dict:
         """The outputs by role; ``launch`` goes to every launch (the cpu backend's schedule,
         seed and workers: the block order atomics arrive in; its fill byte of undefined
         values; ``blocks``, a subset of the blocks).  ``pad``: the strided row buffers get
         that many extra elements a row (a padded run); ``raw``: the outputs are the whole
         buffers by role (padding included), inputs too; ``alternate``: a quantised output
-        starts as the second poison code."""
-        self._pad, self._alternate = pad, alternate
+        starts as the second poison code; ``large``: the rows the kernel is told of, the case's
+        rows its last ones (the large-index run: row buffers are SparseRows; with ``blocks``,
+        the last blocks run)."""
+        self._pad, self._alternate, self._large = pad, alternate, large
         try:
             return self._run(case, guard, raw, launch)
         finally:
-            self._pad, self._alternate = None, False
+            self._pad, self._alternate, self._large = None, False, None
 
     def _run(self, case, guard, raw, launch):
-        rows, cols = case.rows, case.cols
+        rows, cols = self._rows(case), case.cols
         buffers = {}
         notes = []
         for ln in self.spec.launches:
@@ -415,6 +434,10 @@ class KernelTarget:
             return out
         for a, buf in buffers.values():
             last = a.roles[-1]  # an in-place buffer is read as its exit role
+            if not isinstance(buf, (np.ndarray, StructArg)):  # a SparseRows: the case's rows
+                buf = buf.data
+            if last in specs.STAT_ROLES and self._large and not self.spec.backward:
+                buf = buf[self._large - case.rows:]
             if last == "output" and self.quant is not None:
                 out[last] = buf[:, :self.out.storage_cols(cols)].view(self.out.dtype)
             elif last in ("scales", "amax"):

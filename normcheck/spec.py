@@ -145,7 +145,7 @@ _ARG_KEYS = {"role", "dtype", "type", "value", "stride", "name", "size", "fill",
 _LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host", "num_warps"}
 _TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "convention", "eps", "cols",
              "cols_multiple_of", "launch", "args", "source", "defines", "include", "reference",
-             "backward", "stats", "arch", "quant", "deterministic"}
+             "backward", "stats", "arch", "quant", "deterministic", "max_elements"}
 
 
 @dataclass
@@ -206,6 +206,9 @@ class KernelSpec:
     arch: str | None = None    # the architecture presented (__CUDA_ARCH__), e.g. "sm_80"
     quant: dict | None = None  # a quantised output's contract (normcheck.quant.contract)
     deterministic: bool = True  # false: the output may differ run to run (float atomics)
+    #: the most rows × cols the project launches the kernel with (its launcher's own check):
+    #: the large-index run (past 2^31 elements) is made only where a launch may be that large
+    max_elements: int | None = None
     source: Path | None = None
     path: Path | None = field(default=None, repr=False)
 
@@ -612,6 +615,12 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
         except InvalidArgument as e:
             raise SpecError(f"{where}: {e}") from None
         spec.quant = dict(q)
+    if "max_elements" in data:
+        v = data["max_elements"]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise _err(where, "max_elements", v, "a positive whole number of elements (rows × "
+                       "cols) the kernel's launcher allows", "e.g. max_elements = 2147483647")
+        spec.max_elements = v
     if "deterministic" in data:
         if not isinstance(data["deterministic"], bool):
             raise _err(where, "deterministic", data["deterministic"], "true or false",

@@ -38,7 +38,8 @@ def test_sound_kernels_in_any_order_pass_or_warn(entry, norm, dtype):
     assert r.verdict in ("pass", "warn"), r.render()
     assert not r.failures
     assert r.rows_checked >= 60 * len(check.CHECK_FAMILIES)
-    assert {f.family for f in r.families} == set(check.CHECK_FAMILIES)
+    # the families, and the large-index run (a launch past 2^31 elements, its last blocks)
+    assert {f.family for f in r.families} == {*check.CHECK_FAMILIES, "large_index"}
     # each family ran with an odd number of rows: a partial last tile every time
     assert all(f.rows % 2 == 1 or len(f.cols) > 1 for f in r.families)
     for w in r.warnings:  # a warn says which built-in order and by how much
@@ -143,7 +144,7 @@ def test_specs_for_real_world_shapes():
     # a sound order, far from the block tree's luck on ill-conditioned fp32 rows: warn
     w = check.check_kernel(None, spec=EXAMPLES / "warp_per_row.toml", timeout=20, search=10)
     assert w.verdict in ("pass", "warn") and not w.failures, w.render()
-    assert len(w.families) == len(check.CHECK_FAMILIES)
+    assert {f.family for f in w.families} >= set(check.CHECK_FAMILIES)
 
 
 def test_stats_outputs_are_judged(tmp_path):

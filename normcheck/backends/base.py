@@ -33,7 +33,7 @@ from normcheck.files import SOURCE_BYTES, read_limited
 __all__ = ["Backend", "Param", "Source", "load_source", "define_flags", "check_defines",
            "parse_signature", "check_args", "check_launch", "dim3", "scalar_dtype",
            "element_dtype", "parse_entry", "LIMITS", "parse_arch", "DEFAULT_ARCH", "StructArg",
-           "Capabilities", "Kernel"]
+           "SparseRows", "Capabilities", "Kernel"]
 
 # An entry (a kernel's name, pasted into the launcher normcheck generates) is parsed, never
 # matched: a qualified C++ name with template arguments made of names, integers and types.
@@ -177,6 +177,7 @@ class Capabilities:
     block_orders: bool = False   # launches take schedule=, seed=, workers=: the order blocks run in
     fill: bool = False           # launches take fill=: undefined values made of another byte
     block_subsets: bool = False  # launches take blocks=(mask, value): a part of the grid
+    sparse_rows: bool = False    # arrays may be SparseRows (the large-index run)
     device_timings: bool = False  # a launch's time is a device's (the report's bandwidth)
     hardware_rsqrt: bool = False  # rsqrtf is the hardware approximation, not 1/sqrtf
     threaded_builds: bool = False  # its kernels may be built on threads (ahead, in parallel)
@@ -480,6 +481,41 @@ class StructArg:
         return len(self.data)
 
 
+@dataclass
+class SparseRows:
+    """A row buffer of ``rows`` rows of which only the last ones exist: ``data`` holds rows
+    ``lo`` .. ``rows - 1`` ([rows - lo, pitch]); the others are pages no one writes or reads
+    unless the kernel does (the large-index run: a launch of 2^31 elements whose last blocks
+    run, in bounded memory).  A backend that places arrays itself (the cpu backend) maps it
+    whole, sparse, with an inaccessible margin of 2^31 elements below it, where a 32-bit index
+    that wrapped lands."""
+
+    data: np.ndarray
+    rows: int
+    lo: int
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def pitch(self) -> int:
+        return int(self.data.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.pitch * self.data.dtype.itemsize
+
+    @property
+    def size(self) -> int:
+        return self.rows * self.pitch
+
+    @property
+    def window_offset(self) -> int:
+        """The byte offset of row ``lo``."""
+        return self.lo * self.pitch * self.data.dtype.itemsize
+
+
 def check_args(entry: str, params: list[Param], args, names=None) -> list:
     """Check args against the kernel's parameters; returns them with Python numbers converted to
     numpy scalars of the parameter types.  ``None`` passes a null pointer.  Raises
@@ -496,6 +532,13 @@ def check_args(entry: str, params: list[Param], args, names=None) -> list:
         if p.is_pointer:
             if a is None:
                 out.append(None)
+                continue
+            if isinstance(a, SparseRows):
+                want = _ELEMENTS.get(p.base)
+                if want is not None and a.dtype != np.dtype(want):
+                    raise invalid(f"{label}.dtype", str(a.dtype),
+                                  f"{np.dtype(want).name} for parameter `{p.ctype}`")
+                out.append(a)
                 continue
             if not isinstance(a, np.ndarray):
                 raise invalid(label, a, f"a numpy array (or None) for parameter `{p.ctype}`",

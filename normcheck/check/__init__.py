@@ -78,6 +78,15 @@ def _judge(target, *, contract, norm: norms.Norm, fmt, out, convention, eps, bac
                   stats_roles=stats_roles)
     fams = CHECK_FAMILIES
     results, failures, warnings, worst = judge.run(fams, examples)
+    large = judge.run_large_index() if not any(f.kind in FATAL for f in failures) else None
+    if large is not None:
+        fr, f, w, note = large
+        judge.notes.append(note)
+        if fr is not None:
+            results.append(fr)
+            failures += f
+            if w is not None and (worst is None or w.rank > worst.rank):
+                worst = w
     if long is not None and not any(f.kind in FATAL for f in failures):
         fr, f, w = judge.run_long(*long, progress=progress)
         results.append(fr)

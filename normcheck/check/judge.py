@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from normcheck import bounds, families, formats, kernels, launch, metrics, norms, oracle
+from normcheck import spec as specs
 from normcheck import measure as measure_mod
 from normcheck.check import diagnose, engine, hazards
 from normcheck.check.engine import FATAL, Failure, check_h, odd_rows, with_notes
@@ -554,6 +555,84 @@ class ForwardJudge(engine.Judge):
             elif bias_fail is not None:
                 fr.cause = bias_fail.cause
         return fr, fails, None if worst is None else worst[0]
+
+    # the large-index run ----------------------------------------------------------------------
+    def large_index_plan(self):
+        """(rows, cols, first row, blocks) of the large-index run -- a launch of at least 2^31
+        elements (2^32 bytes of fp16) whose last blocks run -- or (None, why not)."""
+        t = self.target
+        caps = getattr(t, "capabilities", None)
+        if not isinstance(t, launch.KernelTarget) or t.quant is not None:
+            return None, None
+        if not (caps and caps.sparse_rows and caps.block_subsets):
+            return None, (f"the {caps.language if caps else 'callable'} target's backend does "
+                          "not map sparse arrays")
+        ln = t.spec.launches
+        if len(ln) != 1 or ln[0].host:
+            return None, "a spec of several launches, or a host launcher"
+        limit = t.spec.max_elements
+        if limit is not None and limit < 1 << 31:
+            return None, (f"the spec says the kernel is launched with at most {limit:,} "
+                          "elements (max_elements)")
+        lo_c, hi_c = self.cols_range
+        m = max(1, self.multiple_of)
+        cands = [c for c in (4096, 8192, 2048, 1024, 16384, 512, 256) if lo_c <= c <= hi_c
+                 and c % m == 0]
+        if not cands:
+            return None, "no width of at least 256 the kernel takes"
+        cols = cands[0]
+        first = -(-(1 << 31) // cols)
+        first = (first + 7) & ~7  # the row whose offset is 2^31 elements, or the next 8th
+        rows = first + 7
+        try:
+            small = specs.evaluate_dims(ln[0].grid, 9, cols, "launch.grid")
+            big = specs.evaluate_dims(ln[0].grid, rows, cols, "launch.grid")
+        except Exception:  # noqa: BLE001 -- a grid that does not take these rows
+            return None, "a grid that cannot hold these rows"
+        if tuple(small)[:1] != (9,) or int(np.prod(small)) != 9 or \
+                int(np.prod(big)) != rows or big[0] >= 1 << 31:
+            return None, "a grid that is not one block per row"
+        nb = (rows - 1).bit_length()
+        return (rows, cols, first, (((1 << nb) - 1) & ~7, first)), None
+
+    def run_large_index(self):
+        """The large-index run: a launch of ``rows`` rows of which only the last 7 run (their
+        blocks, the rest of the grid skipped) on SparseRows buffers -- the rows before them
+        are pages never touched, and below each array lie 2^31 elements of inaccessible
+        margin, where a row offset computed in 32 bits lands: an out-of-bounds access named
+        at its line (an unsigned one reads the wrong row: an accuracy failure).  Returns
+        (FamilyResult, [Failure], Worst or None, a note of what it cost) or None."""
+        import resource
+
+        plan, why = self.large_index_plan()
+        if plan is None:
+            return None if why is None else (None, [], None, f"large-index run not made: {why}")
+        rows, cols, first, blocks = plan
+        t0 = time.perf_counter()
+        case = self.case("gaussian", rows - first, cols, seed=[self.seed, 1 << 31])
+        fr = FamilyResult("large_index", rows=case.rows, cols=[cols])
+        outs = self.run_target("large_index", case, guard="end", large=rows, blocks=blocks)
+        m, fails = self.measure("large_index", case, outs=outs)
+        worst = None
+        if m is not None:
+            fr.max_ulp = float(m.m.max_ulp)
+            fr.max_scaled = float(m.m.max_scaled)
+            fr.max_of_bound = float(m.m.max_ratio)
+            worst = self._worst("large_index", case, m)
+        for f in fails:
+            fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
+        if fails:
+            fr.verdict = Verdict.FAIL
+            acc = [f for f in fails if f.kind in ("accuracy", "nonfinite")]
+            if acc and m is not None:
+                fr.cause = acc[0].cause = self.diagnose(case, m)
+            fr.cause = fr.cause or next((f.cause for f in fails if f.cause), None)
+        secs = time.perf_counter() - t0
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        note = (f"large-index run: {rows:,} rows of {cols} ({rows * cols:,} elements, past "
+                f"2^31), the last {case.rows} blocks run on rows {first:,}..{rows - 1:,} (the "
+                f"rest never touched): {secs:.1f} s, normcheck's peak memory {peak:,.0f} MiB")
+        return fr, fails, worst, note
 
     def long_batches(self, rows: int, cols: int):
         """The long run's batches, made as they are needed: (family, Case) of about 2^20

@@ -193,8 +193,10 @@ class Module:
     own: bool = False  # normcheck's own code (cuda_src/): run where no user code has run
 
     def worker(self) -> "Worker":
-        """The worker process this module runs in (:data:`WORKERS`)."""
-        return WORKERS.get(str(Path(self.path).parent), self.own)
+        """The worker process this module runs in (:data:`WORKERS`): a user build's own,
+        reading its folder; the built-ins', reading the folder of every built-in build."""
+        folder = Path(self.path).parent
+        return WORKERS.get(str(folder.parent if self.own else folder), self.own)
 
 
 def _line_literal(origin: str) -> str:
@@ -699,6 +701,7 @@ class Worker:
         self.state = None
         self.cpu_used = 0.0
         self.cpu_limit = 0
+        self.as_limit = 0  # the running worker's address-space limit
         self.seq = 0
         self.loaded = set()  # the modules this worker has loaded (never unloaded)
 
@@ -717,7 +720,7 @@ class Worker:
             self.map = mmap.mmap(self.fd, self.size)
         return self.map
 
-    def _start(self, cpu_need: float = 0.0):
+    def _start(self, cpu_need: float = 0.0, address_space: int | None = None):
         if self.stderr is not None:
             self.stderr.close()
         self.stderr = tempfile.TemporaryFile()
@@ -727,12 +730,13 @@ class Worker:
             raise invalid("NORMCHECK_SANDBOX", mode, "on or off (measure: "
                           "scripts/measure_syscalls.py only)")
         self.cpu_limit = int(max(sandbox.cpu_seconds(), 2 * cpu_need + 60))
+        self.as_limit = address_space or sandbox.address_space()
         extra = {
             # static TLS for the shim's initial-exec variables, 64 bytes a loaded module
             "GLIBC_TUNABLES": "glibc.rtld.optional_static_tls=262144",
             "NORMCHECK_ARENA_FD": str(self.fd),
             "NORMCHECK_SANDBOX": mode,
-            "NORMCHECK_WORKER_AS": str(sandbox.address_space()),
+            "NORMCHECK_WORKER_AS": str(self.as_limit),
             "NORMCHECK_WORKER_CPU": str(self.cpu_limit),
         }
         if mode != "off":
@@ -881,22 +885,27 @@ class Worker:
                 self._kill()  # a worker that forges replies is not used again
                 return ("malformed", str(e))
 
-    def request(self, req: dict, timeout: float, schema=None, cpu_need: float = 0.0):
+    def request(self, req: dict, timeout: float, schema=None, cpu_need: float = 0.0,
+                address_space: int = 0):
         """Send a request; returns the reply checked against ``schema`` (a callable raising
         WireError), or ("died", returncode) / ("timeout", None) / ("malformed", what).
         ``cpu_need``: the CPU seconds the request may use (a fresh worker is started first when
-        they would not fit in this one's lifetime limit)."""
+        they would not fit in this one's lifetime limit); ``address_space``: bytes of address
+        space the request maps beyond the usual (a large-index run's sparse arrays and their
+        margins: a worker with room for them is started first)."""
         with self.lock:
             so = req.get("so")
             fresh = False
-            if self.proc is not None and self.cpu_used + cpu_need > 0.9 * self.cpu_limit:
+            want_as = sandbox.address_space() + address_space
+            if self.proc is not None and (self.cpu_used + cpu_need > 0.9 * self.cpu_limit or
+                                          self.as_limit < want_as):
                 self._kill()
             if (self.proc is not None and so is not None and so not in self.loaded
                     and len(self.loaded) >= MODULES_PER_WORKER):
                 self._kill()  # a loaded module is never unloaded: its code and stacks stay
             if self.proc is None or self.proc.poll() is not None:
                 self._kill()
-                self._start(cpu_need)
+                self._start(cpu_need, want_as)
                 fresh = True
             if so is not None:
                 self.loaded.add(so)
@@ -927,16 +936,33 @@ class Worker:
         with self.lock:
             view = np.frombuffer(self.arena(size), np.uint8, count=size)
             try:
+                wide = []  # the arena offsets of SparseRows arrays (mapped with wide margins)
                 for a, off, region, start in layout:
+                    if isinstance(a, base.SparseRows):  # only its canaries and last rows
+                        w0 = off + start + a.window_offset
+                        view[off:off + start] = 0xA5
+                        view[off + start + a.nbytes:off + region] = 0xA5
+                        view[w0:w0 + a.data.nbytes] = a.data.reshape(-1).view(np.uint8)
+                        wide.append(off)
+                        continue
                     view[off:off + region] = 0xA5
                     view[off + start:off + start + a.nbytes] = a.reshape(-1).view(np.uint8)
-                rep = self.request(req, timeout, schema, cpu_need=cpu_need)
+                if wide:
+                    req = {**req, "wide": wide}
+                rep = self.request(req, timeout, schema, cpu_need=cpu_need,
+                                   address_space=_wide_space(layout))
                 if isinstance(rep, tuple):
                     if on_dead is not None:
                         on_dead(rep)
                 elif rep["ok"]:
                     for a, off, region, start in layout:
-                        a.reshape(-1).view(np.uint8)[:] = view[off + start:off + start + a.nbytes]
+                        if isinstance(a, base.SparseRows):
+                            w0 = off + start + a.window_offset
+                            a.data.reshape(-1).view(np.uint8)[:] = view[w0:w0 + a.data.nbytes]
+                            view[w0:w0 + a.data.nbytes] = 0  # the arena's pages given back
+                        else:
+                            a.reshape(-1).view(np.uint8)[:] = \
+                                view[off + start:off + start + a.nbytes]
             finally:
                 del view
         return rep
@@ -1000,30 +1026,36 @@ class Workers:
     def get(self, folder: str, own: bool) -> Worker:
         """The worker of the build in ``folder`` (``own``: a built-in's; its folder is one the
         built-ins' worker reads already)."""
-        with self.lock:
-            if own:
+        if own:
+            with self.lock:
                 if self.own is None:
-                    self.own = Worker(self.module, self.extra_env, roots=self.roots,
-                                      sandbox=self.sandbox)
-                if folder not in self.own.roots:
-                    self.own.roots.add(folder)
-                    self.own.restart()  # started again, reading that folder too
-                return self.own
+                    self.own = Worker(self.module, self.extra_env,
+                                      roots=(*self.roots, folder), sandbox=self.sandbox)
+                w, grown = self.own, folder not in self.own.roots
+                if grown:  # a new set: a start under way reads the old one
+                    w.roots = w.roots | {folder}
+            if grown:
+                w.restart()  # started again, reading that folder too (outside the pool's lock)
+            return w
+        old = []
+        with self.lock:
             w = self.users.pop(folder, None)
             if w is None:
                 w = Worker(self.module, self.extra_env, roots=(*self.roots, folder),
                            sandbox=self.sandbox)
             self.users[folder] = w
             while len(self.users) > self.keep:
-                self.users.popitem(last=False)[1].close()
-            return w
+                old.append(self.users.popitem(last=False)[1])
+        for o in old:  # outside the pool's lock: a launch may hold the old worker's
+            o.close()
+        return w
 
     def any(self) -> Worker:
         """A worker to ask what the sandbox enforces (the built-ins')."""
         with self.lock:
             if self.own is None:
                 self.own = Worker(self.module, self.extra_env, roots=self.roots,
-                                      sandbox=self.sandbox)
+                                  sandbox=self.sandbox)
             return self.own
 
     def all(self) -> list:
@@ -1092,7 +1124,7 @@ def parse_report(text: str, args=None) -> dict:
     if "arg" in out and args is not None:
         i = out["arg"]
         hidden = sum(len(a.pointers) for a in args if isinstance(a, base.StructArg))
-        if not (i < len(args) and isinstance(args[i], np.ndarray)) and \
+        if not (i < len(args) and isinstance(args[i], (np.ndarray, base.SparseRows))) and \
                 not len(args) <= i < len(args) + hidden:
             raise wire.WireError(f"crash report: arg={i} is not an array argument of the launch")
     return out
@@ -1137,6 +1169,8 @@ def _launch_reply(rep):
 def _copy(a):
     if isinstance(a, np.ndarray):
         return a.copy()
+    if isinstance(a, base.SparseRows):
+        return base.SparseRows(a.data.copy(), a.rows, a.lo)
     if isinstance(a, base.StructArg):
         return base.StructArg(a.data, [(o, arr.copy(), n) for o, arr, n in a.pointers])
     return a
@@ -1145,10 +1179,29 @@ def _copy(a):
 def _arrays(args):
     """Every array of a launch, those structs point to included."""
     for a in args:
-        if isinstance(a, np.ndarray):
+        if isinstance(a, (np.ndarray, base.SparseRows)):
             yield a
         elif isinstance(a, base.StructArg):
             yield from (arr for _o, arr, _n in a.pointers)
+
+
+def _wide_space(layout) -> int:
+    """The address space a launch's SparseRows arrays map: their data and wide margins."""
+    from normcheck.backends.cpu.worker import wide_margin  # the worker's margin, counted
+
+    return sum(a.nbytes + wide_margin(a.dtype.itemsize) for a, *_ in layout
+               if isinstance(a, base.SparseRows))
+
+
+def _wrapped(elem: int, item: int, size: int) -> str:
+    """What an element far before an array's start is, where a 32-bit index explains it."""
+    if 0 <= elem + (1 << 32) < size:
+        return (f": element {elem + (1 << 32)} wrapped to 32 bits (an element index -- a row "
+                "times the width, say -- computed in int; compute it in 64 bits)")
+    if 0 <= elem * item + (1 << 32) < size * item:
+        return (f": byte {elem * item + (1 << 32)} wrapped to 32 bits (a byte offset computed "
+                "in int; compute it in 64 bits)")
+    return ""
 
 
 def _array_region(a, guard, size):
@@ -1183,7 +1236,7 @@ def array_layout(args, guard, params=None):
                 hidden_names.append((i, name))
                 layout.append(ent)
             records.append(["struct", bytes(a.data), fields])
-        elif isinstance(a, np.ndarray) and not by_value:
+        elif isinstance(a, (np.ndarray, base.SparseRows)) and not by_value:
             rec, ent, size = _array_region(a, guard, size)
             records.append(rec)
             layout.append(ent)
@@ -1441,8 +1494,9 @@ class CpuKernel(base.Kernel):
                       f"{a.size} elements (valid indices 0..{a.size - 1})")
         else:
             off = int(info["before_start_bytes"])
-            detail = (f"{access} of element {-((off + item - 1) // item)} of "
-                      f"{self._name(i, names)} (before its start)")
+            elem = -((off + item - 1) // item)
+            detail = (f"{access} of element {elem} of {self._name(i, names)} (before its "
+                      f"start){_wrapped(elem, item, a.size)}")
         return OutOfBounds(f"{self.entry}: out-of-bounds {detail}{where}", access=access,
                            **self._arg(info, names))
 
@@ -1577,7 +1631,8 @@ class CpuBackend(base.Backend):
 
     name = "cpu"
     capabilities = base.Capabilities(host_launches=True, block_orders=True, fill=True,
-                                     block_subsets=True, threaded_builds=True)
+                                     block_subsets=True, threaded_builds=True,
+                                     sparse_rows=True)
 
     @classmethod
     def own_parts(cls) -> list:

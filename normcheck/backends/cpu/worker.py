@@ -98,10 +98,13 @@ def guard_bytes(length: int) -> int:
     return min(max(_PAGE, -(-length // _PAGE) * _PAGE), GUARD_MAX)
 
 
-def map_guarded(offset: int, length: int) -> int:
-    """Map arena[offset, offset+length) with an inaccessible margin (guard_bytes) on each side;
-    returns the address of the data (the whole reservation starts one margin before it)."""
+def map_guarded(offset: int, length: int, below: int = 0) -> int:
+    """Map arena[offset, offset+length) with an inaccessible margin (guard_bytes) on each side
+    (``below``: a wider one below, a multiple of the page); returns the address of the data (the
+    whole reservation starts one margin before it)."""
     g = guard_bytes(length)
+    if below:
+        return _map_wide(offset, length, below, g)
     total = length + 2 * g
     base = _libc.mmap(None, total, _PROT_NONE, _MAP_PRIVATE | _MAP_ANON | _MAP_NORESERVE, -1, 0)
     if base in (None, _MAP_FAILED):
@@ -111,6 +114,24 @@ def map_guarded(offset: int, length: int) -> int:
         _libc.munmap(base, total)
         return 0
     return base + g
+
+
+def _map_wide(offset, length, below, above):
+    total = below + length + above
+    base = _libc.mmap(None, total, _PROT_NONE, _MAP_PRIVATE | _MAP_ANON | _MAP_NORESERVE, -1, 0)
+    if base in (None, _MAP_FAILED):
+        return 0
+    d = _libc.mmap(base + below, length, _PROT_RW, _MAP_SHARED | _MAP_FIXED, _ARENA, offset)
+    if d in (None, _MAP_FAILED):
+        _libc.munmap(base, total)
+        return 0
+    return base + below
+
+
+def wide_margin(itemsize: int) -> int:
+    """The margin below a large-index run's array: 2^31 elements (normcheck.backends.cpu.
+    backend.wide_margin, the parent's count of the same)."""
+    return -(-((1 << 31) * max(int(itemsize), 1)) // _PAGE) * _PAGE
 
 
 def unmap(base: int, length: int):
@@ -151,6 +172,7 @@ def launch(req):
     addresses = {}
     structs = []
     try:
+        wide = set(req.get("wide", ()))  # the arena offsets of a large-index run's arrays
         for i, a in enumerate(args):
             if a[0] == "struct":
                 holder = ctypes.create_string_buffer(a[1], max(len(a[1]), 16))
@@ -160,14 +182,15 @@ def launch(req):
                 continue
             if a[0] == "array":
                 _, offset, region, start, nbytes, itemsize = a
-                rbase = map_guarded(offset, region)
+                below = wide_margin(itemsize) if offset in wide else 0
+                rbase = map_guarded(offset, region, below)
                 if not rbase:
                     return {"ok": False, "kind": "launch",
                             "message": f"could not map {nbytes} bytes for argument {i}"}
                 ptr = rbase + start
                 g = guard_bytes(region)
-                buffers.append((ptr, nbytes, rbase - g, region + 2 * g, i, itemsize,
-                                rbase, region))
+                buffers.append((ptr, nbytes, rbase - (below or g), region + (below or g) + g,
+                                i, itemsize, rbase, region))
                 addresses[i] = ptr
                 holder = ctypes.c_void_p(ptr)
                 if i < n:
