@@ -78,6 +78,10 @@ REVIEWED = {
     "times": "CPU time", "sysinfo": "memory figures (libstdc++, numpy)",
     "uname": "the machine (glibc)", "sched_getaffinity": "how many CPUs (thread pools)",
     "sched_getparam": "scheduling, read", "sched_getscheduler": "scheduling, read",
+    "sched_get_priority_max": "the range of priorities, read (torch's thread pools, as a "
+                              "Triton file imports it)",
+    "sched_get_priority_min": "the range of priorities, read (torch's thread pools, as a "
+                              "Triton file imports it)",
     "getpriority": "priority, read", "getcpu": "the current CPU",
     "getdents64": "a directory opened for reading (landlock decides which)",
     "getcwd": "the working folder's name", "get_robust_list": "thread state, read",

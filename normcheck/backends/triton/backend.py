@@ -175,14 +175,18 @@ def _workers():
             return {"TRITON_INTERPRET": "1",
                     "TRITON_CACHE_DIR": str(cache.cache_dir("triton").resolve() / "triton")}
 
-        # a file's imports run in the sandbox: torch reads /dev/urandom as it is imported
+        # a file's imports run in the sandbox: torch reads /dev/urandom as it is imported, and
+        # its libraries load the system's (libutil, libm ...) through the dynamic loader
         _WORKERS = Workers("normcheck.backends.triton.worker", extra_env=env,
-                           roots=("/dev/urandom",))
+                           roots=("/dev/urandom", *LOADER_ROOTS))
         atexit.register(_WORKERS.close)
     return _WORKERS
 
 
 _WORKERS = None
+#: The dynamic loader's folders: what a shared library a file's imports load may need
+LOADER_ROOTS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib",
+                "/etc/ld.so.cache")
 
 _SCHEDULES = ("forward", "reverse", "random")
 

@@ -41,7 +41,19 @@ def _prepare():
     import triton.language.extra.cuda.libdevice  # noqa: F401 -- what the executor runs
     import triton.language.extra.libdevice  # noqa: F401 -- what a kernel file imports
 
+    import tempfile
+
     from normcheck.backends.triton import executor
+
+    # a file's imports ask for the temporary folder (torch's do, as it sets up its caches):
+    # told the worker's own folder, which it may not write -- never a search that writes
+    tempfile.tempdir = os.getcwd()
+    # and look libraries up (cuda.pathfinder's find_library("dl"), as torch's CUDA build is
+    # imported): from the loader's folders, never by running ldconfig or gcc (no process may
+    # start in the sandbox)
+    import ctypes.util
+
+    ctypes.util.find_library = find_library
 
     for name, mod in list(sys.modules.items()):
         f = getattr(mod, "__file__", None)
@@ -52,6 +64,30 @@ def _prepare():
 
     executor.install()
     inspect.getmodule(executor.tl.sum)  # its cache of every module's file, filled now
+
+
+#: Where the dynamic loader finds the system's libraries (those normcheck-launch's worker reads)
+_LIBRARY_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+                 "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib",
+                 "/usr/local/lib")
+
+
+def find_library(name: str):
+    """ctypes.util.find_library without a process: the soname of lib<name>.so.N in the loader's
+    folders (what ``ldconfig -p`` would name), else None."""
+    import os
+    import re
+
+    want = re.compile(rf"^lib{re.escape(name)}\.so\.(\d+)$")
+    for d in _LIBRARY_DIRS:
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        found = sorted((int(m.group(1)), n) for n in names if (m := want.match(n)))
+        if found:
+            return found[-1][1]
+    return None
 
 
 def _namespace(req):

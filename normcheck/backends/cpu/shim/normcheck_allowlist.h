@@ -48,6 +48,8 @@ static const int ncsb_allowed[] = {
     140,  // getpriority: reviewed: priority, read
     143,  // sched_getparam: reviewed: scheduling, read
     145,  // sched_getscheduler: reviewed: scheduling, read
+    146,  // sched_get_priority_max: reviewed: the range of priorities, read (torch's thread pools, as a Triton file imports it)
+    147,  // sched_get_priority_min: reviewed: the range of priorities, read (torch's thread pools, as a Triton file imports it)
     158,  // arch_prctl: reviewed: thread-local storage (x86-64)
     186,  // gettid: measured: 440 calls
     201,  // time: reviewed: time

@@ -124,8 +124,8 @@ static int g_stat_paths = 0;  // ncsb_stat_paths(1): a path's stat carried out a
 // the metadata of a file the worker may read anyway is ever given (a path outside its roots
 // answers EACCES, as its open does).  A symlink named with AT_SYMLINK_NOFOLLOW answers EACCES:
 // describing the link itself would take O_PATH, which landlock does not check.  isatty()
-// answers "not a terminal", a read-only open without O_CLOEXEC gets it, readlink answers EINVAL
-// (ncsb_emulate).
+// answers "not a terminal", a read-only open without O_CLOEXEC gets it, access() answers as an
+// open for reading does (writing: EACCES), readlink answers EINVAL (ncsb_emulate).
 NCSB_EXPORT void ncsb_stat_paths(int on) { g_stat_paths = on; }
 
 static long raw3(long nr, long a, long b, long c) {
@@ -189,6 +189,23 @@ NCSB_EXPORT int ncsb_emulate(siginfo_t* info, void* vctx) {
   }
   if (info->si_syscall == SYS_open && !(g[REG_RSI] & writes)) {
     g[REG_RAX] = raw4(SYS_openat, AT_FDCWD, g[REG_RDI], g[REG_RSI] | O_CLOEXEC, g[REG_RDX]);
+    return 1;
+  }
+  // access(): whether a file exists and may be read, as its open for reading says (landlock
+  // decides: never the existence of a path the worker may not read); writing, never
+  if (info->si_syscall == SYS_access || info->si_syscall == SYS_faccessat ||
+      info->si_syscall == 439 /* faccessat2 */) {
+    const int at = info->si_syscall != SYS_access;
+    const long dirfd = at ? g[REG_RDI] : AT_FDCWD;
+    const long path = at ? g[REG_RSI] : g[REG_RDI];
+    const long mode = at ? g[REG_RDX] : g[REG_RSI];
+    if (mode & 2 /* W_OK */) {
+      g[REG_RAX] = -EACCES;
+      return 1;
+    }
+    long fd = raw4(SYS_openat, dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0);
+    if (fd >= 0) raw3(SYS_close, fd, 0, 0);
+    g[REG_RAX] = fd >= 0 ? 0 : fd;
     return 1;
   }
   // where a link points: not told (the worker's links are normcheck's own import folder, which
