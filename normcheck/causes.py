@@ -8,13 +8,15 @@ of ``normcheck.check.backward``, ``normcheck.quant.diagnose``).
 
 from __future__ import annotations
 
-__all__ = ["Cause", "EVIDENCE", "headline"]
+__all__ = ["Cause", "EVIDENCE", "FAULTS", "fault", "headline"]
 
-#: Kinds of evidence behind a cause, strongest first: the output changes with values a kernel
-#: must not read (undefined), with the order blocks run in (race), a model of the cause that
-#: reproduces every element off (exact) or 90 % of them (bit), a formula reproduced within the
-#: sound limit (formula), or a statistical signature (stat).
-EVIDENCE = ("undefined", "race", "exact", "bit", "formula", "stat")
+#: Kinds of evidence behind a cause, strongest first: the kernel faulted -- an access out of
+#: bounds or misaligned, a crash, a hang (fault: what it then computed is no evidence of
+#: anything); the output changes with values a kernel must not read (undefined), with the order
+#: blocks run in (race), a model of the cause that reproduces every element off (exact) or 90 %
+#: of them (bit), a formula reproduced within the sound limit (formula), or a statistical
+#: signature (stat).
+EVIDENCE = ("fault", "undefined", "race", "exact", "bit", "formula", "stat")
 
 
 class Cause(str):
@@ -41,9 +43,32 @@ class Cause(str):
         return EVIDENCE.index(self.evidence)
 
 
+#: What each fault a launch ends with is, as a cause (the failure's detail says where).
+FAULTS = {
+    "out_of_bounds": "an access outside an array",
+    "misaligned": "a vector access off its alignment (a GPU faults: misaligned address)",
+    "crash": "the kernel crashed",
+    "stack_overflow": "a stack overflow",
+    "deadlock": "a deadlock (threads waiting at barriers that never complete)",
+    "timeout": "the kernel never finished",
+    "sandbox": "a forbidden system call",
+}
+
+
+def fault(kind: str, detail: str) -> Cause | None:
+    """The cause of a failure of a fault kind (:data:`FAULTS`), its detail the evidence; None
+    for any other kind."""
+    what = FAULTS.get(str(kind))
+    if what is None:
+        return None
+    first = detail.split("; ")[0]
+    return Cause(f"{what}: {first}", f"fault_{kind}", "fault", what)
+
+
 def headline(found) -> Cause | None:
     """One headline cause from [(family, Cause or None)]: the cause with the strongest evidence
-    (undefined values or a race before any accuracy cause, a model reproducing the output
+    (a fault first: what a kernel computes after reading out of bounds is no evidence; then
+    undefined values or a race before any accuracy cause, a model reproducing the output
     before a statistical signature), then the one found on the most families.  Where families
     disagree, the headline says which cause on which families; its key stays the leading
     cause's."""

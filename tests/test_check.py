@@ -110,7 +110,7 @@ def test_dropped_tail_is_caught_as_unwritten():
 
 @pytest.mark.parametrize("entry,kind,text", [
     ("rms_reads_past_row", "out_of_bounds", "element"),
-    ("rms_deadlock", "deadlock", "__syncthreads"),
+    ("rms_deadlock", "deadlock", "wait at __syncthreads at kernels.cu:179"),
     ("rms_hang", "timeout", "limit"),
     ("rms_crash", "crash", "null pointer"),
 ])

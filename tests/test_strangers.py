@@ -3,6 +3,7 @@
 computed in 32 bits past 2^31 elements -- each fails with its kind and the kernel's line, and
 the sound variants of the same kernels pass (tests/cuda/strangers/half2.cu)."""
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,74 @@ def test_a_spec_may_bound_the_elements_a_launch_has(tmp_path, monkeypatch):
     r = check.check_kernel(spec=tmp_path / "k.toml", examples=8, search=0)
     assert r.verdict == "pass", r.render()
     assert any("max_elements" in n for n in r.detail.notes)
+
+
+# -- causes that fit the error's shape -----------------------------------------------------------
+CAUSES_SRC = Path(__file__).parent / "cuda" / "strangers" / "causes.cu"
+TRITON_BUGS = Path(__file__).parent / "cuda" / "strangers" / "bugs.py"
+
+
+@pytest.mark.parametrize("entry, norm, dtype, key, words", [
+    ("ln_beta_twice", "layernorm", "fp16", "beta_twice", "β added twice"),
+    ("rms_block_divisor", "rmsnorm", "fp16", "count_divisor",
+     "divided by 256 where the row has"),
+    ("add_rms_h_truncated", "add_rmsnorm", "fp16", "h_toward_zero", "rounded toward zero"),
+    ("ln_gamma_by_row", "layernorm", "fp16", "fault_out_of_bounds", "`gamma`"),
+    ("rms_pairs_drop_tail", "rmsnorm", "fp16", "tail_dropped", "2-element vectors"),
+    ("ln_welford_equal", "layernorm", "fp32", "welford_unweighted", "equal weights"),
+    ("ln_missing_barrier", "layernorm", "fp16", "race_in_block", "missing __syncthreads"),
+])
+def test_a_bug_is_named_by_the_shape_of_its_error(entry, norm, dtype, key, words, tmp_path,
+                                                   monkeypatch):
+    """The headline names the bug (it used to read a variance cause off each row for any bug
+    that scales or shifts y: β twice was 'one-pass variance', a block divisor 'storage sums', a
+    truncated h 'one-pass ... bit for bit', γ[row] 'storage sums' with its out-of-bounds read
+    among the failures)."""
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(CAUSES_SRC, entry, norm, dtype, search=0, examples=16)
+    assert r.verdict == "fail", r.render()
+    assert r.cause is not None and r.cause.key == key, (r.cause, r.render())
+    assert words in str(r.cause)
+
+
+def test_a_stale_accumulator_across_rows_is_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(spec=CAUSES_SRC.parent / "persistent_stale.toml", search=0,
+                           examples=16)
+    assert r.verdict == "fail" and r.cause.key == "stale_accumulator", r.render()
+    assert "a persistent grid of 4 blocks" in str(r.cause)
+
+
+def test_a_warn_names_its_cause(tmp_path, monkeypatch):
+    """A sound fp32 two-pass LayerNorm warns on constant rows (the float mean is off the row's
+    value, so x̂ is not 0): named, where it used to warn without a cause."""
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(CAUSES_SRC, "ln_two_pass_fp32", "layernorm", "fp32", search=0,
+                           examples=16)
+    assert r.verdict == "warn" and not r.failures, r.render()
+    assert r.warnings and all(w.cause is not None for w in r.warnings), r.render()
+    assert r.cause.key == "constant_row_mean"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+@pytest.mark.parametrize("entry, norm, key, words", [
+    ("rms_block_divisor", "rmsnorm", "count_divisor", "divided by 1024 where the row has 768"),
+    ("ln_padding_in_variance", "layernorm", "padding_variance", "padding lanes"),
+])
+def test_a_triton_bug_is_named_by_its_shape(entry, norm, key, words, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(TRITON_BUGS, entry, norm, "bf16", search=0, examples=16)
+    assert r.verdict == "fail" and r.cause.key == key, r.render()
+    assert words in str(r.cause)
+
+
+def test_each_sentence_is_printed_once_and_the_columns_say_what_they_are(tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(CAUSES_SRC, "ln_missing_barrier", "layernorm", "fp16", search=0,
+                           examples=16)
+    text = r.render()
+    title = r.cause.title
+    body = text.rsplit("\nverdict:", 1)[0]
+    assert body.count(title) == 1, text
+    assert "run by: the cpu backend" in text and "x bound: the largest error" in text

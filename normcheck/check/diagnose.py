@@ -47,6 +47,23 @@ CAUSES = {
                     "bit"),
     "partial_reduction": ("a partial reduction: the statistics of each warp's columns only, "
                           "never combined across the block", "bit"),
+    "beta_twice": ("β added twice (y − exact = β on every element)", "bit"),
+    "gamma_twice": ("γ applied twice (y = γ²·x̂ + β)", "bit"),
+    "count_divisor": ("a wrong count or divisor: the statistics divided by another number than "
+                      "the row's width", "bit"),
+    "tail_dropped": ("the last elements of the row left out of the statistics (a vector loop "
+                     "whose tail is never summed), the sums still divided by the width", "bit"),
+    "padding_variance": ("the padding lanes of a block wider than the row enter the variance "
+                         "(each adds (0 − μ)²: a masked load's other=0 squared after the mean "
+                         "is taken)", "bit"),
+    "stale_accumulator": ("each row's sums carried over from the row before it (an accumulator "
+                          "never reset between the rows a block processes)", "bit"),
+    "welford_unweighted": ("a Welford merge with equal weights: partial means averaged as if "
+                           "every thread held as many elements", "bit"),
+    "constant_row_mean": ("the mean of a constant row rounds (Σx/D in float is not the row's "
+                          "value, so x − mean is not 0 and x̂ is not 0: a sound two-pass kernel "
+                          "does this; Welford, or a sum shifted by the first element, is exact "
+                          "there)", "bit"),
     "one_pass": ("one-pass variance E[x²] - E[x]²: catastrophic cancellation, error grows as κ²",
                  "stat"),
     "storage_sums": ("sums accumulated in the storage format", "stat"),
@@ -126,6 +143,7 @@ def _models(norm, fmt, out, x, g, b, mean, var, eps):
             m["exact_not_hf"] = y_of(r)
         if norm.has_gamma:  # Gemma's 1+γ and the plain γ mistaken for one another
             m["gemma_gamma"] = (ge - 1.0 if norm.gemma else ge + 1.0) * d * r + b
+        m.update(_shape_models(norm, x, ge, b, mean, var, eps, d, r))
         # partial reductions: each warp using its own sums as the row's
         for B, grp in warp_groups(D):
             mu_p = np.zeros_like(x)
@@ -149,6 +167,121 @@ def _models(norm, fmt, out, x, g, b, mean, var, eps):
                     mo = mu_o[:, None] if mu_o is not None else 0.0
                     m[(key, order)] = ge * (x - mo) / np.sqrt(v_o[:, None] + eps) + b
     return m
+
+
+def _next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _shape_models(norm, x, g, b, mean, var, eps, d, r) -> dict:
+    """The models of bugs that change the shape of the output, not the variance's accuracy:
+    β or γ applied twice; the statistics divided by a count that is not the row's width (a
+    block size, the next power of two); the row's tail left out of the sums; a block's padding
+    lanes in the variance; sums carried from the previous row; a Welford merge with equal
+    weights; and, on constant rows, the mean a sound two-pass kernel rounds."""
+    R, D = x.shape
+    m = {}
+    mu = mean[:, None] if mean is not None else 0.0
+    v = var[:, None]
+    if norm.centred and np.any(b != 0):
+        m["beta_twice"] = g * d * r + 2 * b
+    if norm.has_gamma and np.any(g != 1):
+        m["gamma_twice"] = g * g * d * r + b
+    sq = (d * d).sum(axis=1, keepdims=True)
+    counts = {_next_pow2(D), 2 * _next_pow2(D), 32, 64, 128, 256, 512, 1024, 2048, 4096, D + 1,
+              max(1, D // 2), 2 * D}
+    for n in sorted(c for c in counts if c not in (D, D - 1) and c >= 1):
+        m[("count_divisor", n)] = g * d / np.sqrt(sq / n + eps) + b
+        if norm.centred:  # the mean divided by it too (a two-pass kernel with one wrong count)
+            mn = x.sum(axis=1, keepdims=True) / n
+            m[("count_divisor", n, "mean")] = g * (x - mn) / np.sqrt(
+                ((x - mn) ** 2).sum(axis=1, keepdims=True) / n + eps) + b
+    for V in (2, 4, 8):
+        keep = D - D % V
+        if D % V:
+            xs = x[:, :keep]
+            mt = xs.sum(axis=1, keepdims=True) / D if norm.centred else 0.0
+            vt = ((xs - mt) ** 2).sum(axis=1, keepdims=True) / D
+            m[("tail_dropped", V)] = g * (x - mt) / np.sqrt(vt + eps) + b
+    if norm.centred:
+        for P in sorted({_next_pow2(D), 1024, 2048, 4096, 8192}):
+            if P > D:
+                m[("padding_variance", P)] = g * d / np.sqrt(v + (P - D) * mu ** 2 / D + eps) + b
+    if R > 1:  # sums carried over rows: each block's rows, G blocks in a persistent grid
+        s1 = x.sum(axis=1)
+        s2 = (x * x).sum(axis=1)
+        for G in (1, 2, 4, 8, 16, 32, 64, 108, 132):
+            if G >= R:
+                break
+            c1, c2 = s1.copy(), s2.copy()
+            for i in range(G, R):
+                c1[i] += c1[i - G]
+                c2[i] += c2[i - G]
+            mc = (c1 / D)[:, None] if norm.centred else 0.0
+            vc = (c2 / D)[:, None] - (mc * mc if norm.centred else 0.0)
+            with np.errstate(invalid="ignore"):
+                m[("stale_accumulator", G)] = g * (x - mc) / np.sqrt(vc + eps) + b
+    if norm.centred:
+        for B in (32, 64, 128, 256, 512, 1024):
+            if D % B == 0:
+                continue  # every thread holds as many elements: equal weights are right
+            lane = np.arange(D) % B
+            n_t = np.bincount(lane, minlength=B).astype(np.float64)
+            s_t = np.zeros((R, B))
+            np.add.at(s_t, (slice(None), lane), x)
+            # a thread with no element keeps its mean at 0, and counts alike in the merge
+            mean_t = np.where(n_t > 0, s_t / np.maximum(n_t, 1), 0.0)
+            mu_w = mean_t.mean(axis=1, keepdims=True)  # every thread's mean weighted alike
+            m2 = ((x - mu_w) ** 2).sum(axis=1, keepdims=True)
+            m[("welford_unweighted", B)] = g * (x - mu_w) / np.sqrt(m2 / D + eps) + b
+        const = np.all(x == x[:, :1], axis=1)
+        if const.any():
+            f32 = formats.FP32.round_array
+            for order in ORDERS:  # a sound float two-pass kernel, every operation in float
+                if order[0] in ("block", "cub") and order[1] >= 2 * D and order[1] > 32:
+                    continue
+                mf = f32(_sum(x, f32, order) / D)[:, None]
+                df = f32(x - mf)
+                vf = f32(_sum(f32(df * df), f32, order) / D)[:, None]
+                rr = f32(1.0 / np.sqrt(f32(vf + eps)))
+                y = f32(f32(f32(df * rr) * f32(g)) + f32(b))
+                m[("constant_row_mean", order)] = ("rounded", np.where(const[:, None], y,
+                                                                       np.nan))
+    return m
+
+
+def _shape_text(best, D: int) -> str | None:
+    """The sentence of a shape model's key with its parameter (rows of ``D`` elements), or
+    None for another key."""
+    name = best[0] if isinstance(best, tuple) else best
+    if name == "count_divisor":
+        n = best[1]
+        both = len(best) > 2
+        return (f"a wrong count or divisor: the {'mean and the ' if both else ''}variance "
+                f"divided by {n} where the row has {D} elements (a block's size, the next "
+                "power of two, or a loop's count in the width's place)")
+    if name == "tail_dropped":
+        return (f"the last elements of the row left out of the statistics (a loop over "
+                f"{best[1]}-element vectors whose remainder is never summed), the sums still "
+                "divided by the width")
+    if name == "padding_variance":
+        return (f"the padding lanes of a block of {best[1]} wider than the row enter the "
+                "variance (each adds (0 − μ)²: a masked load's other=0 squared after the mean "
+                "is taken)")
+    if name == "stale_accumulator":
+        before = "the row before it" if best[1] == 1 else f"the row {best[1]} rows before it"
+        return (f"each row's sums carried over from {before} (an accumulator never reset "
+                "between the rows a block processes"
+                + (f", a persistent grid of {best[1]} blocks" if best[1] > 1 else "") + ")")
+    if name == "welford_unweighted":
+        return (f"a Welford merge with equal weights: {best[1]} threads' partial means averaged "
+                "as if each held as many elements (the width is not a multiple of the block)")
+    if name == "constant_row_mean":
+        return CAUSES[name][0]
+    return None
 
 
 def _distance(fmt, a, b):
@@ -186,9 +319,10 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
         return None
     # a NaN matches any NaN: only finite answers tell one cause from another bit for bit
     fin = bad & np.isfinite(yk)
-    if int(fin.sum()) < 4:  # too few finite elements off to tell causes apart bit for bit
+    if int(fin.sum()) == 0:  # no finite element off to tell causes apart bit for bit
         return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad) or \
             _nonfinite(norm, fmt, x, mean, var, eps, yk, ref, bad)
+    few = int(fin.sum()) < 4  # a model must then reproduce every one of them
     d_exact = _distance(out, yk, ref.rounded.astype(np.float64))
     # bit for bit where the output has 16 bits or fewer: the float arithmetic of a kernel moves
     # its values by ~2^-24 relative, far below half a unit of fp16/bf16, so the model of its
@@ -200,6 +334,7 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
     models = _models(norm, fmt, out, x, g, b, mean, var, eps)
     keys = [k for k in CAUSES if k in models] + [k for k in models if isinstance(k, tuple)]
     e_mean = float(np.mean(np.where(np.isfinite(d_exact[fin]), d_exact[fin], 1e300)))
+    scored = {}
     for rank, key in enumerate(keys):
         model = models[key]
         if isinstance(model, tuple):
@@ -212,20 +347,31 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
         mean_d = float(np.mean(np.where(np.isfinite(dist[fin]), dist[fin], 1e300)))
         # the most elements explained, then the closest, then the most specific cause
         k = (score, -mean_d, -rank)
-        if score >= 0.9 and mean_d < e_mean and (best_key is None or k > best_key):
+        scored[key] = (score, mean_d)
+        if score >= (1.0 if few else 0.9) and mean_d < e_mean and \
+                (best_key is None or k > best_key):
             best, best_key = key, k
     if best is not None:
         best_score = best_key[0]
         n = int(fin.sum())
         name = best[0] if isinstance(best, tuple) else best
-        if isinstance(best, tuple) and name == "partial_reduction":
+        shape = _shape_text(best, D)
+        if shape is not None:
+            what = shape
+        elif isinstance(best, tuple) and name == "partial_reduction":
             what = (f"{CAUSES[name][0]} (a block of {best[1]} threads: warp w holds the "
                     "columns j with (j mod blockDim)/32 = w)")
         elif best == ("xhat_storage", "three"):
             what = ("x̂ rounded to the storage format, then γ·x̂ and + β each rounded to it "
                     "(three roundings, as a half-precision epilogue does)")
         elif isinstance(best, tuple):
-            what = f"{CAUSES[name][0]} (summed by {order_text(best[1])})"
+            # the kernel's order where the rows tell it; where several orders reproduce it
+            # alike, no order is named (the first of them is not the kernel's)
+            alike = {k[1] for k, sc in scored.items() if isinstance(k, tuple) and k[0] == name
+                     and sc == scored[best]}
+            order = f"summed by {order_text(best[1])}" if len(alike) == 1 else \
+                "in every summation order tried alike: these rows do not tell which"
+            what = f"{CAUSES[name][0]} ({order})"
         elif best == "xhat_storage" and norm.centred:
             what = "x̂ rounded to the storage format before ×γ + β"  # hf is RMSNorm's only
         else:
@@ -400,7 +546,9 @@ def _statistical(norm, fmt, x, g, b, mean, var, eps, y, bad):
         ev = close | sized
         n = int(ev.sum())
         # a cause reproduced on a row is evidence; one of the right size needs three rows
-        if n >= 0.6 * idx.size and (close.any() or n >= 3):
+        if n >= 0.6 * idx.size and (close.any() or n >= 3) and \
+                (key != "one_pass" or _grows_with_kappa(off, v, mk if mean is None else
+                                                        mean[idx])):
             votes[key] = n
     if not votes:
         return None
@@ -409,6 +557,22 @@ def _statistical(norm, fmt, x, g, b, mean, var, eps, y, bad):
     return Cause(f"{CAUSES[key][0]} (the variance each row's output implies is off by what "
                  f"that cause leaves, more than 30x what float sums leave: {n}/{idx.size} rows "
                  "off)", key, "stat", CAUSES[key][0])
+
+
+def _grows_with_kappa(off, v, mu) -> bool:
+    """The shape the one-pass variance predicts: its error, relative to the variance, grows as
+    κ² = μ²/σ² -- tested where the rows' κ spread over more than a decade (rank correlation
+    above 0.3); rows that cannot tell (κ all alike) do not refute it."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        k2 = mu * mu / v
+        rel = off / v
+    ok = np.isfinite(k2) & np.isfinite(rel) & (k2 > 0)
+    if ok.sum() < 4 or k2[ok].max() < 10 * k2[ok].min():
+        return True
+    a = np.argsort(np.argsort(k2[ok]))
+    c = np.argsort(np.argsort(rel[ok]))
+    corr = np.corrcoef(a, c)[0, 1]
+    return bool(np.isfinite(corr) and corr > 0.3)
 
 
 def _nonfinite(norm, fmt, x, mean, var, eps, y, ref, bad):

@@ -26,7 +26,7 @@ import numpy as np
 
 from normcheck import formats, launch
 from normcheck.backends import get_backend
-from normcheck.causes import Cause, headline
+from normcheck.causes import Cause, fault, headline
 from normcheck.check.diagnose import CAUSES
 from normcheck.check.result import CheckResult
 from normcheck.check.tolerances import Verdict
@@ -140,7 +140,25 @@ def check_h(family, h, ref) -> list:
     return [Failure("accuracy" if what != "never written" else "unwritten", family,
                     f"h = x + residual {what} in {int(wrong.sum())}/{h.size} elements; "
                     f"e.g. row {i}, col {j}: kernel={float(h[i, j])!r} correctly rounded="
-                    f"{float(hr[i, j])!r}")]
+                    f"{float(hr[i, j])!r}", cause=_h_cause(h, ref, wrong, fmt),
+                    output="h")]
+
+
+def _h_cause(h, ref, wrong, fmt) -> Cause:
+    """Why h is off -- h's own cause, never y's statistics: rounded toward zero (truncated, a
+    conversion that shifts the bits off), tested bit for bit; else not correctly rounded."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        rz = fmt.round_toward_zero(np.asarray(ref.h.exact, np.float64))
+        hv = h.astype(np.float64)
+    n = int(wrong.sum())
+    hit = int((hv[wrong] == rz[wrong]).sum())
+    if hit >= 0.9 * n:
+        what = ("h = x + residual rounded toward zero where it rounds to nearest (truncated: "
+                "__float2half_rz, or bits shifted off)")
+        return Cause(f"{what} (reproduces h bit for bit on {hit}/{n} of the elements off)",
+                     "h_toward_zero", "exact" if hit == n else "bit", what)
+    what = "h = x + residual not correctly rounded (summed or stored otherwise)"
+    return Cause(what, "h_rounding", "stat", what)
 
 
 class Judge:
@@ -291,6 +309,9 @@ def assemble(*, kernel, norm, dtype, out_dtype, backend, failures, warnings, fam
     a kind per family); ``max_ulp``/``rows_checked`` default to the families' largest and sum;
     ``fields`` go to the result as they are (baseline_note, search, detail ...)."""
     uniq = unique(failures, key) if key is not None else unique(failures)
+    for f in uniq:  # a fault heads the verdict: it is the cause, whatever else was off
+        if f.cause is None:
+            f.cause = fault(f.kind, f.detail)
     verdict = Verdict.of(uniq, warnings)
     cause = headline([(f.family, f.cause) for f in uniq + list(warnings)])
     ce = save(verdict) if save is not None else None

@@ -114,14 +114,35 @@ def repeatability(target, case, outs, family, seed, deterministic=True):
     role, (n, idx, a, b) = first
     where = ", ".join(f"{k} {v}" for k, v in zip(("row", "col"), idx)) if len(idx) == 2 else \
         f"element {idx[0]}"
-    what = ("the output depends on the order the blocks run in (float atomics, a race between "
-            "blocks, or state left from another block)")
+    if _inside_a_block(target, case, outs, seed):
+        what = ("a race inside one block: the output depends on the order its warps run in -- "
+                "a shared-memory write and a read of it with no barrier between them (a "
+                "missing __syncthreads), or warps reading each other's results")
+        key = "race_in_block"
+    else:
+        what = ("the output depends on the order the blocks run in (float atomics, a race "
+                "between blocks, or state left from another block)")
+        key = "nondeterministic"
     return Finding("nondeterministic", family,
                    f"run again with the blocks in another order, {n}/{np.asarray(outs[role]).size}"
                    f" elements of `{role}` differ (first at {where}: {_show(a)} -> {_show(b)}); "
                    "a kernel whose result may vary says so in its spec: deterministic = false",
-                   cause=Cause(f"{what} ({n} elements of `{role}` differ between two block "
-                               "orders)", "nondeterministic", "race", what)), spread
+                   cause=Cause(f"{what} ({n} elements of `{role}` differ between two orders)",
+                               key, "race", what)), spread
+
+
+def _inside_a_block(target, case, outs, seed) -> bool:
+    """Whether the difference is a block's own: the same case with only the warps of each
+    block in another order (the blocks in theirs, one at a time) differs from the first run."""
+    if not (_orders(target) and getattr(target.capabilities, "language", "cuda") == "cuda"):
+        return False
+    try:
+        again = target(case, guard="end", schedule="warps", seed=int(seed) * 7919 + 1,
+                       workers=1)
+    except KernelError:
+        return False
+    return any(first_difference(y, again[r]) is not None for r, y in outs.items()
+               if r in again)
 
 
 def _grid_blocks(target, case) -> int | None:

@@ -396,7 +396,9 @@ class ForwardJudge(engine.Judge):
                 self.worst = w
         if fam_fails:
             fr.verdict = Verdict.FAIL
-            acc = [f for f in fam_fails if f.kind in ("accuracy", "nonfinite")]
+            # y's failures get y's diagnosis; h's keep their own (check_h)
+            acc = [f for f in fam_fails if f.kind in ("accuracy", "nonfinite") and
+                   f.output in (None, "output")]
             if bias_fail is not None and not acc:
                 fr.cause = bias_fail.cause
             if acc and fam in self.undefined:

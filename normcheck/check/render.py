@@ -17,6 +17,9 @@ def render(r) -> str:
     intro, head, table, worst, tail, summary = _KIND[r.kind](r)
     lines = intro
     prov = r.provenance or {}
+    ran = _RAN_BY.get(r.backend)
+    if ran:
+        lines.append(f"run by: {ran}")
     if prov.get("arch"):
         lines.append(f"architecture presented: {prov['arch']}")
     if r.baseline_note:
@@ -27,14 +30,27 @@ def render(r) -> str:
         lines.append("  ".join(h.ljust(x) for h, x in zip(head, w)))
         lines.append("  ".join("-" * x for x in w))
         lines += ["  ".join(c.ljust(x) for c, x in zip(row, w)) for row in table]
+        legend = _LEGEND.get(r.kind)
+        if legend:
+            lines.append(legend)
         lines.append("")
+    said = set()  # each sentence once: a cause or a launch's note met again is referred to
     for title, items in (("failures", r.failures), ("warnings", r.warnings)):
         if items:
             lines.append(f"{title}:")
             for f in items:
-                lines.append(f"  [{f.kind}] {f.family}: {f.detail}")
+                detail = f.detail
+                head, sep, noted = detail.partition("; the launch noted: ")
+                if sep:
+                    detail = head + sep + ("(as above)" if noted in said else noted)
+                    said.add(noted)
+                lines.append(f"  [{f.kind}] {f.family}: {detail}")
                 if f.cause:
-                    lines.append(f"      likely cause: {f.cause}")
+                    title = getattr(f.cause, "title", str(f.cause))
+                    key = getattr(f.cause, "key", title)
+                    lines.append(f"      likely cause: {f.cause}" if title not in said else
+                                 f"      likely cause: as above ({key})")
+                    said.add(title)
             lines.append("")
     notes = getattr(r.detail, "notes", None)
     if notes:
@@ -186,6 +202,26 @@ def _quantised(r):
 
 
 _KIND = {"forward": _forward, "backward": _backward, "quantised": _quantised}
+
+#: What ran the kernel, said where a reader looks first (the provenance holds the details).
+_RAN_BY = {
+    "cpu": "the cpu backend: the CUDA C source compiled by g++ against normcheck's SIMT shim, "
+           "every thread a fiber on the CPU (no GPU; bit-identical to nvcc --fmad=false but for "
+           "approximate intrinsics, computed accurately)",
+    "triton-cpu": "normcheck's Triton executor on the CPU: Triton's interpreter with every "
+                  "rounding it gets wrong done as a GPU does (no GPU)",
+    "triton-gpu": "real Triton on the GPU (torch's CUDA tensors)",
+    "cuda": "the GPU, through nvcc and PyCUDA",
+}
+
+#: The table's columns, under it.
+_LEGEND = {
+    "forward": ("x bound: the largest error over the sound bound (above 1: no sound kernel "
+                "gives it: fail); max scaled: the largest error in ulps of max(|γx̂|,|β|), "
+                "against the best built-in order's on the same rows (warn above the level); "
+                "raw max ulp / p99 ulp: in ulps of each exact value; bias: the mean signed "
+                "error toward zero, in ulps; bound ulp: the sound bound at the worst element"),
+}
 
 
 def _pct(x: float) -> str:

@@ -121,7 +121,7 @@ _PP_FLAGS = ["-pthread", "-E"]
 #: nvcc's default dialect (CUDA 12 and 13); a file that includes PyTorch's headers is built in
 #: the standard the installed torch demands (torch 2.14: C++20), as torch's own extension builds
 DEFAULT_STD = "c++17"
-_SCHEDULES = {"forward": 0, "reverse": 1, "random": 2}
+_SCHEDULES = {"forward": 0, "reverse": 1, "random": 2, "warps": 3}
 _PAGE = mmap.PAGESIZE
 _REPORT_PAGE = _PAGE  # page 0 of the arena
 _REPORT_LINE = 1024  # the worker's REPORT_BYTES: the crash report's line
@@ -1599,7 +1599,10 @@ class CpuKernel(base.Kernel):
                                    "must end before its launch returns (normcheck ended the "
                                    "worker, and them)", call="threads")
         if rep["kind"] == "deadlock":
-            raise KernelDeadlock(f"{self.entry}: {rep['message'][:2000]}")
+            msg = re.sub(r" \[pc (0x[0-9a-f]{1,16})\]",
+                         lambda m: f" at {source_line(self.module, m.group(1)) or '?'}",
+                         rep["message"][:2000])
+            raise KernelDeadlock(f"{self.entry}: {msg}")
         if rep["kind"] == "out_of_bounds":
             # a canary around an array was overwritten: found after the launch, so which thread
             # wrote is not known -- the launch runs again (on copies) with that side of every

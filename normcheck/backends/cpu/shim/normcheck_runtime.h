@@ -336,6 +336,7 @@ void yield_barrier(int pred) {
   BlockCtx* B = tls_block;
   f->state = AT_BARRIER;
   f->bar_pred = pred;
+  f->wait_at = (uintptr_t)__builtin_return_address(0);
   B->at_barrier++;
   to_scheduler(f);
 }
@@ -817,7 +818,8 @@ struct LaunchParams {
   unsigned long long shared_mem;
   void** args;
   int nworkers;
-  int schedule;  // 0 forward, 1 reverse (warps and lanes), 2 blocks and warps in seeded orders
+  int schedule;  // 0 forward, 1 reverse (warps and lanes), 2 blocks and warps in seeded
+                 // orders, 3 warps in seeded orders (blocks forward)
   unsigned long long seed;
   char* err;
   int errlen;
@@ -899,6 +901,12 @@ static std::string deadlock_message(BlockCtx* B) {
     msg += "; threads ";
     ranges(msg, at_bar);
     msg += " wait at __syncthreads";
+    const uintptr_t at = B->fibers[at_bar[0]].wait_at;
+    if (at && in_module(at)) {  // the parent names the line: "[pc 0x..]" -> file.cu:47
+      char buf[48];
+      snprintf(buf, sizeof buf, " [pc 0x%llx]", (unsigned long long)(at - 1 - g_mod_lo));
+      msg += buf;
+    }
   }
   msg += warp_part;
   if (!done.empty()) {
@@ -966,7 +974,7 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
     // thread order
     for (int w = 0; w < nwarps; ++w) warp_order[w] = w;
     if (p->schedule == 1) std::reverse(warp_order.begin(), warp_order.end());
-    if (p->schedule == 2) {
+    if (p->schedule == 2 || p->schedule == 3) {  // 3: the warps only, blocks in order
       for (int w = nwarps - 1; w > 0; --w) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull + b;
         int k = (int)((rng >> 33) % (unsigned long long)(w + 1));

@@ -199,6 +199,7 @@ struct Fiber {
   unsigned result_u;    // ballot / vote results
   // __syncthreads_count/and/or
   int bar_pred;
+  uintptr_t wait_at;    // the barrier's caller (a deadlock's line), an address in the module
   char* stack;
   size_t stack_size;
 };

@@ -1,0 +1,214 @@
+// Bugs of the field's norms whose cause is in the shape of the error, not in a variance's
+// accuracy (#47): each kernel below has one, and the check must name it.
+//
+//   ln_beta_twice        LayerNorm (fp16) adding β twice
+//   rms_block_divisor    RMSNorm (fp16) dividing the sum of squares by blockDim.x, not cols
+//   add_rms_h_truncated  fused add + RMSNorm (fp16): y right, h stored rounded toward zero
+//   ln_gamma_by_row      LayerNorm (fp16) reading γ[row] instead of γ[col]: out of bounds
+//   rms_pairs_drop_tail  RMSNorm (fp16) on pairs of elements: an odd width's last one never
+//                        summed (nor written by the pair loop: a scalar tail writes it)
+//   rms_persistent_stale RMSNorm (fp32) in a persistent grid of 4 blocks, its shared
+//                        accumulator never reset between the rows a block processes
+//   ln_welford_equal     LayerNorm (fp32), per-thread Welford merged with equal weights
+//   ln_two_pass_fp32     a sound fp32 two-pass LayerNorm (warns on constant rows: their mean
+//                        rounds)
+//   ln_missing_barrier   LayerNorm (fp16) reusing its shared partials for the variance with no
+//                        __syncthreads after every thread read the mean: a race in one block
+#include <cuda_fp16.h>
+
+namespace {
+
+__device__ float block_sum(float v) {
+  __shared__ float part[1024];
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
+    __syncthreads();
+  }
+  const float s = part[0];
+  __syncthreads();
+  return s;
+}
+
+}  // namespace
+
+extern "C" __global__ void ln_beta_twice(__half* y, const __half* x, const __half* g,
+                                         const __half* b, float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) s += __half2float(xr[i]);
+  const float mean = block_sum(s) / cols;
+  float q = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float d = __half2float(xr[i]) - mean;
+    q += d * d;
+  }
+  const float r = rsqrtf(block_sum(q) / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float bb = __half2float(b[i]);
+    y[(size_t)blockIdx.x * cols + i] =
+        __float2half((__half2float(xr[i]) - mean) * r * __half2float(g[i]) + bb + bb);
+  }
+}
+
+extern "C" __global__ void rms_block_divisor(__half* y, const __half* x, const __half* g,
+                                             float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = __half2float(xr[i]);
+    s += v * v;
+  }
+  const float r = rsqrtf(block_sum(s) / blockDim.x + eps);  // the block, not the row
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    y[(size_t)blockIdx.x * cols + i] = __float2half(__half2float(xr[i]) * r * __half2float(g[i]));
+}
+
+extern "C" __global__ void add_rms_h_truncated(__half* h, __half* y, const __half* x,
+                                               const __half* res, const __half* g, float eps,
+                                               int rows, int cols) {
+  const size_t o = (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = __half2float(x[o + i]) + __half2float(res[o + i]);
+    h[o + i] = __float2half_rz(v);  // truncated: the sum is exact in float, stored toward zero
+    s += v * v;
+  }
+  const float r = rsqrtf(block_sum(s) / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = __half2float(x[o + i]) + __half2float(res[o + i]);
+    y[o + i] = __float2half(v * r * __half2float(g[i]));
+  }
+}
+
+extern "C" __global__ void ln_gamma_by_row(__half* y, const __half* x, const __half* g,
+                                           const __half* b, float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) s += __half2float(xr[i]);
+  const float mean = block_sum(s) / cols;
+  float q = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float d = __half2float(xr[i]) - mean;
+    q += d * d;
+  }
+  const float r = rsqrtf(block_sum(q) / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    y[(size_t)blockIdx.x * cols + i] = __float2half(
+        (__half2float(xr[i]) - mean) * r * __half2float(g[blockIdx.x * cols + i]) +
+        __half2float(b[i]));
+}
+
+extern "C" __global__ void rms_pairs_drop_tail(__half* y, const __half* x, const __half* g,
+                                               float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < cols / 2; i += blockDim.x) {
+    const float a = __half2float(xr[2 * i]), c = __half2float(xr[2 * i + 1]);
+    s += a * a + c * c;
+  }
+  const float r = rsqrtf(block_sum(s) / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    y[(size_t)blockIdx.x * cols + i] = __float2half(__half2float(xr[i]) * r * __half2float(g[i]));
+}
+
+extern "C" __global__ void rms_persistent_stale(float* y, const float* x, const float* g,
+                                                float eps, int rows, int cols) {
+  __shared__ float acc;
+  __shared__ float part[1024];
+  if (threadIdx.x == 0) acc = 0.f;  // set once: never again between rows
+  __syncthreads();
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* xr = x + (size_t)row * cols;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) s += xr[i] * xr[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float t = 0.f;
+      for (int k = 0; k < blockDim.x; ++k) t += part[k];
+      acc += t;
+    }
+    __syncthreads();
+    const float r = rsqrtf(acc / cols + eps);
+    for (int i = threadIdx.x; i < cols; i += blockDim.x)
+      y[(size_t)row * cols + i] = xr[i] * r * g[i];
+    __syncthreads();
+  }
+}
+
+extern "C" __global__ void ln_welford_equal(float* y, const float* x, const float* g,
+                                            const float* b, float eps, int rows, int cols) {
+  __shared__ float pm[1024], pq[1024];
+  const float* xr = x + (size_t)blockIdx.x * cols;
+  float mean = 0.f, m2 = 0.f, n = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    n += 1.f;
+    const float d = xr[i] - mean;
+    mean += d / n;
+    m2 += d * (xr[i] - mean);
+  }
+  pm[threadIdx.x] = mean;
+  pq[threadIdx.x] = m2;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) {  // merged as if both halves held as many elements
+      const float d = pm[threadIdx.x + o] - pm[threadIdx.x];
+      pm[threadIdx.x] = pm[threadIdx.x] + 0.5f * d;
+      pq[threadIdx.x] = pq[threadIdx.x] + pq[threadIdx.x + o];
+    }
+    __syncthreads();
+  }
+  const float mu = pm[0];
+  __syncthreads();
+  float q = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) q += (xr[i] - mu) * (xr[i] - mu);
+  const float r = rsqrtf(block_sum(q) / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    y[(size_t)blockIdx.x * cols + i] = (xr[i] - mu) * r * g[i] + b[i];
+}
+
+extern "C" __global__ void ln_two_pass_fp32(float* y, const float* x, const float* g,
+                                            const float* b, float eps, int rows, int cols) {
+  const float* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) s += xr[i];
+  const float mean = block_sum(s) / cols;
+  float q = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) q += (xr[i] - mean) * (xr[i] - mean);
+  const float r = rsqrtf(block_sum(q) / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    y[(size_t)blockIdx.x * cols + i] = (xr[i] - mean) * r * g[i] + b[i];
+}
+
+extern "C" __global__ void ln_missing_barrier(__half* y, const __half* x, const __half* g,
+                                              const __half* b, float eps, int rows, int cols) {
+  __shared__ float red[1024];
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) s += __half2float(xr[i]);
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) red[threadIdx.x] += red[threadIdx.x + o];
+    __syncthreads();
+  }
+  const float mean = red[0] / cols;
+  // missing: __syncthreads() -- red[0] is overwritten below before every thread has read it
+  float q = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float d = __half2float(xr[i]) - mean;
+    q += d * d;
+  }
+  red[threadIdx.x] = q;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) red[threadIdx.x] += red[threadIdx.x + o];
+    __syncthreads();
+  }
+  const float r = rsqrtf(red[0] / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    y[(size_t)blockIdx.x * cols + i] = __float2half(
+        (__half2float(xr[i]) - mean) * r * __half2float(g[i]) + __half2float(b[i]));
+}
