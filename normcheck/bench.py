@@ -85,6 +85,7 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
     than the oracle."""
     from normcheck import kernels, launch, norms
     from normcheck.oracle import fast as oracle_fast
+    from normcheck.check.engine import Setup
     from normcheck.check.judge import ForwardJudge
 
     n = norms.get("rmsnorm")
@@ -104,7 +105,7 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
             else:
                 target = launch.CallableTarget(numpy_rmsnorm(name), n, fmt, fmt, "numpy_rmsnorm")
                 label, R = f"numpy_rmsnorm ({name})", rows
-            j = ForwardJudge(target, n, fmt, fmt)
+            j = ForwardJudge(target, Setup(norm=n, fmt=fmt))
             # the long run's own first batches, one of each of its families (their rows cost
             # the oracle differently: an offset row needs more double-double than a gaussian one)
             cases = list(itertools.islice(j.long_batches(R, cols), 8))
@@ -262,6 +263,7 @@ def bias_benchmark(rows=1_000_000, cols=256, fmts=("fp16", "bf16"), echo=print) 
     same outputs re-stored toward zero: batches judged alone, false alarms, the largest |mean|
     signed error and z = |mean|/stderr, and the verdict on the whole run."""
     from normcheck import kernels, measure, norms
+    from normcheck.check.engine import Setup
     from normcheck.check.judge import ForwardJudge
     from normcheck.check.tolerances import BIAS
 
@@ -276,7 +278,7 @@ def bias_benchmark(rows=1_000_000, cols=256, fmts=("fp16", "bf16"), echo=print) 
         fmt = formats.get(name)
         v = kernels.get(f"rmsnorm_rms_{name}_upcast_square")
         target = kernels.target(v, "cpu")
-        j = ForwardJudge(target, n, fmt, fmt)
+        j = ForwardJudge(target, Setup(norm=n, fmt=fmt))
         stats = {"rn": [measure.Bias(), 0, 0, 0.0, 0.0], "rz": [measure.Bias(), 0, 0, 0.0, 0.0]}
         t0 = time.perf_counter()
         for fam, case in j.long_batches(rows, cols):

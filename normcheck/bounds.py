@@ -43,18 +43,19 @@ import math
 
 import numpy as np
 
-from normcheck.kernels import BLOCK, Variant
-
 __all__ = ["sound_bound_of", "SoundBound", "H_ROUNDING", "error_bound", "statistics_bound",
            "within_bound", "applies", "SAFETY", "sound_bound", "sound_statistics",
            "sound_limit", "quantum", "SOUND_SAFETY", "sound_backward"]
 
 U = 2.0**-24
+#: The block size a bound assumes unless told: the built-in kernels' (normcheck.kernels takes it
+#: from here).
+BLOCK = 256
 #: Multiplies E_j: covers the second-order terms of the first-order analysis.
 SAFETY = 2.0
 
 
-def _row_terms(v: Variant, x, eps, block):
+def _row_terms(v, x, eps, block):
     """The per-row quantities of the analysis: e_μ, ρ_r, r, a and the deviations."""
     rows, D = x.shape
     uS = 2.0 ** -v.fmt.precision
@@ -106,7 +107,7 @@ def _row_terms(v: Variant, x, eps, block):
     return {"e_mu": e_mu, "rho_r": rho_r, "r": r, "a": a, "dev": dev}
 
 
-def error_bound(v: Variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5),
+def error_bound(v, x, gamma=None, beta=None, *, eps=np.float32(1e-5),
                 block: int = BLOCK) -> np.ndarray:
     """E_j of every element of the rows ``x`` (the rows the kernel normalises, as float64)."""
     x = np.asarray(x, dtype=np.float64)
@@ -124,14 +125,14 @@ def error_bound(v: Variant, x, gamma=None, beta=None, *, eps=np.float32(1e-5),
     return SAFETY * E
 
 
-def statistics_bound(v: Variant, x, *, eps=np.float32(1e-5), block: int = BLOCK):
+def statistics_bound(v, x, *, eps=np.float32(1e-5), block: int = BLOCK):
     """(e_μ, ρ_r) per row: bounds on the absolute error of the mean and the relative error of
     rstd that the analysis above gives the variant (doubled like E_j)."""
     t = _row_terms(v, np.asarray(x, dtype=np.float64), eps, block)
     return SAFETY * t["e_mu"][:, 0], SAFETY * t["rho_r"][:, 0]
 
 
-def applies(v: Variant, x) -> np.ndarray:
+def applies(v, x) -> np.ndarray:
     """Rows (mask) where :func:`error_bound`'s assumptions hold: finite values and no overflow —
     neither in float (Σ of squares) nor in the storage format where the variant forms squares
     (square_upcast) or partial sums (storage_accumulate)."""
@@ -281,7 +282,7 @@ def _affine(n_, gamma, beta, D):
     """(γ', β) of a norm as float64 columns: γ' = γ (1 + γ for Gemma; 1 without γ), β (0)."""
     g = np.ones(D) if gamma is None or not n_.has_gamma else np.asarray(gamma, np.float64)
     geff = 1.0 + g if n_.gemma else g
-    b = np.zeros(D) if beta is None or not (n_.centred and n_.has_beta) else \
+    b = np.zeros(D) if beta is None or not n_.reads_beta else \
         np.asarray(beta, np.float64)
     return geff, b
 
@@ -482,7 +483,7 @@ def sound_backward(norm, rows, dy, gamma=None, *, mean=None, rstd=None, eps=np.f
                              + 4 * _TINY)
         Eb = SOUND_SAFETY * (_gamma_n(R) * ady.sum(axis=0) + 4 * _TINY)
     return {"dx": np.where(np.isfinite(E), E, np.inf), "dgamma": Eg,
-            "dbeta": Eb if n_.centred and n_.has_beta else None}
+            "dbeta": Eb if n_.reads_beta else None}
 
 
 def sound_limit(ref, E, floor: float = 1.0) -> np.ndarray:

@@ -251,6 +251,8 @@ _KERNEL_KEYS = {
                                                       not isinstance(v, bool)),
     "backward": lambda v: isinstance(v, dict) and set(v) <= {"stats", "mode"} and
     v.get("stats") in ("saved", "recomputed") and v.get("mode") in ("x", "y"),
+    "dtypes": lambda v: v is None or (isinstance(v, dict) and len(v) <= 32 and all(
+        _str(k) and _str(x) for k, x in v.items())),
     "include": lambda v: isinstance(v, list) and len(v) <= 64 and all(map(_str, v)),
     "quant": lambda v: isinstance(v, dict) and len(v) <= 32 and all(
         _str(k) and (x is None or isinstance(x, (str, int, float, list))) for k, x in v.items()),

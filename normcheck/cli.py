@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 
 from normcheck import __version__
-from normcheck import errors, norms
+from normcheck import errors, formats, norms
 from normcheck.errors import NormcheckError, invalid
 
 __all__ = ["main", "build_parser"]
+
+#: The storage formats, as the registry names them (normcheck.formats).
+STORAGE = tuple(formats.FORMATS)
 
 NORM_CHOICES = norms.NORMS
 
@@ -29,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("kernels", help="list the built-in kernels")
     k.add_argument("--json", action="store_true", help="machine-readable output")
     k.add_argument("--norm", choices=NORM_CHOICES)
-    k.add_argument("--storage", choices=("fp32", "fp16", "bf16"))
+    k.add_argument("--storage", choices=STORAGE)
     k.add_argument("--kind", help="one kind of built-in: forward, dx, dparams, finalize or "
                    "quantised (default: every kind)")
     k.set_defaults(func=_kernels)
@@ -57,10 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--norm", choices=NORM_CHOICES,
                    help="what the kernel computes (add_*: a fused residual add; gemma_rmsnorm "
                         "scales by 1+γ)")
-    c.add_argument("--dtype", choices=("fp32", "fp16", "bf16"),
+    c.add_argument("--dtype", choices=STORAGE,
                    help="storage format of x (and of γ, β and y unless --out-dtype)")
-    c.add_argument("--out-dtype", choices=("fp32", "fp16", "bf16"),
+    c.add_argument("--out-dtype", choices=STORAGE,
                    help="format of y when it differs from x's")
+    c.add_argument("--dtypes", metavar="ROLE=FMT,...",
+                   help=f"a role's own format: x ({', '.join(formats.ROWS)}), residual, h, "
+                        f"gamma, beta, y, mean, rstd ({', '.join(STORAGE)}), e.g. "
+                        "x=e4m3,gamma=fp32,y=bf16")
     c.add_argument("--block", type=int, default=256, help="threads per block (default ABI)")
     c.add_argument("--spec", help="a TOML kernel spec for kernels outside the default ABI")
     c.add_argument("--reference", choices=("exact", "hf"),
@@ -344,8 +351,11 @@ def _check(args) -> int:
 
     if args.source and args.source.endswith(".toml") and not args.spec:
         args.spec, args.source = args.source, None  # `normcheck check SPEC.toml`
+    from normcheck import spec as specs
+
+    dtypes = specs.parse_dtypes(args.dtypes, "--dtypes") if args.dtypes else None
     result = check.run(check.CheckOptions.from_args(args, defines=_defines(args.defines),
-                                                    quant=_quant(args.quant)),
+                                                    quant=_quant(args.quant), dtypes=dtypes),
                        progress=_long_progress)
     _ci_files(args, result)
     print(result.to_json() if args.json else result.render())

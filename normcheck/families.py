@@ -41,7 +41,7 @@ from normcheck.oracle import fast as oracle_fast
 
 __all__ = ["Source", "NumpySource", "Family", "FAMILIES", "get", "generate", "weights",
            "kappa_max", "kappa_quantised", "TAIL_COLS", "normal_pool", "widths", "BACKWARD_FAMILIES",
-           "backward_rows"]
+           "backward_rows", "ROW_PARAMS"]
 
 TAIL_COLS = (1, 2, 3, 31, 33, 255, 257, 4097)
 
@@ -167,8 +167,20 @@ def _offset_gaussian(src, fmt, n):
     return z
 
 
+#: Where a family's recipe depends on the rows' format beyond its precision and range: the
+#: largest offset (log10) of the offset rows, the outliers' magnitude (log10 range, or a value),
+#: the large rows' range.  fp8 rows (normcheck.formats.ROWS) are built to hurt fp8: offsets and
+#: outliers up to its largest value (saturation at 448), large rows whose squares overflow fp16.
+ROW_PARAMS = {
+    "fp32": {"offset_top": 6.0, "outlier": (3.0, 6.0), "large": (256.0, 65504.0)},
+    "fp16": {"offset_top": 4.0, "outlier": 3e4, "large": (256.0, 65504.0)},
+    "bf16": {"offset_top": 4.0, "outlier": (3.0, 6.0), "large": (256.0, 65504.0)},
+    "e4m3": {"offset_top": 2.6, "outlier": (2.0, 2.66), "large": (256.0, 448.0)},
+}
+
+
 def _offset_top(fmt):
-    return {"fp16": 4.0, "bf16": 4.0}.get(fmt.name, 6.0)
+    return ROW_PARAMS[fmt.name]["offset_top"]
 
 
 def _offset_levels(src, fmt, n):
@@ -190,7 +202,8 @@ def _offset_quantised(src, fmt, n):
     # a common offset with rare deviations of a few ulps: κ = |μ|/σ up to 2^(p+4)
     mu = src.choice([1.0, -1.0]) * 10 ** src.uniform(1, _offset_top(fmt))
     q = fmt.ulp_array(mu)
-    kappa = 10 ** src.uniform(3, math.log10(kappa_quantised(fmt)))
+    top = math.log10(kappa_quantised(fmt))
+    kappa = 10 ** src.uniform(3 if top > 3 else top - 1, top)  # fp8's κ is at most 2^8
     level = src.integer(1, 3)
     p = np.clip((np.abs(mu) / kappa / (level * q)) ** 2, 1.0 / n, 0.5)
     rare = src.normal(n) > _inv_cdf(1.0 - p)
@@ -218,7 +231,7 @@ def _log_spread(z, lo, hi):
 
 
 def _fp16_large(src, fmt, n):
-    mag = _log_spread(src.normal(n), 256, 65504)
+    mag = _log_spread(src.normal(n), *ROW_PARAMS[fmt.name]["large"])
     w = src.normal(n)
     w -= src.uniform(-1, 1)
     return np.copysign(mag, w, out=mag)  # negative where the second normal is below the draw
@@ -233,7 +246,8 @@ def _tiny(src, fmt, n):
 
 def _outlier(src, fmt, n):
     x = src.normal(n)
-    top = 3e4 if fmt.name == "fp16" else 10 ** src.uniform(3, 6)
+    top = ROW_PARAMS[fmt.name]["outlier"]
+    top = 10 ** src.uniform(*top) if isinstance(top, tuple) else top
     k = src.integer(1, 4)
     for m in range(4):  # the first k of four drawn positions (a repeated one: the last)
         j = src.integer(0, n - 1)
@@ -255,7 +269,8 @@ def _tails(src, fmt, n):
 
 
 def _extremes(src, fmt, n):
-    lo = 1.9e19 if fmt.name != "fp16" else 256.0  # x² > fp32 max from 1.85e19
+    # x² > fp32 max from 1.85e19; in a narrower format, x² beyond the fp16 maximum
+    lo = 1.9e19 if fmt.max_finite > 1.9e19 else 256.0
     mag = _log_spread(src.normal(n), lo, fmt.max_finite)
     return np.copysign(mag, src.normal(n), out=mag)
 
@@ -279,7 +294,8 @@ class Family:
     note: str
 
     def row(self, src: Source, fmt, n: int) -> np.ndarray:
-        return formats.get(fmt).cast(self.recipe(src, formats.get(fmt), n))
+        f = formats.lookup(fmt, formats.ROWS)
+        return f.cast(self.recipe(src, f, n))
 
 
 _STD_COLS = (768, 4096)
@@ -342,7 +358,7 @@ def generate(family, fmt, rows: int, cols: int, seed=0, pooled: bool = False) ->
     """``rows`` rows of ``cols`` values of a family, in the storage dtype of ``fmt``, seeded;
     ``pooled``: their normals are windows of :func:`normal_pool` (a long check's batches)."""
     fam = get(family)
-    f = formats.get(fmt)
+    f = formats.lookup(fmt, formats.ROWS)
     if cols < 1 or rows < 1:
         raise invalid("cols" if cols < 1 else "rows", cols if cols < 1 else rows, "at least 1")
     rng = np.random.default_rng(seed if isinstance(seed, np.random.Generator) else
@@ -350,14 +366,19 @@ def generate(family, fmt, rows: int, cols: int, seed=0, pooled: bool = False) ->
     src = NumpySource(rng, normal_pool() if pooled else None, rows=rows)
     with np.errstate(over="ignore", invalid="ignore"):  # rounded once, all rows together
         v = np.broadcast_to(fam.recipe(src, f, cols), (rows, cols))
+    if not isinstance(f, formats.Format):  # fp8: its values, in the fp16 that carries them
+        return f.cast(v)
     return oracle_fast.cast(v, f)
 
 
-def weights(fmt, cols: int, seed=0):
-    """γ ≈ 1 + 0.1·N(0,1) and β ≈ 0.1·N(0,1), rounded to the format: realistic trained weights."""
+def weights(fmt, cols: int, seed=0, beta_fmt=None):
+    """γ ≈ 1 + 0.1·N(0,1) and β ≈ 0.1·N(0,1), rounded to their formats (γ's ``fmt``, β's
+    ``beta_fmt``, default the same): realistic trained weights, at their own precision -- fp32
+    master weights hold fp32 values, so a kernel that rounds them to the rows' bf16 shows."""
     f = formats.get(fmt)
+    fb = formats.get(beta_fmt or fmt)
     rng = np.random.default_rng([seed, cols, 7])
-    return f.cast(1 + 0.1 * rng.standard_normal(cols)), f.cast(0.1 * rng.standard_normal(cols))
+    return f.cast(1 + 0.1 * rng.standard_normal(cols)), fb.cast(0.1 * rng.standard_normal(cols))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import formats, launch, norms, oracle, spec as specs
+from normcheck import bounds, formats, launch, norms, oracle, spec as specs
 from normcheck.backends import for_source, isolation
 from normcheck.errors import invalid
 
@@ -32,8 +32,8 @@ CUDA_SRC = isolation.CUDA_SRC
 NORMS = ("layernorm", "rmsnorm", "gemma_rmsnorm", "add_layernorm", "add_rmsnorm")
 ORDERS = ("upcast_square", "square_upcast", "storage_accumulate")
 ALGORITHMS = ("naive", "two_pass", "welford", "rms")
-STORAGES = ("fp32", "fp16", "bf16")
-BLOCK = 256
+STORAGES = tuple(formats.FORMATS)
+BLOCK = bounds.BLOCK  # the built-ins' block size (the bounds assume it)
 #: Rows per launch: bounds the memory of a run whatever the number of rows.
 CHUNK_ELEMENTS = 1 << 22
 
@@ -81,7 +81,7 @@ class Variant:
 
     @property
     def has_beta(self) -> bool:
-        return self.norm in ("layernorm", "add_layernorm")
+        return norms.get(self.norm).reads_beta
 
     @property
     def param_fmt(self) -> formats.Format:

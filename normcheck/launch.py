@@ -24,6 +24,7 @@ import re
 import numpy as np
 
 from normcheck import formats, norms, spec as specs
+from normcheck.formats import Format
 from normcheck.backends.base import StructArg
 from normcheck.errors import KernelRaised, SpecError, invalid
 
@@ -79,17 +80,19 @@ class Case:
 
 
 def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None, quant=None) -> dict:
-    """The format of every buffer role of a spec (storage format unless an arg says otherwise;
-    mean/rstd float32; a quantised output in its contract's format, its scale roles float32 or
-    the block-scale format)."""
+    """The format of every buffer role of a spec: an argument's own ``dtype``, else the spec's
+    ``dtypes`` for the role, else the storage format (``dtype``; y: ``out_dtype``; mean and
+    rstd: float32); a quantised output in its contract's format, its scale roles float32 or the
+    block-scale format.  x may be fp8 (its values carried in fp16 for the oracle); x, the
+    residual and h share one format."""
     fmt = formats.get(dtype)
-    out = quant.qformat if quant is not None else formats.get(out_dtype or spec.out_dtype or dtype)
+    own = dict(spec.dtypes or {})
+    out = quant.qformat if quant is not None else formats.get(
+        out_dtype or own.get("output") or spec.out_dtype or dtype)
     fm = {}
     if quant is not None:
-        from normcheck.quant import formats as qformats
-
         fm.update({"scale": formats.FP32, "amax": formats.FP32,
-                   "scales": qformats.get(quant.scale_format)})
+                   "scales": formats.lookup(quant.scale_format)})
     for a in spec.args:
         for r in a.roles:
             if r in ("scratch", "null", "stream") or r in specs.SCALAR_ROLES or \
@@ -97,13 +100,15 @@ def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None, quant=None) ->
                 continue
             default = out if r == "output" else (formats.FP32 if r in specs.STAT_ROLES
                                                  else fmt)
-            fm.setdefault(r, formats.get(a.dtype) if a.dtype else default)
-    for r in ("input", "residual", "h", "dy", "dh", "y"):
-        if r in fm and fm[r] != fmt:
-            raise SpecError(f"args: role {r!r} has dtype {fm[r].name}, but dtype = {fmt.name}: "
-                            "x, the residual and h must share the storage format")
+            named = a.dtype or (own.get(r) if not (r == "output" and quant) else None)
+            fm.setdefault(r, formats.lookup(named) if named else default)
+    rows = fm.get("input", formats.lookup(own.get("input") or fmt.name))
+    for r in ("residual", "h", "dy", "dh", "y"):
+        if r in fm and fm[r] != rows and not (r in ("dy", "y") and isinstance(rows, Format)):
+            raise SpecError(f"args: role {r!r} has dtype {fm[r].name}, but x's is "
+                            f"{rows.name}: x, the residual and h share one format")
     fm.setdefault("output", out)
-    fm.setdefault("input", fmt)
+    fm.setdefault("input", rows)
     return fm
 
 
@@ -242,9 +247,10 @@ class KernelTarget:
                     "dh": case.extra.get("dh"), "y": case.extra.get("y")}[first]
             if data is None:
                 raise invalid(f"args.{a.label}", None, f"the {first} rows of the case")
-            buf = poisoned((case.rows, self._stride(a, rows, cols)), fmt.dtype)
-            buf[:, :cols] = _in_format(data, fmt)
-            return self._row_buffer(buf, case)
+            buf = poisoned((case.rows, self._stride(a, rows, cols)), fmt)
+            buf[:, :cols] = fmt.to_storage(np.asarray(data).astype(np.float64)) \
+                if not isinstance(fmt, Format) else _in_format(data, fmt)
+            return self._row_buffer(self._typed(buf, fmt), case)
         if first in ("gamma", "beta"):
             v = case.gamma if first == "gamma" else case.beta
             if v is None:
@@ -284,9 +290,13 @@ class KernelTarget:
                                           (rows, g)))
         if zero or role == "amax":  # amax accumulates (atomicMax): it starts at 0
             return np.zeros(shape, fmt.dtype)
-        codes = poisoned(shape, fmt, self._alternate)
+        return self._typed(poisoned(shape, fmt, self._alternate), fmt)
+
+    def _typed(self, codes, fmt):
+        """A buffer of codes as a typed language (Triton) reads it: a pointer's element type is
+        the array's, so fp8 codes go as ml_dtypes' float8 (the same bytes), not as bytes."""
         if self.capabilities.language == "triton" and getattr(fmt, "element", None):
-            import ml_dtypes  # a Triton pointer's element type is the array's: fp8, not bytes
+            import ml_dtypes
 
             return codes.view(getattr(ml_dtypes, fmt.element))
         return codes
@@ -345,14 +355,15 @@ class KernelTarget:
         """A struct argument's bytes, laid out by C's rules (each field at the next multiple of
         its alignment unless its offset is given; the size a multiple of the largest
         alignment, or the spec's size), its pointer fields naming their buffers."""
-        from normcheck.backends.base import StructArg
+        from normcheck.backends.base import SparseRows, StructArg
 
         parts, pointers, off, align = [], [], 0, 1
         for k, f in enumerate(a.fields):
             v = None if f.role == "pad" else self._value(f, case, buffers)
+            pointer = isinstance(v, (np.ndarray, SparseRows))  # a buffer (sparse: large-index)
             if f.role == "pad":
                 n, al, raw = int(f.size), 1, bytes(int(f.size))
-            elif v is None or isinstance(v, np.ndarray):  # a pointer
+            elif v is None or pointer:
                 n = al = 8
                 raw = bytes(8)
             else:
@@ -360,7 +371,7 @@ class KernelTarget:
                 n = al = v.dtype.itemsize
             start = f.offset if f.offset is not None else -(-off // al) * al
             parts.append((start, raw))
-            if isinstance(v, np.ndarray):
+            if pointer:
                 pointers.append((start, v, f.name or f"{f.role}[{k}]"))
             off = max(off, start + n)
             align = max(align, al)
@@ -574,7 +585,7 @@ class CallableTarget:
         from normcheck.quant.formats import as_values, get as qformat
 
         g = case.gamma if self.norm.has_gamma else None
-        b = case.beta if self.norm.centred and self.norm.has_beta else None
+        b = case.beta if self.norm.reads_beta else None
         args = [case.x, *([case.residual] if self.norm.fused else []), g, b, case.eps]
         if self.quant is not None:
             args.append(case.extra.get("scale"))

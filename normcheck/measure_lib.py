@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
 
+from normcheck import native
 from normcheck.metrics import CLASSES
 from normcheck.oracle import fast as oracle_fast
 from normcheck.oracle.fast import KINDS
@@ -66,44 +66,35 @@ class BoundJob(ctypes.Structure):
                 ("E", ctypes.c_void_p), ("threads", ctypes.c_int)]
 
 
-_lib = None
-_lock = threading.Lock()
+def _bind(lib):
+    for size, job, what in ((lib.nc_measure_job_size, Job, "job layout"),
+                            (lib.nc_bound_job_size, BoundJob, "bound's layout"),
+                            (lib.nc_signed_job_size, SignedJob, "signed error's layout")):
+        if size() != ctypes.sizeof(job):
+            raise RuntimeError(f"measure.cpp and measure_lib.py disagree on the {what}")
+    lib.nc_measure.argtypes = [ctypes.POINTER(Job)]
+    lib.nc_measure.restype = None
+    lib.nc_sound_bound.argtypes = [ctypes.POINTER(BoundJob)]
+    lib.nc_sound_bound.restype = None
+    lib.nc_signed_rows.argtypes = [ctypes.POINTER(SignedJob)]
+    lib.nc_signed_rows.restype = None
+
+
+#: The compiled measurement (normcheck.native builds and loads it).
+PART = native.Part("measure", SOURCE, tuple(FLAGS), "building the compiled measurement",
+                   "measure", _bind)
 
 
 def built() -> bool:
     """Whether the compiled measurement is built (nothing is built)."""
-    from normcheck.backends import confine
-
-    return confine.library_built(SOURCE, "measure", "measure", FLAGS)
+    return native.built(PART)
 
 
 def library():
     """The compiled measurement (built on first use), or None where it cannot be built."""
-    global _lib
     if os.environ.get("NORMCHECK_MEASURE") == "numpy":
         return None
-    with _lock:
-        if _lib is None:
-            from normcheck.backends import confine
-
-            path = confine.build_library(SOURCE, "measure", "measure", FLAGS,
-                                         "building the compiled measurement")
-            lib = ctypes.CDLL(str(path))
-            if lib.nc_measure_job_size() != ctypes.sizeof(Job):
-                raise RuntimeError("measure.cpp and measure_lib.py disagree on the job layout")
-            lib.nc_measure.argtypes = [ctypes.POINTER(Job)]
-            lib.nc_measure.restype = None
-            if lib.nc_bound_job_size() != ctypes.sizeof(BoundJob):
-                raise RuntimeError("measure.cpp and measure_lib.py disagree on the bound's layout")
-            lib.nc_sound_bound.argtypes = [ctypes.POINTER(BoundJob)]
-            lib.nc_sound_bound.restype = None
-            if lib.nc_signed_job_size() != ctypes.sizeof(SignedJob):
-                raise RuntimeError("measure.cpp and measure_lib.py disagree on the signed "
-                                   "error's layout")
-            lib.nc_signed_rows.argtypes = [ctypes.POINTER(SignedJob)]
-            lib.nc_signed_rows.restype = None
-            _lib = lib
-    return _lib
+    return native.load(PART)
 
 
 def pointer(a):

@@ -56,6 +56,12 @@ class Norm:
         return next(n for n, f in FLAGS.items() if f == (self.centred, self.gemma, False))
 
     @property
+    def reads_beta(self) -> bool:
+        """Whether the norm adds β: a centred norm with β (RMSNorm has none).  The one
+        predicate every module asks."""
+        return self.centred and self.has_beta
+
+    @property
     def algorithm(self) -> str:
         """The built-in algorithm family that computes its statistics (two_pass or rms)."""
         return "two_pass" if self.centred else "rms"
@@ -77,7 +83,7 @@ class Norm:
         s = self.name
         if not self.has_gamma:
             s += ", no γ"
-        if self.centred and not self.has_beta:
+        if self.centred and not self.reads_beta:
             s += ", no β"
         if self.reference != "exact":
             s += f", {self.reference} definition"

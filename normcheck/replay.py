@@ -13,6 +13,8 @@ name.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from normcheck import formats
@@ -46,16 +48,17 @@ def _case(case):
 
 
 def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
-    from normcheck.check import backward as cb
-    from normcheck.check.tolerances import TOLERANCES
+    from normcheck.check import backward_case as bc
+    from normcheck.check.backward import compare_role
 
     x, c = case["x"], _case(case)
-    fmt = formats.of_dtype(x.dtype)
     outs = target(c)
-    n = norm  # resolved as the backward check resolves it
-    ref = cb.backward_reference(n, c, bw["mode"], bw["stats"], target.formats, fmt, case["eps"])
-    E = cb.backward_bounds(n, c, bw["mode"], ref, case["eps"])
-    scale = cb.term_scales(n, c, bw["mode"], case["eps"])
+    # the norm resolved as the backward check resolves it
+    plan = bc.Plan(norm=norm, fmt=formats.of_dtype(x.dtype), formats=target.formats,
+                   stats=bw["stats"], mode=bw["mode"], eps=case["eps"])
+    ref = bc.reference(plan, c)
+    E = bc.sound_bounds(plan, c, ref)
+    scale = bc.term_scales(plan, c)
     refs = {"dx": ref.dx, "d_residual": ref.dx, "dgamma": ref.dgamma, "dbeta": ref.dbeta}
     failed = False
     lines = [f"case {path}: {x.shape[0]} row(s) of {x.shape[1]}, backward ({bw['stats']} "
@@ -64,9 +67,8 @@ def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
     for role in ("dx", "d_residual", "dgamma", "dbeta"):
         if role not in outs or refs[role] is None:
             continue
-        f, st = cb.compare_role(role, refs[role], outs[role], E[role],
-                            TOLERANCES[refs[role].fmt.name], "replay", c, n, scale[role],
-                            case["eps"])
+        f, st = compare_role(plan, role, refs[role], outs[role], E[role], c, "replay",
+                             scale[role])
         lines.append(f"  {role}: max {st['max_ulp']:.4g} ulp, p99 {st['p99_ulp']:.4g}, "
                      f"{st['max_scaled']:.4g} ulp of the terms, {st['of_bound']:.3g}x the sound "
                      f"bound" + (f" -- {f.detail}" if f else ""))
@@ -77,10 +79,12 @@ def _replay_backward(case, path, target, spec, norm, bw, backend, notes) -> str:
 
 
 def _replay_quant(case, path, target, norm, contract, backend, notes) -> str:
+    from normcheck.check.engine import Setup
     from normcheck.check.quantised import CLASSES, QuantisedJudge
 
     x, c = case["x"], _case(case)
-    judge = QuantisedJudge(target, norm, formats.of_dtype(x.dtype), contract, eps=case["eps"])
+    judge = QuantisedJudge(target, Setup(norm=norm, fmt=formats.of_dtype(x.dtype),
+                                         contract=contract, eps=case["eps"]))
     m, fails = judge.measure("replay", c)
     head = (f"case {path}: {x.shape[0]} row(s) of {x.shape[1]}, eps={float(case['eps'])!r}, "
             f"contract {contract.describe()}" + (f" -- {case['note']}" if case["note"] else ""))
@@ -106,6 +110,7 @@ def replay(path, backend="cpu", variant=None, run_embedded=False) -> Replayed:
     """Rerun a saved case on its kernel (or on the built-in ``variant``), judge it under the
     check's rule and describe the comparison with the oracle (module docstring)."""
     from normcheck import kernels
+    from normcheck.check.engine import Setup
     from normcheck.check.judge import ForwardJudge
 
     case = load_case(path)
@@ -117,8 +122,8 @@ def replay(path, backend="cpu", variant=None, run_embedded=False) -> Replayed:
             raise invalid("--variant", v.name, f"a {formats.of_dtype(x.dtype).name} variant "
                           "(the case's rows)")
         target, label = kernels.target(v, backend), v.name
-        norm, fmt, out = kernels.oracle_norm(v), v.fmt, v.fmt
-        convention = v.convention or "exact"
+        setup = Setup(norm=kernels.oracle_norm(v), fmt=v.fmt, out=v.fmt,
+                      convention=v.convention or "exact", eps=eps, backend=backend)
     elif k.get("source") or k.get("source_text"):
         from normcheck.check.resolve import resolve_case
 
@@ -129,15 +134,16 @@ def replay(path, backend="cpu", variant=None, run_embedded=False) -> Replayed:
                                     notes)
         if target.quant is not None:
             return _replay_quant(case, path, target, norm, target.quant, backend, notes)
-        label, fmt, out = target.label, formats.of_dtype(x.dtype), target.out
-        convention = spec.convention or "exact"
+        label = target.label
+        setup = dataclasses.replace(res.setup(), fmt=formats.of_dtype(x.dtype), eps=eps,
+                                    stats_roles=(), desc={})
     else:
         raise invalid("case", str(path), "a case of a built-in variant or a CUDA kernel",
                       f"a Python callable ({k.get('callable')}) cannot be replayed from a file; "
                       "call it on the saved rows (normcheck.replay.load_case)")
     head = (f"case {path}: {x.shape[0]} row(s) of {x.shape[1]}, eps={float(eps)!r}"
             + (f" -- {case['note']}" if case["note"] else ""))
-    judge = ForwardJudge(target, norm, fmt, out, convention=convention, eps=eps, backend=backend)
+    judge = ForwardJudge(target, setup)
     m, fails = judge.measure("replay", c)
     lines = [head] + [f"note: {n}" for n in notes]
     if m is None:  # the launch failed: a fault, under its own name

@@ -7,8 +7,10 @@ how to launch -- one launch::
     source = "rms_norm.cu"                # relative to the spec; or give the .cu on the command line
     entry = "rms_norm_kernel<__half>"     # a template instantiation (or a plain name)
     norm = "rmsnorm"                      # a name of normcheck.norms.FLAGS: layernorm, rmsnorm, gemma_rmsnorm, add_*
-    dtype = "fp16"                        # storage of x (and of γ, β, h unless an arg says otherwise)
+    dtype = "fp16"                        # every role's format (unless said otherwise below)
     out_dtype = "fp16"                    # y's format when it differs from x's
+    dtypes = { x = "e4m3", gamma = "fp32" }  # a role's own: x, residual, h, gamma, beta, y,
+                                          # mean, rstd (x: fp32/fp16/bf16/e4m3; others storage)
     convention = "stored"                 # fused kernels: normalise the "exact" or the "stored" sum
     reference = "exact"                   # or "hf": Hugging Face's Llama RMSNorm (x̂ rounded, then ·γ)
     eps = 1e-6                            # only when ε is fixed inside the kernel
@@ -107,9 +109,9 @@ from normcheck import formats, norms
 from normcheck.errors import SpecError
 
 __all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "default_spec", "QUANT_ROLES",
-           "default_backward_spec", "evaluate",
-           "evaluate_dims", "ROLES", "NORMS", "INPLACE", "scalar_type", "convert", "ROW_GRADS",
-           "PARAM_GRADS", "GRADS", "ROW_OUTPUTS", "STAT_ROLES"]
+           "default_backward_spec", "evaluate", "evaluate_dims", "ROLES", "NORMS", "INPLACE",
+           "scalar_type", "convert", "parse_dtypes", "DTYPE_ROLES", "ROW_GRADS", "PARAM_GRADS",
+           "GRADS", "ROW_OUTPUTS", "STAT_ROLES"]
 
 NORMS = norms.NORMS
 ROW_ROLES = ("output", "input", "residual", "h", "dy", "dx", "dh", "d_residual", "y")
@@ -143,7 +145,7 @@ FLOAT_TYPES = ("float32", "float", "float64", "float16", "half", "bfloat16")
 _ARG_KEYS = {"role", "dtype", "type", "value", "stride", "name", "size", "fill", "fields",
              "offset", "of"}
 _LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host", "num_warps"}
-_TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "convention", "eps", "cols",
+_TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "dtypes", "convention", "eps", "cols",
              "cols_multiple_of", "launch", "args", "source", "defines", "include", "reference",
              "backward", "stats", "arch", "quant", "deterministic", "max_elements"}
 
@@ -194,6 +196,7 @@ class KernelSpec:
     norm: str | None = None
     dtype: str | None = None
     out_dtype: str | None = None
+    dtypes: dict = field(default_factory=dict)  # a role's own format: {role: name}
     convention: str | None = None
     reference: str | None = None
     eps: float | None = None  # fixed inside the kernel
@@ -248,7 +251,7 @@ def _show(value) -> str:
 
 
 def _err(where, key, value, expected, fix=None):
-    msg = f"{where}: {key}={_show(value)}: expected {expected}"
+    msg = f"{where}: {key + '=' if key else ''}{_show(value)}: expected {expected}"
     return SpecError(msg + (f". {fix}" if fix else ""))
 
 
@@ -434,8 +437,8 @@ def _parse_arg(a, w, in_struct=False) -> ArgSpec:
         raise _err(w, "role", role, f"one of {', '.join(ROLES)}")
     else:
         roles = (role,)
-    if "dtype" in a and a["dtype"] not in formats.FORMATS:
-        raise _err(w, "dtype", a["dtype"], "fp32, fp16 or bf16")
+    if "dtype" in a:
+        _check_dtype(w, "dtype", roles[0], a["dtype"])
     if "type" in a and a["type"] not in _SCALAR_TYPES:
         raise _err(w, "type", a["type"], f"one of {', '.join(_SCALAR_TYPES)}")
     if role == "const" and "value" not in a:
@@ -546,7 +549,10 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
     for k in ("dtype", "out_dtype"):
         v = getattr(spec, k)
         if v is not None and v not in formats.FORMATS:
-            raise _err(where, k, v, "fp32, fp16 or bf16")
+            raise _err(where, k, v, "fp32, fp16 or bf16", "an fp8 input is x's own: "
+                       "dtypes = { x = \"e4m3\" }" if v in formats.ROWS else None)
+    if "dtypes" in data:
+        spec.dtypes = parse_dtypes(data["dtypes"], f"{where}: dtypes")
     if spec.convention not in (None, "exact", "stored"):
         raise _err(where, "convention", spec.convention, '"exact" or "stored"')
     if spec.reference not in (None,) + norms.REFERENCES:
@@ -813,6 +819,44 @@ def evaluate(expr: str, rows: int, cols: int, where: str = "expression", real: b
                                                       if real else ""))
 
     return float(ev(tree)) if real else int(ev(tree))
+
+
+#: A role's name in ``dtypes`` (and --dtypes): the spec's role, or x / y for input / output.
+ROLE_NAMES = {"x": "input", "y": "output"}
+#: The roles a format may be given to.
+DTYPE_ROLES = ("input", "residual", "h", "gamma", "beta", "output", "mean", "rstd", "dy", "dx",
+               "dgamma", "dbeta", "dh", "d_residual", "y")
+
+
+def _check_dtype(where, key, role, value):
+    allowed = formats.ROWS if role in ("input", "residual") else tuple(formats.FORMATS)
+    if value not in allowed:
+        raise _err(where, key, value, f"one of {', '.join(allowed)} for {role}",
+                   "fp8 (e4m3) is an input rows' format; fp8 outputs are a quantised check's "
+                   "[quant]" if value in formats.REGISTRY else None)
+
+
+def parse_dtypes(table, where: str = "dtypes") -> dict:
+    """{role: format name} of a ``dtypes`` table (the spec's) or ``x=e4m3,gamma=fp32`` (the
+    command line's --dtypes): each role's own format, checked."""
+    if isinstance(table, str):
+        pairs = {}
+        for part in filter(None, (p.strip() for p in table.split(","))):
+            k, eq, v = part.partition("=")
+            if not eq or not k.strip() or not v.strip():
+                raise _err(where, "", table, "role=format pairs, e.g. x=e4m3,gamma=fp32,y=bf16")
+            pairs[k.strip()] = v.strip()
+        table = pairs
+    if not isinstance(table, dict):
+        raise _err(where, "", table, "a table of role = format", 'e.g. { x = "e4m3" }')
+    out = {}
+    for k, v in table.items():
+        role = ROLE_NAMES.get(k, k)
+        if role not in DTYPE_ROLES:
+            raise _err(where, k, v, f"a role: x, y or one of {', '.join(DTYPE_ROLES)}")
+        _check_dtype(where, k, role, v)
+        out[role] = v
+    return out
 
 
 def scalar_type(a: ArgSpec):

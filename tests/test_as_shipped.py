@@ -95,11 +95,12 @@ static void host_only() {{ }}
 extern "C" __global__ void norm_f32(const float* x, float* dst, const int ncols, const float eps) {{
   const int row = blockIdx.x, tid = threadIdx.x;
   float s = 0.0f, q = 0.0f;
-  for (int c = tid; c < ncols; c += 32) {{ const float v = x[row * ncols + c]; s += v; q += v * v; }}
+  x += (size_t)row * ncols; dst += (size_t)row * ncols;  // 64-bit row offsets, as ggml's
+  for (int c = tid; c < ncols; c += 32) {{ const float v = x[c]; s += v; q += v * v; }}
   for (int o = 16; o > 0; o >>= 1) {{ s += __shfl_xor_sync(0xffffffff, s, o); q += __shfl_xor_sync(0xffffffff, q, o); }}
   const float mean = s / ncols, var = q / ncols - mean * mean;
   const float inv = rsqrtf(var + eps);
-  for (int c = tid; c < ncols; c += 32) dst[row * ncols + c] = (x[row * ncols + c] - mean) * inv;
+  for (int c = tid; c < ncols; c += 32) dst[c] = (x[c] - mean) * inv;
 }}
 """)
     spec = tmp_path / "norm.toml"

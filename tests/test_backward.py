@@ -13,7 +13,7 @@ import pytest
 
 from normcheck import bounds, errors, formats, kernels, oracle
 from normcheck.oracle import backward as ob
-from normcheck.check.backward import check_backward
+from normcheck.check import check_backward
 from paths_support import beside
 
 BW = kernels.CUDA_SRC / "backward.cu"

@@ -13,7 +13,7 @@ from headline_support import assert_headline_agrees
 from normcheck import check
 from normcheck.oracle import backward as oracle_backward
 from normcheck import spec as specs
-from normcheck.check.backward import check_backward
+from normcheck.check import check_backward
 from paths_support import beside
 
 HERE = Path(__file__).parent

@@ -30,8 +30,11 @@ def test_the_struct_argument_carries_every_pointer_and_the_host_launcher_runs_th
     assert not [f for f in r.failures if "rstd" in f.detail]  # rstd written through the struct
     host = check.check_kernel(spec=STYLES / "rms_host.toml", search=0, examples=8)
     direct = check.check_kernel(spec=STYLES / "rms_aligned.toml", search=0, examples=8)
+    # the large-index run is a direct launch's (not made through a host launcher)
+    same = [f.family for f in host.families]
+    assert same == [f.family for f in direct.families if f.family != "large_index"]
     assert [f.max_ulp for f in host.families] == pytest.approx(
-        [f.max_ulp for f in direct.families], abs=0.51)  # one ulp of difference at most
+        [f.max_ulp for f in direct.families if f.family in same], abs=0.51)  # one ulp at most
 
 
 def test_an_entry_behind_an_arch_guard_says_which_guard_and_what_reveals_it():

@@ -46,9 +46,10 @@ class SqrtJudge(engine.Judge):
 def _run(fn, fams=("a", "b")):
     judge = SqrtJudge(fn)
     res, fails, warns = engine.run_families(judge, list(fams), 4)
-    r = engine.assemble(kernel="sqrt", norm=norms.get("rmsnorm"), dtype="fp32",
-                        out_dtype="fp32", backend="cpu", failures=fails, warnings=warns,
-                        families=res, tolerance=TOLERANCES["fp32"], t0=0.0, max_ulp=0.0)
+    r = engine.assemble(engine.Findings(
+        kernel="sqrt", norm=norms.get("rmsnorm"), dtype="fp32", out_dtype="fp32",
+        backend="cpu", failures=fails, warnings=warns, families=res,
+        tolerance=TOLERANCES["fp32"], t0=0.0, max_ulp=0.0))
     return judge, res, r
 
 
@@ -82,8 +83,9 @@ def test_a_kernel_that_hung_is_not_launched_again_and_its_launch_is_kept():
 def test_every_judge_plans_odd_row_counts():
     """One rule of rows (engine.odd_rows: a partial last tile), in each kind's plan -- the
     quantised check once re-inlined its own copy."""
-    fwd = ForwardJudge(None, norms.get("rmsnorm"), "fp32", "fp32")
-    q = QuantisedJudge(None, "rmsnorm", "bf16", qcontract.preset("vllm", "per_token"))
+    fwd = ForwardJudge(None, engine.Setup(norm=norms.get("rmsnorm"), fmt="fp32"))
+    q = QuantisedJudge(None, engine.Setup(norm="rmsnorm", fmt="bf16",
+                                          contract=qcontract.preset("vllm", "per_token")))
     from normcheck import families
 
     plans = [fwd.plan(f, 8) for f in ("gaussian", "offset")] + \
@@ -93,3 +95,38 @@ def test_every_judge_plans_odd_row_counts():
     plans += [bj.plan(f, 8) for f in families.BACKWARD_FAMILIES]
     rows = [r for p in plans for r, _ in p]
     assert rows and all(r % 2 == 1 for r in rows), rows
+
+
+def test_a_fourth_kind_is_one_class_registered(monkeypatch):
+    """Kinds of check are dispatched through normcheck.check.kinds (#46): a class registered
+    there is reached by the API with nothing else edited -- here one claiming every forward
+    check ahead of the built-in kinds, judging its target with the toy judge above."""
+    from normcheck import check
+    from normcheck.check import kinds
+
+    monkeypatch.setattr(kinds, "KINDS", list(kinds.KINDS))
+    before = [k.name for k in kinds.KINDS]
+    assert before[:3] == ["backward", "quantised", "forward"]  # by precedence
+
+    @kinds.register
+    class Sqrt(kinds.Kind):
+        name, precedence = "sqrt", 0
+
+        @staticmethod
+        def claims(backward, contract):
+            return not backward and contract is None
+
+        def judge(self, target, setup, runs):
+            def sqrt(case, guard=None):
+                return {"output": np.sqrt(case.x)}
+
+            judge = SqrtJudge(sqrt)
+            res, fails, warns = engine.run_families(judge, ["a"], runs.examples)
+            return engine.assemble(engine.Findings(
+                kernel="sqrt", norm=setup.norm, dtype="fp32", out_dtype="fp32",
+                backend="cpu", failures=fails, warnings=warns, families=res,
+                tolerance=TOLERANCES["fp32"], t0=0.0, max_ulp=0.0))
+
+    r = check.check_callable(lambda x, g, b, eps: x, "rmsnorm", "fp32", examples=4, search=0)
+    assert r.kernel == "sqrt" and r.verdict == "pass"  # the identity would have failed
+    assert isinstance(kinds.of(True, None), check.backward.Backward)

@@ -273,6 +273,59 @@ def test_the_quantised_domain_imports_nothing_from_the_checks():
     assert not wrong, wrong
 
 
+#: The numeric core (#46): the formats, the oracle, the bounds, the metrics and the families.
+NUMERIC_CORE = ("normcheck.formats", "normcheck.oracle", "normcheck.bounds", "normcheck.metrics",
+                "normcheck.families")
+
+
+def test_the_numeric_core_imports_nothing_of_the_kernels_or_the_backends():
+    """The core stands on the ground: none of its modules imports the built-in catalogue or a
+    backend, at any level (its compiled parts are built and loaded by normcheck.native, the one
+    loader), and importing the bounds loads at most 3 of normcheck's modules."""
+    edges, _ = _imports()
+    core = [m for m in edges if any(m == c or m.startswith(c + ".") for c in NUMERIC_CORE)]
+    assert len(core) >= 8, core
+    wrong = sorted(f"{m} -> {d}" for m in core for d in edges[m]
+                   if d.startswith(("normcheck.kernels", "normcheck.backends")))
+    assert not wrong, wrong
+    out = subprocess.run([sys.executable, "-c", "import sys, normcheck.bounds; print(sorted("
+                          "m for m in sys.modules if m.startswith('normcheck')))"],
+                         capture_output=True, text=True, check=True).stdout
+    loaded = eval(out)
+    assert len(loaded) <= 3, loaded
+    # one loader: only normcheck.native opens a compiled library of normcheck's own
+    loaders = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "normcheck").rglob("*.py")
+                     if "ctypes.CDLL(str(path))" in p.read_text())
+    assert loaders == ["normcheck/native.py"], loaders
+
+
+def test_no_function_of_the_check_takes_more_than_8_parameters():
+    """The check carries objects (#46: CheckOptions, Resolved, Setup, Runs, Findings, Plan):
+    no function in check/ takes more than 8 parameters (self, *args and **kw counted)."""
+    import ast
+
+    wide = []
+    for p in sorted((ROOT / "normcheck" / "check").glob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + \
+                    (a.vararg is not None) + (a.kwarg is not None)
+                if n > 8:
+                    wide.append(f"{p.name}:{node.lineno} {node.name} ({n})")
+    assert not wide, wide
+
+
+def test_one_predicate_says_whether_a_norm_reads_beta():
+    """Norm.reads_beta, asked everywhere: "centred and has β" is not derived again."""
+    hits = []
+    for p in (ROOT / "normcheck").rglob("*.py"):
+        for i, line in enumerate(p.read_text().splitlines(), 1):
+            if re.search(r"centred and [\w.]*has_beta|has_beta and [\w.]*centred", line):
+                hits.append(f"{p.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert hits == ["normcheck/norms.py:62: return self.centred and self.has_beta"], hits
+
+
 def test_no_module_outside_the_backends_compares_a_backend_name():
     """What a backend can do is its Capabilities (host launches, block orders, fill bytes, device
     timings ...), asked by every check and the report: a second GPU library is one backend (#33)."""

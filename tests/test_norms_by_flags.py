@@ -93,7 +93,10 @@ def test_the_command_line_and_the_api_share_one_options_object(tmp_path):
     assert (opts.spec, opts.search, opts.examples, opts.backward) == (str(spec), 0, 4, False)
     assert run(opts).verdict == "pass"
     with pytest.raises(errors.InvalidArgument, match="--rows=5: expected nothing with --backward"):
-        CheckOptions(spec=spec, backward=True, rows=5).backward_kwargs()
+        CheckOptions(spec=spec, backward=True, rows=5).for_backward()
     with pytest.raises(errors.InvalidArgument, match="--orders=3: expected nothing without"):
-        CheckOptions(spec=spec, orders=3).forward()
+        CheckOptions(spec=spec, orders=3).for_forward()
+    with pytest.raises(errors.InvalidArgument, match="colour='red': expected one of "
+                       "check_kernel's options"):
+        CheckOptions.of(spec=spec, colour="red")
     assert isinstance(args, argparse.Namespace)

@@ -139,9 +139,10 @@ def test_a_buffer_in_another_format_names_the_dtype_to_check_it_with(tmp_path, m
 
 
 def test_half_eps_reaches_the_oracle_as_the_kernel_receives_it():
+    from normcheck.check import CheckOptions
     from normcheck.check.resolve import resolve
 
-    r = resolve(spec=DIR / "ort_half_eps.toml")
+    r = resolve(CheckOptions(spec=DIR / "ort_half_eps.toml"))
     assert r.eps == np.float32(np.float16(np.float32(1e-5)))
     assert r.eps != np.float32(1e-5)
 

@@ -175,6 +175,7 @@ class Capabilities:
 
     host_launches: bool = False  # a spec's host entry (a launcher function) runs
     block_orders: bool = False   # launches take schedule=, seed=, workers=: the order blocks run in
+    warp_orders: bool = False    # and schedule="warps": a block's warps alone in another order
     fill: bool = False           # launches take fill=: undefined values made of another byte
     block_subsets: bool = False  # launches take blocks=(mask, value): a part of the grid
     sparse_rows: bool = False    # arrays may be SparseRows (the large-index run)

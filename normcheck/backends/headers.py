@@ -26,7 +26,6 @@ import importlib.util
 import os
 import re
 import shutil
-import sys
 import tempfile
 import zipfile
 from pathlib import Path

@@ -20,6 +20,8 @@ rows and compared with what the kernel wrote:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from normcheck import formats
@@ -47,6 +49,8 @@ CAUSES = {
                     "bit"),
     "partial_reduction": ("a partial reduction: the statistics of each warp's columns only, "
                           "never combined across the block", "bit"),
+    "weights_storage": ("γ and β rounded to the rows' format before use (wider master "
+                        "weights read at the rows' precision)", "bit"),
     "beta_twice": ("β added twice (y − exact = β on every element)", "bit"),
     "gamma_twice": ("γ applied twice (y = γ²·x̂ + β)", "bit"),
     "count_divisor": ("a wrong count or divisor: the statistics divided by another number than "
@@ -107,8 +111,24 @@ def order_text(order) -> str:
     return "a pairwise tree over the row (a shared-memory tree, tl.sum)"
 
 
-def _models(norm, fmt, out, x, g, b, mean, var, eps):
+class Rows(NamedTuple):
+    """The rows as the causes see them: the norm, the rows' storage format, x (float64: the
+    sum a fused kernel normalises), the weights as applied (γ -- 1+γ for Gemma -- and β, float64),
+    the exact mean (None for RMSNorm) and variance of each row, and ε."""
+
+    norm: object
+    fmt: object
+    x: np.ndarray
+    g: np.ndarray
+    b: np.ndarray
+    mean: np.ndarray | None
+    var: np.ndarray
+    eps: float
+
+
+def _models(rows: Rows, out):
     """{cause: y (float64, before the output rounding) or a callable giving the rounded y}."""
+    norm, fmt, x, g, b, mean, var, eps = rows
     S = fmt
     D = x.shape[1]
     mu = mean[:, None] if mean is not None else 0.0
@@ -143,7 +163,7 @@ def _models(norm, fmt, out, x, g, b, mean, var, eps):
             m["exact_not_hf"] = y_of(r)
         if norm.has_gamma:  # Gemma's 1+γ and the plain γ mistaken for one another
             m["gemma_gamma"] = (ge - 1.0 if norm.gemma else ge + 1.0) * d * r + b
-        m.update(_shape_models(norm, x, ge, b, mean, var, eps, d, r))
+        m.update(_shape_models(rows, d, r))
         # partial reductions: each warp using its own sums as the row's
         for B, grp in warp_groups(D):
             mu_p = np.zeros_like(x)
@@ -176,18 +196,22 @@ def _next_pow2(n: int) -> int:
     return p
 
 
-def _shape_models(norm, x, g, b, mean, var, eps, d, r) -> dict:
+def _shape_models(rows: Rows, d, r) -> dict:
     """The models of bugs that change the shape of the output, not the variance's accuracy:
     β or γ applied twice; the statistics divided by a count that is not the row's width (a
     block size, the next power of two); the row's tail left out of the sums; a block's padding
     lanes in the variance; sums carried from the previous row; a Welford merge with equal
     weights; and, on constant rows, the mean a sound two-pass kernel rounds."""
+    norm, S, x, g, b, mean, var, eps = rows
     R, D = x.shape
     m = {}
     mu = mean[:, None] if mean is not None else 0.0
     v = var[:, None]
     if norm.centred and np.any(b != 0):
         m["beta_twice"] = g * d * r + 2 * b
+    gS, bS = S.round_array(g), S.round_array(b)
+    if np.any(gS != g) or np.any(bS != b):  # weights wider than the rows, read at their format
+        m["weights_storage"] = gS * d * r + bS
     if norm.has_gamma and np.any(g != 1):
         m["gamma_twice"] = g * g * d * r + b
     sq = (d * d).sum(axis=1, keepdims=True)
@@ -308,7 +332,7 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
         case.gamma.astype(np.float64)
     if norm.gemma:
         g = 1.0 + g
-    b = np.zeros(D) if case.beta is None or not (norm.centred and norm.has_beta) else \
+    b = np.zeros(D) if case.beta is None or not norm.reads_beta else \
         case.beta.astype(np.float64)
     mean = ref.mean.exact if norm.centred and ref.mean is not None else None
     var = ref.var.exact
@@ -319,9 +343,9 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
         return None
     # a NaN matches any NaN: only finite answers tell one cause from another bit for bit
     fin = bad & np.isfinite(yk)
+    rows = Rows(norm, fmt, x, g, b, mean, var, eps)
     if int(fin.sum()) == 0:  # no finite element off to tell causes apart bit for bit
-        return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad) or \
-            _nonfinite(norm, fmt, x, mean, var, eps, yk, ref, bad)
+        return _statistical(rows, yk, bad) or _nonfinite(rows, yk, ref, bad)
     few = int(fin.sum()) < 4  # a model must then reproduce every one of them
     d_exact = _distance(out, yk, ref.rounded.astype(np.float64))
     # bit for bit where the output has 16 bits or fewer: the float arithmetic of a kernel moves
@@ -331,7 +355,7 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
     # float error shows
     low = out.precision < 24
     best, best_key = None, None
-    models = _models(norm, fmt, out, x, g, b, mean, var, eps)
+    models = _models(rows, out)
     keys = [k for k in CAUSES if k in models] + [k for k in models if isinstance(k, tuple)]
     e_mean = float(np.mean(np.where(np.isfinite(d_exact[fin]), d_exact[fin], 1e300)))
     scored = {}
@@ -380,8 +404,7 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
         how = "bit for bit" if low else "to within 1 ulp"
         return Cause(f"{what} (reproduces the kernel {how} on {hit}/{n} of the elements off)",
                      name, "exact" if hit == n else "bit", what)
-    return _statistical(norm, fmt, x, g, b, mean, var, eps, yk, bad) or \
-        _nonfinite(norm, fmt, x, mean, var, eps, yk, ref, bad)
+    return _statistical(rows, yk, bad) or _nonfinite(rows, yk, ref, bad)
 
 
 def _sum(vals, rnd, order):
@@ -504,7 +527,7 @@ def _implied(norm, x, g, b, eps, y, rows):
     return out
 
 
-def _statistical(norm, fmt, x, g, b, mean, var, eps, y, bad):
+def _statistical(rows_: Rows, y, bad):
     """One-pass or storage sums, from the statistics each row's output implies (rstd and mean
     fitted to y), against what those causes give in the usual summation orders.  A row is
     evidence for a cause when the cause moves the variance by more than 30x what sound float
@@ -513,6 +536,7 @@ def _statistical(norm, fmt, x, g, b, mean, var, eps, y, bad):
     cancellation leaves (0.05 to 4D times u·E[x²]) and more than 10x both the square of the
     mean's error (which is what a sound two-pass kernel with a poor mean shows) and 30x what a
     sound float kernel leaves."""
+    norm, fmt, x, g, b, mean, var, eps = rows_
     rows = np.nonzero(bad.any(axis=1))[0]
     if rows.size == 0 or x.shape[1] > 16384:
         return None
@@ -575,9 +599,10 @@ def _grows_with_kappa(off, v, mu) -> bool:
     return bool(np.isfinite(corr) and corr > 0.3)
 
 
-def _nonfinite(norm, fmt, x, mean, var, eps, y, ref, bad):
+def _nonfinite(rows_: Rows, y, ref, bad):
     """NaN answers for finite exact values on offset rows: the one-pass variance came out
     negative (checked against the one-pass variance in the usual orders)."""
+    norm, fmt, x, _, _, mean, var, eps = rows_
     if not norm.centred:
         return None
     t = ref.exact

@@ -13,8 +13,11 @@ with any failure, else warn with any warning, else pass), the headline cause
 (``causes.headline``: the strongest evidence, then the widest), choose the rows to save (the
 launch that faulted, else the worst row) and build the :class:`CheckResult`.
 
-    result = assemble(kernel=..., norm=..., ..., failures=f, warnings=w, families=fr,
-                      save=lambda verdict: path_or_None, t0=t0)
+    result = assemble(Findings(kernel=..., norm=..., ..., failures=f, warnings=w,
+                               families=fr, save=lambda verdict: path_or_None, t0=t0))
+
+:class:`Setup` is what a judge is told of the check (norm, formats, ε, seed, widths ...) and
+:class:`Runs` how much it runs: one object each, from the command line to the verdict.
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ from normcheck.check.result import CheckResult
 from normcheck.check.tolerances import Verdict
 from normcheck.errors import FATAL, FailureKind, KernelError
 
-__all__ = ["Judge", "Failure", "FamilyOutcome", "WorstRow", "unique", "assemble",
-           "saver", "run_families", "FamilyState", "odd_rows", "with_notes",
-           "undefined_dependence", "check_h"]
+__all__ = ["Judge", "Failure", "FamilyOutcome", "WorstRow", "Setup", "Runs", "Findings",
+           "unique", "assemble", "saver", "run_families", "FamilyState", "odd_rows",
+           "with_notes", "undefined_dependence", "check_h"]
 
 
 @dataclass
@@ -301,27 +304,93 @@ def saver(judge: Judge, worst, path, kernel: dict, label, what: str = "",
     return save
 
 
-def assemble(*, kernel, norm, dtype, out_dtype, backend, failures, warnings, families,
-             tolerance, t0, save=None, key=None, norm_desc=None, reference=None, worst=None,
-             max_ulp=None, rows_checked=None, arch=None, **fields) -> CheckResult:
-    """The CheckResult of a judge's findings.  ``save(verdict)`` saves the counterexample when
-    the check's rule asks for one and returns its path (or None); ``key`` deduplicates (default
-    a kind per family); ``max_ulp``/``rows_checked`` default to the families' largest and sum;
-    ``fields`` go to the result as they are (baseline_note, search, detail ...)."""
-    uniq = unique(failures, key) if key is not None else unique(failures)
-    for f in uniq:  # a fault heads the verdict: it is the cause, whatever else was off
-        if f.cause is None:
-            f.cause = fault(f.kind, f.detail)
-    verdict = Verdict.of(uniq, warnings)
-    cause = headline([(f.family, f.cause) for f in uniq + list(warnings)])
-    ce = save(verdict) if save is not None else None
-    be = get_backend(backend)
+@dataclass
+class Setup:
+    """What a judge is told of the check beyond its target: the norm as judged, the formats
+    (``fmt`` the rows' storage -- fp8's carrier --, ``out`` y's, or the quantised ``contract``),
+    ε as the kernel receives it, the fused convention, the backend the yardsticks run on, the
+    seed, the widths the kernel takes and their multiple, the statistics it writes, the
+    architecture presented, the description a counterexample file keeps, the tolerance."""
+
+    norm: object
+    fmt: object
+    out: object = None
+    contract: object = None
+    convention: str = "exact"
+    eps: np.float32 = np.float32(1e-5)
+    backend: object = "cpu"
+    seed: int = 0
+    cols_range: tuple = (1, 8192)
+    multiple_of: int = 1
+    stats_roles: tuple = ()
+    arch: int | None = None
+    desc: dict = field(default_factory=dict)
+    tolerance: object = None
+
+
+@dataclass
+class Runs:
+    """How much a check runs: ``examples`` rows a family, a ``search`` of that many examples,
+    a ``long`` run ((rows, cols) or None) with its ``progress``, and where to save the rows
+    (``save``: a path, or None for ./.normcheck/ on a fail)."""
+
+    examples: int = 64
+    search: int = 0
+    long: tuple | None = None
+    save: str | None = None
+    progress: object = None
+
+
+@dataclass
+class Findings:
+    """What a judge found, for :func:`assemble`: the kernel, norm, formats and backend it names;
+    the failures, warnings and family results; the tolerance; when it started (``t0``); the
+    ``save`` hook (verdict -> the saved file or None); ``key`` (deduplication: a kind per family
+    by default); ``norm_desc``/``reference`` (the norm's own by default); the worst row;
+    ``max_ulp``/``rows_checked`` (the families' by default); the architecture presented; and the
+    result's other fields as they are (baseline_note, search, detail ...)."""
+
+    kernel: str
+    norm: object
+    dtype: str
+    out_dtype: str
+    backend: object
+    failures: list
+    warnings: list
+    families: list
+    tolerance: object
+    t0: float
+    save: object = None
+    key: object = None
+    norm_desc: str | None = None
+    reference: str | None = None
+    worst: object = None
+    max_ulp: float | None = None
+    rows_checked: int | None = None
+    arch: object = None
+    fields: dict = field(default_factory=dict)
+
+
+def assemble(f: Findings) -> CheckResult:
+    """The CheckResult of a judge's findings (see the module docstring)."""
+    uniq = unique(f.failures, f.key) if f.key is not None else unique(f.failures)
+    for x in uniq:  # a fault heads the verdict: it is the cause, whatever else was off
+        if x.cause is None:
+            x.cause = fault(x.kind, x.detail)
+    verdict = Verdict.of(uniq, f.warnings)
+    cause = headline([(x.family, x.cause) for x in uniq + list(f.warnings)])
+    ce = f.save(verdict) if f.save is not None else None
+    be = get_backend(f.backend)
+    n = f.norm
     return CheckResult(
-        kernel=kernel, norm=norm.name, norm_desc=norm_desc or norm.describe(),
-        reference=reference or norm.reference, dtype=dtype, out_dtype=out_dtype,
+        kernel=f.kernel, norm=n.name, norm_desc=f.norm_desc or n.describe(),
+        reference=f.reference or n.reference, dtype=f.dtype, out_dtype=f.out_dtype,
         backend=be.name, verdict=verdict,
-        max_ulp=max([fr.max_ulp for fr in families] + [0.0]) if max_ulp is None else max_ulp,
-        rows_checked=sum(fr.rows for fr in families) if rows_checked is None else rows_checked,
-        failures=uniq, warnings=list(warnings), families=families, worst=worst,
-        tolerance=tolerance, seconds=time.perf_counter() - t0, counterexample=ce,
-        provenance=be.provenance({"arch": arch} if arch else None), cause=cause, **fields)
+        max_ulp=max([fr.max_ulp for fr in f.families] + [0.0]) if f.max_ulp is None
+        else f.max_ulp,
+        rows_checked=sum(fr.rows for fr in f.families) if f.rows_checked is None
+        else f.rows_checked,
+        failures=uniq, warnings=list(f.warnings), families=f.families, worst=f.worst,
+        tolerance=f.tolerance, seconds=time.perf_counter() - f.t0, counterexample=ce,
+        provenance=be.provenance({"arch": f.arch} if f.arch else None), cause=cause,
+        **f.fields)

@@ -27,12 +27,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from normcheck import bounds, families, formats, kernels, launch, metrics, norms, oracle
+from normcheck import bounds, families, formats, kernels, launch, metrics, oracle
 from normcheck import spec as specs
 from normcheck import measure as measure_mod
 from normcheck.check import diagnose, engine, hazards
 from normcheck.check.engine import FATAL, Failure, check_h, odd_rows, with_notes
-from normcheck.check.tolerances import BIAS, STATISTICS, TOLERANCES, Tolerance, Verdict
+from normcheck.check.tolerances import BIAS, STATISTICS, TOLERANCES, Verdict
 from normcheck.launch import Case
 
 __all__ = ["CHECK_FAMILIES", "Baseline", "Worst", "FamilyResult", "ForwardJudge",
@@ -40,6 +40,8 @@ __all__ = ["CHECK_FAMILIES", "Baseline", "Worst", "FamilyResult", "ForwardJudge"
 
 #: The families a check runs (``extremes`` is the report's business: see the module docstring).
 CHECK_FAMILIES = tuple(f for f in families.FAMILIES if f != "extremes")
+#: The family a check runs where γ or β is wider than the rows (ForwardJudge.families).
+WEIGHTS_FAMILY = "weights"
 
 
 @dataclass
@@ -143,22 +145,24 @@ class ForwardJudge(engine.Judge):
 
     Result = FamilyResult
 
-    def __init__(self, target, norm: norms.Norm, fmt, out, *, convention="exact",
-                 eps=np.float32(1e-5), backend="cpu", seed=0, cols_range=(1, 8192),
-                 cols_multiple_of=1, stats_roles=(), tolerance: Tolerance | None = None):
+    def __init__(self, target, setup: engine.Setup):
         super().__init__(target)
-        self.norm = norm
-        self.fmt = formats.get(fmt)
-        self.out = formats.get(out)
-        self.convention = convention or "exact"
-        self.eps = np.float32(eps)
-        self.backend = backend
-        self.seed = int(seed)
-        self.cols_range = tuple(cols_range)
-        self.multiple_of = int(cols_multiple_of)
-        self.stats_roles = tuple(stats_roles)
-        self.tol = tolerance or TOLERANCES[self.out.name]
+        self.norm = setup.norm
+        self.fmt = formats.get(setup.fmt)
+        self.out = formats.get(setup.out or setup.fmt)
+        self.convention = setup.convention or "exact"
+        self.eps = np.float32(setup.eps)
+        self.backend = setup.backend
+        self.seed = int(setup.seed)
+        self.cols_range = tuple(setup.cols_range)
+        self.multiple_of = int(setup.multiple_of)
+        self.stats_roles = tuple(setup.stats_roles)
+        self.tol = setup.tolerance or TOLERANCES[self.out.name]
         self.formats = dict(getattr(target, "formats", {}) or {})
+        #: the format x is stored in: ``fmt``, or fp8 (``fmt`` is then its carrier, fp16)
+        self.rows = self.formats.get("input", self.fmt)
+        if isinstance(self.rows, formats.Format):
+            self.rows = self.fmt
         self.baselines, self.baseline_note = self._baselines()
         self.hazards_done = False  # the grid in parts and the padded rows: once a check
         self.spreads = {}  # family -> {role: elements}: a kernel declared nondeterministic
@@ -170,6 +174,9 @@ class ForwardJudge(engine.Judge):
     # what runs as the yardstick -------------------------------------------------------------------
     def _baselines(self):
         n = self.norm
+        if self.rows is not self.fmt:
+            return [], (f"no built-in kernel reads {self.rows.name} rows: judged against the "
+                        "sound bound only")
         if self.out != self.fmt:
             return [], (f"no built-in kernel writes {self.fmt.name} rows to {self.out.name}: "
                         "judged against the sound bound only")
@@ -194,7 +201,7 @@ class ForwardJudge(engine.Judge):
         n = self.norm
         for v in self.baselines:
             c = Case(x=case.x, gamma=case.gamma if n.has_gamma else None,
-                     beta=case.beta if n.centred and n.has_beta else None,
+                     beta=case.beta if n.reads_beta else None,
                      residual=case.residual, eps=case.eps)
             y = kernels.run_case(v, c, self.backend)["output"]
             s = metrics.compare(ref, y, ordinal=False).scaled
@@ -204,12 +211,49 @@ class ForwardJudge(engine.Judge):
 
     # cases ------------------------------------------------------------------------------------------
     def case(self, family: str, rows: int, cols: int, seed, pooled: bool = False) -> Case:
+        if family == WEIGHTS_FAMILY:
+            return self._weights_case(rows, cols, seed)
         fmt = self.fmt
-        x = families.generate(family, fmt, rows, cols, seed=seed, pooled=pooled)
-        g, b = families.weights(fmt, cols, seed=self.seed)
+        x = families.generate(family, self.rows, rows, cols, seed=seed, pooled=pooled)
+        g, b = families.weights(self._own("gamma"), cols, seed=self.seed,
+                                beta_fmt=self._own("beta"))
         return self.make_case(x, g, b, families.generate(
             "gaussian", fmt, rows, cols, seed=seed, pooled=pooled) if self.norm.fused else None,
             self.eps)
+
+    def _own(self, role):
+        """A weight's own storage format (fp32 master weights beside bf16 rows), else the rows'."""
+        f = self.formats.get(role, self.fmt)
+        return f if isinstance(f, formats.Format) else self.fmt
+
+    @property
+    def wide_weights(self) -> bool:
+        """Whether γ or β is stored wider than the rows (fp32 master weights, bf16 rows)."""
+        return any(self._own(r).precision > self.rows.precision for r in ("gamma", "beta")
+                   if r in self.formats)
+
+    def families(self) -> tuple:
+        """The families this check runs: CHECK_FAMILIES, and where β is there to cancel and a
+        weight is wider than the rows, the weights family."""
+        extra = (WEIGHTS_FAMILY,) if self.wide_weights and self.norm.reads_beta else ()
+        return CHECK_FAMILIES + extra
+
+    def _weights_case(self, rows, cols, seed) -> Case:
+        """Mixed precision's family: γ and β at their own (wider) precision, β nearly
+        cancelling γ·x̂ on every row (each row one stored row scaled by a power of two, so x̂ is
+        the same on all of them): y ≈ γ·x̂/32, so a kernel that rounds its fp32 weights to the
+        rows' bf16 -- an error of 2^-9·|γ·x̂| -- is many of y's ulps off, where a sound float
+        kernel stays within one."""
+        rng = np.random.default_rng([self.seed, 0x77, rows, cols] + list(np.atleast_1d(seed)))
+        z = self.rows.cast(rng.standard_normal(cols)).astype(np.float64)
+        scale = np.ldexp(1.0, rng.integers(-2, 3, size=(rows, 1)))
+        x = self.rows.cast(z[None, :] * scale)
+        mu = z.mean()
+        xhat = (z - mu) / np.sqrt(((z - mu) ** 2).mean() + float(self.eps))
+        g = self._own("gamma").cast(1 + 0.1 * rng.standard_normal(cols))
+        u = rng.uniform(0.5, 1.0, cols)
+        b = self._own("beta").cast(-g.astype(np.float64) * xhat * (1 - u / 32))
+        return self.make_case(x, g, b, None, self.eps)
 
     def make_case(self, x, g, b, r, eps) -> Case:
         n = self.norm
@@ -219,8 +263,10 @@ class ForwardJudge(engine.Judge):
             return None if v is None else (v if v.dtype == f.dtype else
                                            f.cast(v.astype(np.float64)))
 
+        if self.rows is not self.fmt:  # fp8 rows (a search's draws): their values, carried
+            x = self.rows.cast(np.asarray(x).astype(np.float64))
         return Case(x=x, gamma=as_fmt(g, "gamma") if n.has_gamma else None,
-                    beta=as_fmt(b, "beta") if (n.centred and n.has_beta) else None,
+                    beta=as_fmt(b, "beta") if n.reads_beta else None,
                     residual=r if n.fused else None, eps=np.float32(eps))
 
     def reference(self, case: Case):
@@ -312,8 +358,14 @@ class ForwardJudge(engine.Judge):
         got = np.asarray(got)
         if launch.unwritten(got).any():
             i = int(np.argmax(launch.unwritten(got)))
-            return [Failure("unwritten", family, f"{role} of row {i} never written")]
-        got = got.astype(np.float64)
+            return [Failure("unwritten", family, f"{role} of row {i} never written",
+                            output=role)]
+        # judged in the format the kernel stores it in (Liger's mean and rstd are the rows'
+        # bf16): a sound kernel's float statistic, then one rounding to that format
+        fmt = self.formats.get(role) or formats.FP32
+        if not isinstance(fmt, formats.Format):
+            fmt = formats.FP32
+        got = fmt.from_storage(got) if got.dtype != fmt.dtype else got.astype(np.float64)
         t = sref.exact
         terms = bounds.sound_statistics(self.norm, rows, self.eps)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -321,8 +373,9 @@ class ForwardJudge(engine.Judge):
                 e = np.max([v[0] for v in terms.values()], axis=0)
             else:
                 e = np.max([v[1] * v[2] for v in terms.values()], axis=0)
-            e = bounds.SOUND_SAFETY * e + formats.FP32.ulp_array(t) / 2
-            allowed = np.maximum(e, STATISTICS.fail_floor * formats.FP32.ulp_array(t))
+            e = bounds.SOUND_SAFETY * e + formats.FP32.ulp_array(t) / 2 + \
+                (fmt.ulp_array(t) / 2 if fmt is not formats.FP32 else 0.0)
+            allowed = np.maximum(e, STATISTICS.fail_floor * fmt.ulp_array(t))
             err = np.abs(got - t)
             same = (got == t) | (np.isnan(t) & np.isnan(got))
             err = np.where(same, 0.0, np.where(np.isnan(err), np.inf, err))
@@ -330,15 +383,16 @@ class ForwardJudge(engine.Judge):
         if not over.any():
             return []
         i = int(np.argmax(np.where(over, err / np.where(allowed > 0, allowed, 1), -1)))
-        unit = formats.FP32.ulp_array(t[i])
+        unit = fmt.ulp_array(t[i])
         return [Failure("accuracy" if np.isfinite(err[i]) else "nonfinite", family,
-                        f"{role} off by {err[i] / unit:.3g} float ulps where a sound kernel "
-                        f"stays within {allowed[i] / unit:.3g}, " +
-                        measure_mod.mismatch(f"row {i}", got[i], t[i]))]
+                        f"{role} off by {err[i] / unit:.3g} {fmt.name} ulps where "
+                        f"a sound kernel stays within {allowed[i] / unit:.3g}, " +
+                        measure_mod.mismatch(f"row {i}", got[i], t[i]), output=role)]
 
     # the families (check.engine.run_families drives these) --------------------------------------
     def plan(self, fam, examples):
-        ws = families.widths(fam, self.cols_range, self.multiple_of)
+        ws = families.widths("gaussian" if fam == WEIGHTS_FAMILY else fam, self.cols_range,
+                             self.multiple_of)
         per = odd_rows(max(1, examples // len(ws)))
         # an odd width runs at least 3 rows: rows 1 and 2 start off any even alignment (a
         # __half2 or float2 access of a row's start faults on a GPU there)

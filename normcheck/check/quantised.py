@@ -18,32 +18,32 @@ import numpy as np
 
 from normcheck import formats, norms
 from normcheck.causes import Cause
-from normcheck.check import engine
+from normcheck.check import engine, kinds
 from normcheck.check.result import QuantisedDetail
 from normcheck.check.engine import Failure, assemble, check_h, odd_rows, with_notes
 from normcheck.check.tolerances import TOLERANCES
-from normcheck.errors import KernelRaised
+from normcheck.errors import KernelRaised, invalid
 from normcheck.quant import families as qfamilies, formats as qformats
 from normcheck.quant.classify import (CLASSES, CONTRACT, EXACT, ORDER, UNWRITTEN, QCounts,
                                       QMeasured, ScaleShape, classify, scale_layout)
 from normcheck.quant.contract import Contract
 from normcheck.quant.oracle import QOracle
 
-__all__ = ["judge_quantised", "FAMILIES", "QuantisedJudge", "QFamilyResult",
+__all__ = ["judge_quantised", "Quantised", "FAMILIES", "QuantisedJudge", "QFamilyResult",
            "QWorst", "CLASSES"]
 
 #: The families a quantised check runs, in order.
 FAMILIES = tuple(qfamilies.QUANT_FAMILIES)
 
 
-def judge_quantised(target, *, label, norm, storage, contract, eps, backend, examples, seed,
-                    cols_range, cols_multiple_of, kernel_desc, arch=None, save_counterexample=None):
-    """Run the quantised check; returns a normcheck.check.CheckResult."""
+def judge_quantised(target, setup: engine.Setup, runs: engine.Runs):
+    """Run the quantised check of ``target`` under ``setup.contract``; returns a
+    normcheck.check.CheckResult."""
     t0 = time.perf_counter()
-    judge = QuantisedJudge(target, norm, storage, contract, eps=eps, seed=seed,
-                       cols_range=cols_range, cols_multiple_of=cols_multiple_of)
+    contract, label = setup.contract, target.label
+    judge = QuantisedJudge(target, setup)
     fams = [f for f in FAMILIES if f != "saturation" or not contract.dynamic]
-    results, failures, _, worst = judge.run(fams, examples)
+    results, failures, _, worst = judge.run(fams, runs.examples)
     total_q, total_s, total_a = QCounts(), QCounts(), QCounts()
     for fr in results:
         total_q.add(fr.q)
@@ -54,15 +54,15 @@ def judge_quantised(target, *, label, norm, storage, contract, eps, backend, exa
                              total_s.as_dict(), total_a.as_dict(),
                              [fr.as_dict() for fr in results],
                              [p for fr in results for p in fr.saturation])
-    return assemble(
-        kernel=label, norm=norm, reference=contract.name, dtype=storage.name,
+    return assemble(engine.Findings(
+        kernel=label, norm=judge.norm, reference=contract.name, dtype=judge.storage.name,
         out_dtype=contract.qformat.name,
-        backend=getattr(getattr(judge, "target", None), "backend", None) or backend,
+        backend=getattr(getattr(judge, "target", None), "backend", None) or setup.backend,
         failures=failures, warnings=[],
         families=results, tolerance=TOLERANCES["quantised"], t0=t0, worst=worst,
-        save=engine.saver(judge, worst, save_counterexample,
-                          {**kernel_desc, "quant": contract.as_dict()}, label, "quantised"),
-        max_ulp=0.0, arch=arch, detail=detail)
+        save=engine.saver(judge, worst, runs.save,
+                          {**setup.desc, "quant": contract.as_dict()}, label, "quantised"),
+        max_ulp=0.0, arch=setup.arch, fields={"detail": detail}))
 
 
 @dataclass
@@ -99,16 +99,17 @@ class QuantisedJudge(engine.Judge):
 
     Result = QFamilyResult
 
-    def __init__(self, target, norm: norms.Norm, storage, contract: Contract, *,
-                 eps=np.float32(1e-6), seed=0, cols_range=(1, 8192), cols_multiple_of=1):
+    def __init__(self, target, setup: engine.Setup):
+        """``setup``: the norm, the rows' storage (``fmt``), the ``contract``, ε, the seed and
+        the widths the kernel takes."""
         super().__init__(target)
-        self.norm = norms.get(norm)
-        self.storage = formats.get(storage)
-        self.contract = contract
-        self.eps = np.float32(eps)
-        self.seed = int(seed)
-        self.cols_range = tuple(cols_range)
-        self.multiple_of = int(cols_multiple_of)
+        self.norm = norms.get(setup.norm)
+        self.storage = formats.get(setup.fmt)
+        self.contract: Contract = setup.contract
+        self.eps = np.float32(setup.eps)
+        self.seed = int(setup.seed)
+        self.cols_range = tuple(setup.cols_range)
+        self.multiple_of = int(setup.multiple_of)
 
     # -- one batch --------------------------------------------------------------------------------
     def run_target(self, family, case, **call):
@@ -342,3 +343,36 @@ def _row_detail(case, m: QMeasured, i, n=5):
                     "scales_contract": [float(v) for v in ref.s[i][:4]]})
     return out
 
+
+
+@kinds.register
+class Quantised(kinds.Kind):
+    """A quantised output (fp8, int8, fp4 with its scales) under its contract."""
+
+    name = "quantised"
+    precedence = 50
+
+    @staticmethod
+    def claims(backward, contract) -> bool:
+        return not backward and contract is not None
+
+    def judge(self, target, setup, runs):
+        return judge_quantised(target, setup, runs)
+
+    def check(self, r, o, progress=None):
+        for name in ("rows", "reference", "out_dtype"):
+            v = getattr(o, name)
+            if v is not None:
+                raise invalid(name, v, f"no {name} with a quantised output",
+                              {"rows": "a quantised check runs its families only",
+                               "reference": "the contract's y_rounding says it "
+                                            "(quant.contract)",
+                               "out_dtype": "quant.format is the output's format"}[name])
+        roles, contract = r.spec.roles(), r.contract
+        if contract.dynamic and "scales" not in roles:
+            raise invalid("spec.args", roles, f"a role scales for {contract.granularity} "
+                          "scales", "add [[args]] with role = \"scales\"")
+        if (not contract.dynamic or contract.granularity == "nvfp4") and "scale" not in roles:
+            raise invalid("spec.args", roles, "a role scale (the static scale)",
+                          "add [[args]] with role = \"scale\"")
+        return super().check(r, o, progress)

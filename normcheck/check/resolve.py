@@ -11,6 +11,7 @@ see one kernel the same way.  The argument checks the checks share live here too
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from normcheck import formats, launch, norms, spec as specs
 from normcheck.backends import get_backend
 from normcheck.backends.base import Backend, parse_arch
 from normcheck.backends.triton.backend import is_triton, signature as triton_signature
+from normcheck.check.options import CheckOptions
 from normcheck.files import SOURCE_BYTES, read_limited
 from normcheck.errors import invalid
 from normcheck.formats import Format
@@ -49,6 +51,20 @@ class Resolved:
     eps: np.float32
     target: launch.KernelTarget
     desc: dict = field(default_factory=dict)
+    #: the format x is stored in: ``fmt`` itself, or fp8 (then ``fmt`` is its carrier, fp16,
+    #: in which the check holds the rows' values)
+    rows: object = None
+
+    def setup(self, seed: int = 0):
+        """What a forward judge is told of this check (normcheck.check.engine.Setup)."""
+        from normcheck.check.engine import Setup
+
+        sp = self.spec
+        return Setup(norm=self.norm, fmt=self.fmt, out=self.out, contract=self.contract,
+                     convention=sp.convention, eps=self.eps, backend=self.backend, seed=seed,
+                     cols_range=sp.cols, multiple_of=sp.cols_multiple_of,
+                     stats_roles=tuple(r for r in specs.STAT_ROLES if sp.has(r)),
+                     arch=self.arch, desc=self.desc)
 
 
 def sha256(path, limit: int = SOURCE_BYTES) -> str:
@@ -163,18 +179,22 @@ def _contract(quant, spec):
 # ------------------------------------------------------------------------------------------------
 # Resolve
 # ------------------------------------------------------------------------------------------------
-def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=256,
-            backend="cpu", defines=None, reference=None, out_dtype=None, timeout=None,
-            arch=None, quant=None, backward=False, include=()) -> Resolved:
-    """The kernel a check runs.  ``spec``: a path, a KernelSpec or None for the default ABI
-    (then ``entry`` names the kernel and ``block`` its block size); entry/norm/dtype/source may
-    come from the spec; ``defines`` add to the spec's; ``quant`` (a table, a preset name or a
-    Contract) over the spec's ``quant``; ``backward`` for a backward kernel (roles dy and
-    dx/dgamma/dbeta); ``include``: folders the user named (``-I``), searched by #include and
-    allowed to the spec's paths."""
-    timeout = check_timeout(timeout)
+def resolve(o: CheckOptions) -> Resolved:
+    """The kernel a check of options ``o`` (a :class:`CheckOptions`) runs.  ``o.spec``: a path,
+    a KernelSpec or None for the default ABI (then ``o.entry`` names the kernel and ``o.block``
+    its block size); entry/norm/dtype/source may come from the spec; ``o.defines`` add to the
+    spec's, ``o.dtypes`` over the spec's; ``o.quant`` (a table, a preset name or a Contract)
+    over the spec's ``quant``; ``o.backward`` for a backward kernel (roles dy and
+    dx/dgamma/dbeta); ``o.include``: folders the user named (``-I``), searched by #include and
+    allowed to the spec's paths.  The spec is loaded here, once."""
+    source, entry, norm, dtype, spec = o.source, o.entry, o.norm, o.dtype, o.spec
+    block, backend, defines, reference = o.block, o.backend, o.defines, o.reference
+    include, arch, quant, backward = tuple(o.include), o.arch, o.quant, o.backward
+    timeout = check_timeout(o.timeout)
     if spec is not None and not isinstance(spec, specs.KernelSpec):
         spec = specs.load(spec, roots=include)
+    elif spec is not None and (o.dtypes or include):
+        spec = copy.deepcopy(spec)  # the caller's spec is not changed by this check's options
     norm = norm or (spec.norm if spec else None)
     dtype = dtype or (spec.dtype if spec else None)
     for name, v in (("norm", norm), ("dtype", dtype)):
@@ -215,6 +235,8 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
             raise invalid("entry", None, "the kernel to run (--entry, or entry in the spec)")
     if include:
         spec.include_dirs = (*spec.include_dirs, *(str(Path(d).resolve()) for d in include))
+    if o.dtypes:
+        spec.dtypes = {**spec.dtypes, **o.dtypes}
     src = source if source is not None else spec.source
     if src is None:
         raise invalid("source", None, "a .cu file (or `source` in the spec)")
@@ -242,13 +264,21 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
         n = n.with_affine(spec.has("gamma"), spec.has("beta")).with_reference(
             reference or spec.reference or "exact")
         contract = _contract(quant, spec)
-        out = formats.get(out_dtype or spec.out_dtype or fmt.name) if contract is None else None
+        out = formats.get(o.out_dtype or spec.dtypes.get("output") or spec.out_dtype or
+                          fmt.name) if contract is None else None
         target = launch.bind(spec, src, norm=n, dtype=fmt.name,
                              out_dtype=out.name if out is not None else None,
                              backend=be, defines=defines, timeout=timeout, arch=arch,
                              quant=contract)
     if default_abi and not is_triton(src):
         _check_order(spec, target, src)
+    rows = target.formats.get("input", fmt)
+    if not isinstance(rows, Format):  # fp8 rows: their values carried in fp16 by the check
+        if n.fused:
+            raise invalid("dtypes.x", rows.name, "fp32, fp16 or bf16 for a fused norm (h = x + "
+                          "residual is stored in x's format)", "check the norm's fp8 rows "
+                          "without the residual add")
+        fmt = rows.carrier
     eps = np.float32(spec.eps) if spec.eps is not None else \
         np.float32(1e-6 if contract is not None else 1e-5)
     eps_arg = next((a for a in spec.args if a.role == "eps"), None)
@@ -260,16 +290,17 @@ def resolve(source=None, entry=None, norm=None, dtype=None, *, spec=None, block=
         desc = {"source": str(Path(src).resolve()), "sha256": sha256(src)}
     else:
         desc = {"source": "<string>", "source_text": str(src)}
-    desc.update({"entries": spec.entries, "norm": n.name, "dtype": fmt.name,
+    desc.update({"entries": spec.entries, "norm": n.name, "dtype": formats.get(dtype).name,
                  "defines": {**spec.defines, **(defines or {})},
                  "spec": str(spec.path.resolve()) if spec.path else None,
                  "spec_sha256": sha256(spec.path) if spec.path else None,
                  "block": block if not spec.path else None, "arch": arch,
+                 "dtypes": dict(o.dtypes) if o.dtypes else None,
                  "include": [str(Path(d).resolve()) for d in include]})
     if not backward:
         desc.update({"reference": n.reference,
                      "out_dtype": out.name if out is not None else contract.qformat.name})
-    return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc)
+    return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc, rows)
 
 
 def _triton_signature(source, entry):
@@ -407,9 +438,10 @@ def resolve_case(k: dict, path, backend, run_embedded: bool, notes: list) -> Res
             raise bad_case(path, f"its quant contract is not one normcheck knows ({e})") \
                 from None
     backward = bool(k.get("backward"))
-    return resolve(src, entry, k["norm"], k["dtype"], spec=spec,
-                   block=int(k.get("block") or 256), backend=backend,
-                   defines=k.get("defines") or None,
-                   reference=None if backward else (k.get("reference") or None),
-                   out_dtype=None if (backward or quant) else k.get("out_dtype"),
-                   arch=k.get("arch"), quant=quant, backward=backward, include=tuple(include))
+    return resolve(CheckOptions(
+        source=src, entry=entry, norm=k["norm"], dtype=k["dtype"], spec=spec,
+        block=int(k.get("block") or 256), backend=backend, defines=k.get("defines") or None,
+        reference=None if backward else (k.get("reference") or None),
+        out_dtype=None if (backward or quant) else k.get("out_dtype"),
+        dtypes=None if backward else (k.get("dtypes") or None),
+        arch=k.get("arch"), quant=quant, include=tuple(include), backward=backward))

@@ -183,7 +183,7 @@ def backward(norm, x, dy, gamma=None, *, residual=None, dh=None, eps=np.float32(
         exact[i, j], rounded[i, j] = exact_rows[i].dx_exact(j, out_fmt, extra)
     dx_ref = Reference(out_fmt, exact, rounded.astype(out_fmt.dtype), slow)
     dgamma = _dgamma(exact_rows, p_fmt) if g is not None else None
-    dbeta = _dbeta(DY, KDY, b_fmt) if (n.centred and n.has_beta) else None
+    dbeta = _dbeta(DY, KDY, b_fmt) if n.reads_beta else None
     return BackwardReference(dx_ref, dgamma, dbeta)
 
 

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
 
-from normcheck import formats
-from normcheck.backends import confine
+from normcheck import formats, native
 from normcheck.errors import invalid
 from normcheck.formats import Format
 
@@ -54,36 +52,32 @@ class _Job(ctypes.Structure):
                 ("nonfinite", ctypes.c_longlong)]
 
 
-_lib = None
-_lock = threading.Lock()
+def _bind(lib):
+    if lib.nc_job_size() != ctypes.sizeof(_Job):
+        raise RuntimeError("oracle/fast.cpp and oracle/fast.py disagree on the job layout")
+    lib.nc_oracle_rows.argtypes = [ctypes.POINTER(_Job)]
+    lib.nc_decide.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_double, ctypes.c_double, ctypes.c_void_p,
+                              ctypes.c_void_p]
+    lib.nc_decide.restype = None
+    lib.nc_round.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_int,
+                             ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_int]
+    lib.nc_round.restype = None
+
+
+#: The compiled fast path (normcheck.native builds and loads it).
+PART = native.Part("oracle_fast", SOURCE, tuple(FLAGS), "building the oracle's fast path",
+                   "oracle", _bind)
 
 
 def built() -> bool:
     """Whether the library is built (nothing is built)."""
-    return confine.library_built(SOURCE, "oracle", "oracle_fast", FLAGS)
+    return native.built(PART)
 
 
 def library():
     """The loaded library (built on first use)."""
-    global _lib
-    with _lock:
-        if _lib is None:
-            path = confine.build_library(SOURCE, "oracle", "oracle_fast", FLAGS,
-                                         "building the oracle's fast path")
-            lib = ctypes.CDLL(str(path))
-            if lib.nc_job_size() != ctypes.sizeof(_Job):
-                raise RuntimeError("oracle/fast.cpp and oracle/fast.py disagree on the job layout")
-            lib.nc_oracle_rows.argtypes = [ctypes.POINTER(_Job)]
-            lib.nc_decide.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
-                                      ctypes.c_int, ctypes.c_int, ctypes.c_double,
-                                      ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p]
-            lib.nc_decide.restype = None
-            lib.nc_round.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p,
-                                     ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_double,
-                                     ctypes.c_int]
-            lib.nc_round.restype = None
-            _lib = lib
-    return _lib
+    return native.load(PART)
 
 
 def threads() -> int:

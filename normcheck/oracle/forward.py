@@ -196,7 +196,7 @@ def for_norm(norm, x, gamma=None, beta=None, *, residual=None, eps=DEFAULT_EPS,
 
     n = norms.get(norm)
     g = gamma if n.has_gamma else None
-    b = beta if (n.has_beta and n.centred) else None
+    b = beta if n.reads_beta else None
     if n.reference == "hf":
         return _hf(n, x, g, residual, eps, convention, out)
     if n.fused:

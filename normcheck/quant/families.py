@@ -101,7 +101,7 @@ def case(family: str, norm: norms.Norm, c: Contract, storage, rows: int, cols: i
                                  cols])
     g, b = base_families.weights(T, cols, seed=weights_seed)
     g = g if n.has_gamma else None
-    b = b if (n.centred and n.has_beta) else None
+    b = b if n.reads_beta else None
     base = {"gaussian": "gaussian", "outlier": "outlier", "offset": "offset",
             "tails": "gaussian", "saturation": "gaussian", "zero": "gaussian",
             "ties": "gaussian", "amax_boundary": "gaussian"}[family]

@@ -422,7 +422,7 @@ def _exact_row(n, case, i):
         lo = (x - (s - (s - x))) + (r - (s - x))
         x = s
     g = case.gamma.astype(np.float64) if (case.gamma is not None and n.has_gamma) else None
-    b = case.beta.astype(np.float64) if (case.beta is not None and n.centred and n.has_beta) \
+    b = case.beta.astype(np.float64) if (case.beta is not None and n.reads_beta) \
         else None
     return exact.ExactRow((x, lo), g, b, float(np.float32(case.eps)), n.centred, n.gemma)
 

@@ -109,7 +109,7 @@ def welford_vs_two_pass(records):
             by.setdefault((r.storage, r.algorithm), []).append(r)
     rows = []
     worse, better = 0, 0
-    for fmt in ("fp32", "fp16", "bf16"):
+    for fmt in formats.FORMATS:
         tp = {r.param["kappa"]: r.max_scaled_ulp for r in by.get((fmt, "two_pass"), [])}
         wf = {r.param["kappa"]: r.max_scaled_ulp for r in by.get((fmt, "welford"), [])}
         for k in sorted(set(tp) & set(wf)):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from normcheck import formats
+
 __all__ = ["conditioning", "overflow_map", "histograms", "rsqrt_cost", "render_all"]
 
 _COLORS = {"naive": "#d62728", "two_pass": "#1f77b4", "welford": "#2ca02c"}
@@ -43,7 +45,7 @@ def conditioning(records, path: Path) -> Path | None:
     if not recs:
         return None
     plt = _plt()
-    fmts = [f for f in ("fp32", "fp16", "bf16") if any(r.storage == f for r in recs)]
+    fmts = [f for f in formats.FORMATS if any(r.storage == f for r in recs)]
     fig, axes = plt.subplots(1, len(fmts), figsize=(5.2 * len(fmts), 4.4), squeeze=False)
     u = {"fp32": 2.0**-24, "fp16": 2.0**-24, "bf16": 2.0**-24}  # float accumulation
     for ax, fmt in zip(axes[0], fmts):

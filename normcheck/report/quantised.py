@@ -14,6 +14,7 @@ from normcheck import kernels, norms
 
 from normcheck.quant import contract as qcontract
 from normcheck.quant import families as qfamilies
+from normcheck.check.engine import Setup
 from normcheck.check.quantised import QuantisedJudge
 from normcheck.quant.oracle import QOracle
 
@@ -33,8 +34,9 @@ _EPS = np.float32(1e-6)
 
 
 def _judge(v, contract, backend, seed):
-    return QuantisedJudge(kernels.target(v, backend, contract=contract), v.norm, v.storage,
-                      contract, eps=_EPS, seed=seed)
+    return QuantisedJudge(kernels.target(v, backend, contract=contract),
+                          Setup(norm=v.norm, fmt=v.storage, contract=contract, eps=_EPS,
+                                seed=seed))
 
 
 def _selected(v, pattern) -> bool:

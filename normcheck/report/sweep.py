@@ -210,11 +210,11 @@ def _user_judge(path, backend):
     key = (path, getattr(backend, "name", backend))
     if key not in _TARGETS:
         from normcheck.check.judge import ForwardJudge
+        from normcheck.check.options import CheckOptions
         from normcheck.check.resolve import resolve
 
-        r = resolve(spec=path, backend=backend)
-        _TARGETS[key] = (ForwardJudge(r.target, r.norm, r.fmt, r.out, convention=r.spec.convention,
-                               eps=r.eps, backend=r.backend), r.spec)
+        r = resolve(CheckOptions(spec=path, backend=backend))
+        _TARGETS[key] = (ForwardJudge(r.target, r.setup()), r.spec)
     return _TARGETS[key]
 
 

@@ -11,11 +11,12 @@ __device__ void gemma_add(__half* input, __half* residual, const __half* weight,
   __shared__ float s_rstd;
   const int r = blockIdx.x;
   if (r >= rows) return;
+  const size_t row = (size_t)r * cols;  // 64-bit: rows * cols passes 2^31
   float ss = 0.f;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    float h = __half2float(input[r * cols + c]) + __half2float(residual[r * cols + c]);
+    float h = __half2float(input[row + c]) + __half2float(residual[row + c]);
     __half hs = __float2half(h);
-    residual[r * cols + c] = hs;
+    residual[row + c] = hs;
     float hf = __half2float(hs);
     ss += hf * hf;
   }
@@ -30,8 +31,8 @@ __device__ void gemma_add(__half* input, __half* residual, const __half* weight,
   __syncthreads();
   for (int c = threadIdx.x; c < cols; c += blockDim.x) {
     float w = __half2float(weight[c]);
-    float h = __half2float(residual[r * cols + c]);
-    input[r * cols + c] = __float2half(h * s_rstd * (GEMMA ? 1.f + w : w));
+    float h = __half2float(residual[row + c]);
+    input[row + c] = __float2half(h * s_rstd * (GEMMA ? 1.f + w : w));
   }
 }
 

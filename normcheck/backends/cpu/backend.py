@@ -1172,7 +1172,7 @@ def _copy(a):
     if isinstance(a, base.SparseRows):
         return base.SparseRows(a.data.copy(), a.rows, a.lo)
     if isinstance(a, base.StructArg):
-        return base.StructArg(a.data, [(o, arr.copy(), n) for o, arr, n in a.pointers])
+        return base.StructArg(a.data, [(o, _copy(arr), n) for o, arr, n in a.pointers])
     return a
 
 
@@ -1633,8 +1633,8 @@ class CpuBackend(base.Backend):
     """Compile CUDA C with g++ against the SIMT shim and run it on the CPU."""
 
     name = "cpu"
-    capabilities = base.Capabilities(host_launches=True, block_orders=True, fill=True,
-                                     block_subsets=True, threaded_builds=True,
+    capabilities = base.Capabilities(host_launches=True, block_orders=True, warp_orders=True,
+                                     fill=True, block_subsets=True, threaded_builds=True,
                                      sparse_rows=True)
 
     @classmethod
