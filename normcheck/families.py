@@ -176,6 +176,7 @@ ROW_PARAMS = {
     "fp16": {"offset_top": 4.0, "outlier": 3e4, "large": (256.0, 65504.0)},
     "bf16": {"offset_top": 4.0, "outlier": (3.0, 6.0), "large": (256.0, 65504.0)},
     "e4m3": {"offset_top": 2.6, "outlier": (2.0, 2.66), "large": (256.0, 448.0)},
+    "e5m2": {"offset_top": 4.0, "outlier": (2.0, 4.75), "large": (256.0, 57344.0)},
 }
 
 

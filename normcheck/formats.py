@@ -670,7 +670,7 @@ _ALIASES = {"fp8_e4m3": "e4m3", "e4m3fn": "e4m3", "fp8": "e4m3", "float8_e4m3fn"
 #: The formats a kernel's input rows (x, the residual) may be stored in: the storage formats,
 #: and fp8 -- its values carried in fp16 for the oracle (QFormat.carrier), its families built
 #: to hurt it (normcheck.families.ROW_PARAMS).
-ROWS = ("fp32", "fp16", "bf16", "e4m3")
+ROWS = ("fp32", "fp16", "bf16", "e4m3", "e5m2")
 
 
 def get(name) -> Format:

@@ -33,14 +33,19 @@ def test_fp32_master_weights_beside_bf16_rows_pass_and_rounding_them_fails(tmp_p
     assert bad.cause.key == "weights_storage"
 
 
-def test_fp8_rows_pass_and_squaring_them_in_half_fails(tmp_path, monkeypatch):
-    """e4m3 rows (their values carried in fp16 by the check), fp32 γ, bf16 y: the sound kernel
-    passes; squaring in half overflows from |x| >= 256 (448² = 200704) and fails, named."""
+@pytest.mark.parametrize("fmt,sound,squared", [("e4m3", "rms_fp8_rows", "rms_fp8_squared_in_half"),
+                                               ("e5m2", "rms_e5m2_rows",
+                                                "rms_e5m2_squared_in_half")])
+def test_fp8_rows_pass_and_squaring_them_in_half_fails(tmp_path, monkeypatch, fmt, sound,
+                                                       squared):
+    """fp8 rows (their values carried in fp16 by the check), fp32 γ, bf16 y: the sound kernel
+    passes; squaring in half overflows from |x| >= 256 (448² = 200704; e5m2 reaches 57344) and
+    fails, named.  e5m2 is one registry entry and its families' parameters."""
     monkeypatch.chdir(tmp_path)
-    ok = _check("rms_fp8_rows")
+    ok = _check(sound)
     assert ok.verdict == "pass", ok.render()
-    assert ok.dtype == "e4m3" and ok.out_dtype == "bf16"
-    bad = _check("rms_fp8_squared_in_half")
+    assert ok.dtype == fmt and ok.out_dtype == "bf16"
+    bad = _check(squared)
     assert bad.verdict == "fail", bad.render()
     assert bad.cause.key == "squares_storage"
 
@@ -97,3 +102,16 @@ def test_dtypes_on_the_command_line(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "(rmsnorm, e4m3 -> bf16" in out
+
+
+def test_e5m2_rows_are_e5m2_values_and_reach_its_range():
+    """e5m2 rows (#46's one registry entry): every value an e5m2 value, the large family beyond
+    fp16's squares (|x| >= 256) up to e5m2's 57344."""
+    e5m2 = formats.lookup("e5m2")
+    vals = set(e5m2.values())
+    for fam in ("gaussian", "offset", "fp16_large", "tiny", "outlier"):
+        x = families.generate(fam, "e5m2", 5, 512, seed=1)
+        fin = x[np.isfinite(x)].astype(np.float64)
+        assert set(np.unique(fin)) <= vals, fam
+    big = np.abs(families.generate("fp16_large", "e5m2", 5, 512, seed=1).astype(np.float64))
+    assert big.min() >= 256 and big.max() <= 57344

@@ -5,6 +5,8 @@
 //   ln_weights_to_bf16      the same, its fp32 weights rounded to bf16 before use -- a bug
 //   rms_fp8_rows            RMSNorm of e4m3 rows, fp32 γ, bf16 y: each value widened to float -- sound
 //   rms_fp8_squared_in_half the same, squaring each value in half: 448² = 200704 overflows fp16
+//   rms_e5m2_rows           RMSNorm of e5m2 rows (the same code on __nv_fp8_e5m2) -- sound
+//   rms_e5m2_squared_in_half  squaring in half: from |x| >= 256 (e5m2 reaches 57344) overflows
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -48,10 +50,9 @@ __device__ void ln(__nv_bfloat16* y, const __nv_bfloat16* x, const float* g, con
   }
 }
 
-template <bool IN_HALF>
-__device__ void rms_fp8(__nv_bfloat16* y, const __nv_fp8_e4m3* x, const float* g, float eps,
-                        int cols) {
-  const __nv_fp8_e4m3* xr = x + (size_t)blockIdx.x * cols;
+template <bool IN_HALF, typename FP8>
+__device__ void rms_fp8(__nv_bfloat16* y, const FP8* x, const float* g, float eps, int cols) {
+  const FP8* xr = x + (size_t)blockIdx.x * cols;
   float s = 0.f;
   for (int i = threadIdx.x; i < cols; i += blockDim.x) {
     if (IN_HALF) {
@@ -86,5 +87,14 @@ extern "C" __global__ void rms_fp8_rows(__nv_bfloat16* y, const __nv_fp8_e4m3* x
 extern "C" __global__ void rms_fp8_squared_in_half(__nv_bfloat16* y, const __nv_fp8_e4m3* x,
                                                    const float* g, float eps, int rows,
                                                    int cols) {
+  rms_fp8<true>(y, x, g, eps, cols);
+}
+extern "C" __global__ void rms_e5m2_rows(__nv_bfloat16* y, const __nv_fp8_e5m2* x,
+                                         const float* g, float eps, int rows, int cols) {
+  rms_fp8<false>(y, x, g, eps, cols);
+}
+extern "C" __global__ void rms_e5m2_squared_in_half(__nv_bfloat16* y, const __nv_fp8_e5m2* x,
+                                                    const float* g, float eps, int rows,
+                                                    int cols) {
   rms_fp8<true>(y, x, g, eps, cols);
 }
