@@ -162,6 +162,11 @@ _UNDECLARED = re.compile(r"'([A-Za-z_]\w*)' was not declared in this scope|"
 _REMOVED_FIELD = re.compile(r"'struct cudaDeviceProp' has no member named '(\w+)'")
 
 
+#: a fetched library header (headers/<package>@<version>/) using a name the runtime's lacks
+_NEWER_LIBRARY = re.compile(r"headers/(nvidia-[\w-]+)@([\w.]+)/include/[^:\s]+:\d+:\d+: error: "
+                            r"'(cuda\w+)' has not been declared")
+
+
 def _explain(diag: str, tu_path: str) -> str:
     diag = diag.replace(tu_path, "<normcheck wrapper>")
     hints = []
@@ -175,6 +180,12 @@ def _explain(diag: str, tu_path: str) -> str:
         hints.append(f"normcheck: cudaDeviceProp::{m.group(1)} was removed in CUDA 13, whose "
                      "headers the cpu backend compiles against: read it with "
                      "cudaDeviceGetAttribute, or guard the line with #if CUDART_VERSION < 13000")
+    m = _NEWER_LIBRARY.search(diag)
+    if m:
+        hints.append(f"normcheck: {m.group(1)}'s headers (fetched, {m.group(2)}) use `{m.group(3)}`, "
+                     "which the CUDA runtime headers in use do not declare: they are older than "
+                     "the library's; pip install -U nvidia-cuda-runtime (>= 13.0.96), or point "
+                     "NORMCHECK_CUDA_INCLUDE at a newer toolkit's include folder")
     if "<normcheck launch wrappers>" in diag and "NORMCHECK_ENTRY" in diag:
         hints.append("normcheck: the entry could not be instantiated: check the --entry name (for "
                      "a template give the instantiation, e.g. rms_norm<__half>) and that the "
