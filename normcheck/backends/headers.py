@@ -33,8 +33,8 @@ from pathlib import Path
 from normcheck.backends import cache
 from normcheck.errors import CompileError
 
-__all__ = ["LIBRARIES", "library_for", "library_include_dirs", "torch_include_dirs",
-           "torch_cxx_standard", "fetch", "fetched", "missing_header", "TORCH_HEADERS", "frameworks"]
+__all__ = ["LIBRARIES", "SHIPPED_BY", "missing_hint", "library_for", "library_include_dirs",
+           "torch_include_dirs", "torch_cxx_standard", "fetch", "fetched", "missing_header", "TORCH_HEADERS", "frameworks"]
 
 #: pip package of each CUDA library, the headers that name it, and what it is.
 LIBRARIES = {
@@ -161,6 +161,28 @@ def frameworks(paths) -> dict:
 
 
 _MISSING = re.compile(r"fatal error: ([^\s:]+): No such file or directory")
+
+
+#: Headers of third-party libraries a kernel file may include, the registry package that ships
+#: them and the folder of that package to give with -I (where one does).
+SHIPPED_BY = {
+    "cutlass/": ("nvidia-cutlass", "cutlass_library/source/include"),
+    "cute/": ("nvidia-cutlass", "cutlass_library/source/include"),
+    "flashinfer/": ("flashinfer-python", "flashinfer/data/include"),
+    "pybind11/": ("pybind11", "pybind11/include"),
+}
+
+
+def missing_hint(header: str) -> str:
+    """The header on no include path and its fix ("X, which is ...: give -I DIR"), with the
+    registry package shipping it where there is one."""
+    fix = (f"{header}, which is on no include path normcheck searches: give the folder "
+           "holding it with -I DIR (include = [\"DIR\"] in a spec)")
+    for prefix, (pkg, folder) in SHIPPED_BY.items():
+        if header.startswith(prefix):
+            return fix + (f"; the {pkg} package ships it (pip download --no-deps {pkg}, "
+                          f"then -I <its files>/{folder})")
+    return fix
 
 
 def missing_header(diagnostics: str) -> str | None:

@@ -304,7 +304,10 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
                         e.diagnostics) from None
                 raise
             pkg = headers.library_for(missing)
-            if pkg is None or pkg in headers.fetched():
+            if pkg is None:
+                raise CompileError(f"{src.origin} includes {headers.missing_hint(missing)}",
+                                   e.diagnostics) from None
+            if pkg in headers.fetched():
                 raise
             if os.environ.get("NORMCHECK_FETCH_HEADERS", "1") == "0":
                 raise CompileError(

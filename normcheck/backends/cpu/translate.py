@@ -19,6 +19,9 @@ __CUDA_ARCH__ >= 900``) is already gone.  The rewrites:
   :mod:`normcheck.backends.cpu.ptx`; an instruction it does not know is a compile error naming it
   and its line.
 
+* ``#pragma unroll`` (nvcc's hint) is dropped, also where a macro put it inside a line
+  (``#define PRAGMA_UNROLL #pragma unroll``, which nvcc takes and g++ calls a stray '#').
+
 Line markers (``# 12 "file.cu"``) are kept, so g++'s diagnostics still point at the user's files.
 """
 
@@ -364,11 +367,30 @@ def _noinline(text: str) -> str:
                   lambda m: m.group(0) if m.group(1) else "__attribute__((noinline))", text)
 
 
+# ``#pragma unroll [N]``, ``#pragma nounroll``: a directive line (any argument) or, where a macro
+# produced it (``#define PRAGMA_UNROLL #pragma unroll``: nvcc takes the '#' in the expansion, g++
+# calls it stray), in the middle of a line with an optional number or parenthesised argument
+_UNROLL_LINE = re.compile(r"^[^\S\n]*#[^\S\n]*pragma[^\S\n]+(?:unroll|nounroll)\b"
+                          r"[^\S\n]*(?!(?:for|while|do|if)\b)(?:\([^\n]*\)|[\w:]+(?:[^\S\n]*"
+                          r"[-+*/][^\S\n]*[\w:]+)*)?[^\S\n]*$", re.M)
+_UNROLL_INLINE = re.compile(r"#[^\S\n]*pragma[^\S\n]+(?:unroll|nounroll)\b"
+                            r"(?:[^\S\n]*(?:\([^()\n]*\)|-?\d+\b))?")
+
+
+def _unroll_pragmas(text: str) -> str:
+    """Unrolling hints are nvcc's alone (g++ has ``#pragma GCC unroll``): dropped, the macro-made
+    ones inside a line included (a CUTLASS_PRAGMA_UNROLL, FasterTransformer's PRAGMA_UNROLL)."""
+    if "pragma" not in text:
+        return text
+    text = _UNROLL_LINE.sub("", text)
+    return _UNROLL_INLINE.sub(" ", text)
+
+
 def rewrite(text: str, ptx_file) -> tuple[str, list]:
     """All the rewrites, in order; ``ptx_file(path, system)`` says whether a file's inline asm is
     PTX to translate (the user's files and the CUDA headers; never the host's C and C++ headers).
     Returns the text and the messages of the PTX statements left to fail at run time."""
-    text = _noinline(text)
+    text = _unroll_pragmas(_noinline(text))
     lines = LineMap.of(text)
     deferred = []
     if re.search(r"\b(?:asm|__asm__|__asm)\b", text):

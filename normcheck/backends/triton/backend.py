@@ -27,7 +27,7 @@ import numpy as np
 
 from normcheck.backends import base, cache, isolation
 from normcheck.errors import (CompileError, FailureKind, KernelCrash,
-                              KernelError, invalid)
+                              KernelError, Unsupported, invalid)
 from normcheck.files import SOURCE_BYTES, read_limited
 
 __all__ = ["TritonCpuBackend", "TritonGpuBackend", "TritonKernel", "signature", "is_triton",
@@ -90,10 +90,59 @@ def _derived(decorators) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
-def _is_jit(dec) -> bool:
+_TRITON_DECORATORS = ("jit", "autotune", "heuristics")
+#: Python kernel languages that are not Triton, by the module a file imports: refused by name
+_OTHER_DSLS = {"cutlass.cute": "CuTe DSL", "cuda.tile": "cuTile", "cutile": "cuTile"}
+
+
+def _is_jit(dec, bare=("jit", "autotune", "heuristics")) -> bool:
+    """Whether a decorator is Triton's: ``triton.jit``, ``triton.autotune``,
+    ``triton.heuristics`` (called or not), or a bare name the file imported from triton
+    (``bare``) -- never CuTe DSL's ``cute.jit``/``cute.kernel``, cuTile's ``ct.kernel`` or a
+    project's own ``autotune``."""
     node = dec.func if isinstance(dec, ast.Call) else dec
-    text = ast.unparse(node)
-    return text.split(".")[-1] in ("jit", "autotune", "heuristics")
+    parts = ast.unparse(node).split(".")
+    if parts[-1] not in _TRITON_DECORATORS:
+        return False
+    return parts[0] == "triton" if len(parts) > 1 else parts[0] in bare
+
+
+def _triton_bare_names(tree) -> tuple:
+    """The decorators a file imports from triton by name (``from triton import jit``)."""
+    out = []
+    for n in tree.body:
+        if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "triton":
+            out += [a.asname or a.name for a in n.names if a.name in _TRITON_DECORATORS]
+    return tuple(out)
+
+
+def _other_dsl(tree, fn=None) -> str | None:
+    """The non-Triton kernel language a file (or its function ``fn``'s decorators) is written
+    in: CuTe DSL (``import cutlass.cute as cute``, ``@cute.kernel``), cuTile (``import
+    cuda.tile as ct``, ``@ct.kernel``); None for anything else."""
+    aliases = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                for mod, lang in _OTHER_DSLS.items():
+                    if a.name == mod or a.name.startswith(mod + "."):
+                        aliases[a.asname or a.name] = lang
+        elif isinstance(n, ast.ImportFrom) and n.module:
+            for a in n.names:
+                full = f"{n.module}.{a.name}"
+                for mod, lang in _OTHER_DSLS.items():
+                    if full == mod or full.startswith(mod + ".") or n.module.startswith(mod):
+                        aliases[a.asname or a.name] = lang
+    if not aliases:
+        return None
+    if fn is None:
+        return next(iter(aliases.values()))
+    for d in fn.decorator_list:
+        node = d.func if isinstance(d, ast.Call) else d
+        root = ast.unparse(node).split(".")[0]
+        if root in aliases:
+            return aliases[root]
+    return None
 
 
 def signature(text: str, entry: str, where: str = "source") -> Signature:
@@ -114,14 +163,23 @@ def _signature(text: str, entry: str, where: str) -> Signature:
         tree = ast.parse(text)
     except SyntaxError as e:
         raise CompileError(f"{where}: not valid Python: line {e.lineno}: {e.msg}") from None
-    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry]
-    if not found:
-        jits = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)
-                and any(_is_jit(d) for d in n.decorator_list)]
+    bare = _triton_bare_names(tree)
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == entry]
+    top = [n for n in found if n in tree.body]
+    fn = (top or found or [None])[0]
+    jits = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+            and any(_is_jit(d, bare) for d in n.decorator_list)]
+    # the entry a CuTe DSL or cuTile kernel, or the file one with no Triton kernel at all
+    lang = (_other_dsl(tree, fn) if fn is not None else None) or \
+        (_other_dsl(tree) if entry not in jits and not jits else None)
+    if lang is not None:
+        raise Unsupported(f"{where}: {entry} is {lang} code, not Triton -- {lang}: not "
+                          "supported yet (normcheck judges CUDA C/C++ and Triton kernels)")
+    if not top:
         raise invalid("entry", entry, f"a @triton.jit function of {where}",
                       f"its kernels: {', '.join(jits) or 'none'}")
-    fn = found[0]
-    if not any(_is_jit(d) for d in fn.decorator_list):
+    fn = top[0]
+    if not any(_is_jit(d, bare) for d in fn.decorator_list):
         raise invalid("entry", entry, "a function decorated with @triton.jit",
                       "name the kernel, not its Python wrapper")
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
@@ -171,14 +229,22 @@ def _workers():
     if _WORKERS is None:
         from normcheck.backends.cpu.backend import Workers
 
+        torch_home = cache.cache_dir("triton").resolve() / "torch"
+
         def env():
+            # torch's compiler caches, as a file registering a torch.library.triton_op loads
+            # them (its dynamo package makes its cache folder as it is imported): a folder that
+            # exists, beneath one the worker reads, so os.makedirs(..., exist_ok=True) goes on
+            # (the sandbox answers mkdir as a read-only file system: EEXIST); nothing is written
+            (torch_home / "cache").mkdir(parents=True, exist_ok=True)
             return {"TRITON_INTERPRET": "1",
-                    "TRITON_CACHE_DIR": str(cache.cache_dir("triton").resolve() / "triton")}
+                    "TRITON_CACHE_DIR": str(cache.cache_dir("triton").resolve() / "triton"),
+                    "TORCHINDUCTOR_CACHE_DIR": str(torch_home / "cache")}
 
         # a file's imports run in the sandbox: torch reads /dev/urandom as it is imported, and
         # its libraries load the system's (libutil, libm ...) through the dynamic loader
         _WORKERS = Workers("normcheck.backends.triton.worker", extra_env=env,
-                           roots=("/dev/urandom", *LOADER_ROOTS))
+                           roots=("/dev/urandom", *LOADER_ROOTS, str(torch_home)))
         atexit.register(_WORKERS.close)
     return _WORKERS
 

@@ -689,15 +689,18 @@ class _file_imports:
         return False
 
 
-def load_module(text: str, filename: str, name: str, stubs=()) -> dict:
+def load_module(text: str, filename: str, name: str, stubs=(), file=None) -> dict:
     """Execute a kernel file's text as a module (its lines registered for tracebacks and for
-    the interpreter, which reads a kernel's source); its namespace.  ``stubs``: the modules it
-    imports that are not installed (or relative), stood in for (:class:`Missing`)."""
+    the interpreter, which reads a kernel's source, under ``filename``); its namespace.
+    ``stubs``: the modules it imports that are not installed (or relative), stood in for
+    (:class:`Missing`); ``file``: its ``__file__`` (a copy the worker may read: a file that
+    hashes itself as it loads, as Unsloth's does), ``filename`` by default."""
     install()
     lines = text.splitlines(keepends=True)
     linecache.cache[filename] = (len(text), None, lines, filename)
     package = f"{name}_package"
-    ns = {"__name__": f"{package}.{name}", "__file__": filename, "__builtins__": __builtins__,
+    ns = {"__name__": f"{package}.{name}", "__file__": file or filename,
+          "__builtins__": __builtins__,
           "__package__": package}
     stub_modules([package] + list(stubs), package)
     code = compile(text, filename, "exec")

@@ -12,7 +12,9 @@ __all__ = ["Missing", "stub_modules", "REEXPORTS"]
 
 class Missing:
     """What a name from a module that is not installed stands for while the file is imported:
-    called, it gives another (a decorator, a version test); false; iterated, empty.  Called
+    called, it gives another (a decorator factory, a version test), but applied to a function,
+    a class or a Triton kernel it gives that back (a decorator leaves it as written); false;
+    iterated, empty.  Called
     while a kernel runs (``running()``: the executor says so), it fails naming itself."""
 
     running = staticmethod(lambda: False)
@@ -30,7 +32,12 @@ class Missing:
             raise ImportError(f"the kernel calls {self._name}, from a module not installed "
                               "here (stood in for while the file was imported): install it, "
                               "or copy what the kernel needs into the file")
-        return Missing(f"{self._name}()")
+        if len(args) == 1 and not kwargs and _decorated(args[0]):
+            # a decorator (FlagGems' @libentry(), a caching or logging wrapper): what it
+            # decorates stays as written -- the kernel the file defines is the one judged
+            return args[0]
+        found = _libdevice_lookup(self._name, args, kwargs)
+        return found if found is not None else Missing(f"{self._name}()")
 
     def __bool__(self):
         return False
@@ -43,6 +50,49 @@ class Missing:
 
     def __repr__(self):
         return f"<not installed: {self._name}>"
+
+    def __mro_entries__(self, bases):
+        """A base class (``class Fast(LlamaRMSNorm)``, the file's host code subclassing a
+        framework's module): a class of its own name, whose instances fail as a call does."""
+        name = self._name
+
+        class Stood(_MissingBase):
+            pass
+
+        Stood.__name__ = Stood.__qualname__ = name.rsplit(".", 1)[-1]
+        Stood._missing = name
+        return (Stood,)
+
+
+def _decorated(obj) -> bool:
+    """A function, a class or a Triton kernel (what a decorator is applied to)."""
+    import inspect
+
+    return inspect.isfunction(obj) or inspect.isclass(obj) or \
+        type(obj).__module__.startswith("triton.")
+
+
+def _libdevice_lookup(name: str, args, kwargs):
+    """A project's own libdevice lookup, called as the file is imported (xFormers'
+    ``rsqrt = libdevice_find("rsqrt")``: a helper named for libdevice, given a function's name):
+    Triton's libdevice function of that name, which is what the helper returns where it is
+    installed; None for anything else."""
+    if "libdevice" not in name.rsplit(".", 1)[-1] or kwargs or len(args) != 1 or \
+            not isinstance(args[0], str):
+        return None
+    import triton.language.extra.libdevice as libdevice
+
+    return getattr(libdevice, args[0], None)
+
+
+class _MissingBase:
+    """The base a :class:`Missing` stands for: subclassed freely, instantiated only while the
+    file is imported (never while a kernel runs)."""
+
+    _missing = "?"
+
+    def __init__(self, *args, **kwargs):
+        Missing(self._missing)()
 
 
 #: Names a project re-exports from Triton through a module of its own (vLLM's ``from

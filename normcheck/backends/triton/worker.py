@@ -98,9 +98,25 @@ def _namespace(req):
 
         text = base_worker.read_file(key)
         ns = executor.load_module(text, req["filename"], f"normcheck_user_{len(_modules)}",
-                                  stubs=req.get("stubs", ()))
+                                  stubs=req.get("stubs", ()), file=key)
         _modules[key] = ns
     return ns
+
+
+def _where(e) -> str:
+    """Where an exception a file's import raised came from: the last frame of the user's file
+    and the last frame of all (a library it called), as "(at file:line, in lib.py:line)"."""
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    own = [f for f in frames if not f.filename.startswith(("/", "<"))]
+    parts = []
+    if own:
+        parts.append(f"at {own[-1].filename}:{own[-1].lineno}")
+    if frames and (not own or frames[-1] is not own[-1]):
+        last = frames[-1]
+        parts.append(f"in {last.filename.rsplit('/', 1)[-1]}:{last.lineno} ({last.name})")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _order(n, schedule, seed):
@@ -119,7 +135,7 @@ def launch(req):
         ns = _namespace(req)
     except Exception as e:  # noqa: BLE001 -- the user's file raised as it ran
         return {"ok": False, "kind": "load",
-                "message": f"{type(e).__name__}: {str(e)[:600]}"}
+                "message": f"{type(e).__name__}: {str(e)[:600]}{_where(e)}"}
     try:
         fn, meta = executor.kernel_function(ns, req["entry"])
     except (KeyError, TypeError) as e:

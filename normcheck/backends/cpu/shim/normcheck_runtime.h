@@ -1155,6 +1155,9 @@ static int host_entry(Thunk thunk, LaunchParams* p) {
   std::string error;
   tls_outer = p;
   tls_host_error = &error;
+  // the host code's own faults (an unresolved library call before any launch) are reported too
+  g_report = p->report;
+  g_report_len = p->report_len;
   thunk(p->args);
   tls_outer = nullptr;
   tls_host_error = nullptr;

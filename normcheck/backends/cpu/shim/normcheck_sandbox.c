@@ -125,7 +125,8 @@ static int g_stat_paths = 0;  // ncsb_stat_paths(1): a path's stat carried out a
 // answers EACCES, as its open does).  A symlink named with AT_SYMLINK_NOFOLLOW answers EACCES:
 // describing the link itself would take O_PATH, which landlock does not check.  isatty()
 // answers "not a terminal", a read-only open without O_CLOEXEC gets it, access() answers as an
-// open for reading does (writing: EACCES), readlink answers EINVAL (ncsb_emulate).
+// open for reading does (writing: EACCES), readlink answers EINVAL, mkdir answers as a read-only
+// file system does (EEXIST, EROFS: ncsb_emulate).
 NCSB_EXPORT void ncsb_stat_paths(int on) { g_stat_paths = on; }
 
 static long raw3(long nr, long a, long b, long c) {
@@ -206,6 +207,17 @@ NCSB_EXPORT int ncsb_emulate(siginfo_t* info, void* vctx) {
     long fd = raw4(SYS_openat, dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0);
     if (fd >= 0) raw3(SYS_close, fd, 0, 0);
     g[REG_RAX] = fd >= 0 ? 0 : fd;
+    return 1;
+  }
+  // mkdir, as on a read-only file system: an existing folder the worker may read answers EEXIST
+  // (os.makedirs(d, exist_ok=True) of torch's cache folder, told the worker's own: goes on), an
+  // absent one EROFS; where landlock refuses the open, its answer (never a path's existence)
+  if (info->si_syscall == SYS_mkdir || info->si_syscall == SYS_mkdirat) {
+    const int at = info->si_syscall == SYS_mkdirat;
+    long fd = raw4(SYS_openat, at ? g[REG_RDI] : AT_FDCWD, at ? g[REG_RSI] : g[REG_RDI],
+                   O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0);
+    if (fd >= 0) raw3(SYS_close, fd, 0, 0);
+    g[REG_RAX] = fd >= 0 ? -EEXIST : fd == -ENOENT ? -EROFS : fd;
     return 1;
   }
   // where a link points: not told (the worker's links are normcheck's own import folder, which
