@@ -83,8 +83,8 @@ def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None, quant=None) ->
     """The format of every buffer role of a spec: an argument's own ``dtype``, else the spec's
     ``dtypes`` for the role, else the storage format (``dtype``; y: ``out_dtype``; mean and
     rstd: float32); a quantised output in its contract's format, its scale roles float32 or the
-    block-scale format.  x may be fp8 (its values carried in fp16 for the oracle); x, the
-    residual and h share one format."""
+    block-scale format.  x may be fp8 (its values carried in fp16 for the oracle); the
+    residual and h may have storage formats of their own."""
     fmt = formats.get(dtype)
     own = dict(spec.dtypes or {})
     out = quant.qformat if quant is not None else formats.get(
@@ -104,9 +104,12 @@ def buffer_formats(spec: specs.KernelSpec, dtype, out_dtype=None, quant=None) ->
             fm.setdefault(r, formats.lookup(named) if named else default)
     rows = fm.get("input", formats.lookup(own.get("input") or fmt.name))
     for r in ("residual", "h", "dy", "dh", "y"):
-        if r in fm and fm[r] != rows and not (r in ("dy", "y") and isinstance(rows, Format)):
+        # a residual stream of its own storage format beside the rows (Mamba's fp32 residual
+        # with bf16 x) is judged in its own; fp8 rows share theirs with nothing
+        if r in fm and fm[r] != rows and not (isinstance(rows, Format) and
+                                              isinstance(fm[r], Format)):
             raise SpecError(f"args: role {r!r} has dtype {fm[r].name}, but x's is "
-                            f"{rows.name}: x, the residual and h share one format")
+                            f"{rows.name}: fp8 rows share their format with no other role")
     fm.setdefault("output", out)
     fm.setdefault("input", rows)
     return fm

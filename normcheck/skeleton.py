@@ -28,24 +28,30 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["parameter_names", "guess_role", "skeleton"]
+__all__ = ["parameter_names", "parameter_lists", "guess_role", "skeleton"]
 
 _OUT = {"y", "out", "output", "dst", "result", "res_out", "o", "normed", "normed_output", "out_ptr",
         "y_ptr", "output_ptr"}
 _IN = {"x", "input", "inp", "in", "src", "hidden", "hidden_states", "x_ptr", "input_ptr", "a",
        "inputs"}
-_GAMMA = {"gamma", "weight", "g", "w", "weight_ptr", "gamma_ptr", "w_ptr", "alpha"}
+_GAMMA = {"gamma", "weight", "weights", "g", "w", "weight_ptr", "gamma_ptr", "w_ptr", "alpha",
+          "scale", "scale_ptr"}
 _BETA = {"beta", "bias", "b", "beta_ptr", "bias_ptr"}
 _RES = {"residual", "res", "skip", "residual_ptr"}
 _MEAN = {"mean", "mu", "means", "mean_ptr"}
 _RSTD = {"rstd", "invvar", "inv_std", "rsigma", "inv_rms", "s_variance", "rstd_ptr", "inv_var",
          "invstd"}
 _EPS = {"eps", "epsilon", "variance_epsilon"}
-_ROWS = {"rows", "n", "m", "tokens", "num_tokens", "batch", "n_rows", "nrows", "num_rows", "bs"}
-_COLS = {"cols", "d", "dim", "hidden_size", "n_cols", "ncols", "k", "num_cols", "hidden_dim",
-         "n_embd", "c", "feature_size", "normalized_shape"}
+# M × N: M the rows, N the columns (mamba's, Triton's tutorials', FasterTransformer's n)
+_ROWS = {"rows", "m", "tokens", "num_tokens", "batch", "n_rows", "nrows", "num_rows", "bs",
+         "batch_size", "num_tokens_padded"}
+_COLS = {"cols", "n", "d", "dim", "hidden", "hidden_size", "n_cols", "ncols", "k", "num_cols",
+         "hidden_dim", "n_embd", "c", "feature_size", "normalized_shape", "num_features",
+         "head_dim", "d_model"}
 _ELEMENT = {"__half": "fp16", "half": "fp16", "__nv_bfloat16": "bf16", "nv_bfloat16": "bf16",
-            "float": "fp32"}
+            "float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16", "at::Half": "fp16",
+            "at::BFloat16": "bf16", "cutlass::half_t": "fp16", "cutlass::bfloat16_t": "bf16",
+            "nv_half": "fp16", "__nv_fp8_e4m3": "e4m3"}
 
 
 def _balanced(text: str, i: int) -> int:
@@ -82,6 +88,15 @@ def parameter_names(text: str, entry: str) -> list[str] | None:
     """The names of the parameters of the kernel ``entry`` (its base name; a template's
     arguments are ignored) as declared in ``text`` -- "" for an unnamed one; None where no
     ``__global__`` definition of that name is found."""
+    found = parameter_lists(text, entry, first=True)
+    return found[0] if found else None
+
+
+def parameter_lists(text: str, entry: str, first: bool = False) -> list[list[str]]:
+    """The parameter names of every ``__global__`` declaration of ``entry`` in ``text`` (its
+    overloads and specialisations), as :func:`parameter_names` reads one; ``first``: stop at
+    the first."""
+    out = []
     base = entry.split("<", 1)[0].split("::")[-1].strip()
     code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
     for m in re.finditer(rf"\b{re.escape(base)}\s*\(", code):
@@ -104,12 +119,15 @@ def parameter_names(text: str, entry: str) -> list[str] | None:
                        "__half", "__nv_bfloat16", "__restrict__", "__restrict", "T", "scalar_t"}
             names.append("" if (last in typeish and len(words) == 1) or p.endswith("*")
                          else last)
-        return names
-    return None
+        out.append(names)
+        if first:
+            break
+    return out
 
 
-def guess_role(name: str, param) -> tuple[str | list, str]:
-    """(role, why) for one parameter: its name (lower case) and its compiled type."""
+def guess_role(name: str, param, triton: bool = False) -> tuple[str | list, str]:
+    """(role, why) for one parameter: its name (lower case) and its compiled type (a Triton
+    kernel's: what :func:`triton_params` makes of its name)."""
     n = name.lower()
     const = param.ctype.replace(" ", "").startswith("const")
     if param.is_pointer:
@@ -130,6 +148,11 @@ def guess_role(name: str, param) -> tuple[str | list, str]:
             return "mean", f"named {name!r}"
         if n in _RSTD:
             return "rstd", f"named {name!r}"
+        if "res" in n and "out" in n:
+            return "h", f"named {name!r}: the fused sum, written"
+        if triton:
+            return "null", ("not recognised: passed as a null pointer (TODO: its role, if the "
+                            "kernel uses it)")
         return ("input", "a const pointer: read") if const else \
             ("output", "a pointer not const: written")
     if n in _EPS or (param.base in ("float", "double") and "eps" in n):
@@ -175,6 +198,10 @@ def triton_params(sig) -> tuple[list, list]:
             t = "T*"
         elif n in _EPS or "eps" in n:
             t = "float"
+        elif n in _ROWS or n in _COLS or "stride" in n:
+            t = "int"
+        elif nm.isupper() or n.endswith("_ptr") or stem in _RES:
+            t = "T*"  # Triton's convention: pointers in capitals (RESIDUAL_OUT, ROWSCALE)
         else:
             t = "int"
         names.append(nm)
@@ -199,7 +226,7 @@ def skeleton(source, entry: str, params, text: str | None = None,
             role, why = "const", "a tl.constexpr" + (": a block size" if "BLOCK" in nm.upper()
                                                      else ": give its value")
         else:
-            role, why = guess_role(nm or f"arg{i}", p)
+            role, why = guess_role(nm or f"arg{i}", p, triton)
         rows.append((nm or f"arg{i}", p, role, why))
     roles = {r for _, _, role, _ in rows for r in (role if isinstance(role, list) else [role])}
     norm = ("add_" if "residual" in roles else "") + ("layernorm" if "beta" in roles
@@ -225,7 +252,13 @@ def skeleton(source, entry: str, params, text: str | None = None,
     for nm, p, role, why in rows:
         lines.append("[[args]]")
         r = f'["{role[0]}", "{role[1]}"]' if isinstance(role, list) else f'"{role}"'
-        lines.append(f"role = {r}".ljust(30) + f"# {p.ctype} {nm}: {why}")
+        ctype = p.ctype
+        if triton:  # Triton declares no types: a pointer is neither const nor not
+            ctype = "pointer" if p.is_pointer else p.ctype
+            why = why.replace(", const", "")
+        lines.append(f"role = {r}".ljust(30) + f"# {ctype} {nm}: {why}")
+        if role != "const" and nm and not nm.startswith("arg"):
+            lines.append(f'name = "{nm}"')
         if role == "const":
             if p.ctype == "constexpr" and "BLOCK" in nm.upper():
                 lines.append('value = "next_pow2(cols)"     # the row in one block (check it)')

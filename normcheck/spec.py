@@ -108,7 +108,7 @@ import numpy as np
 from normcheck import formats, norms
 from normcheck.errors import SpecError
 
-__all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "default_spec", "QUANT_ROLES",
+__all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "repository", "default_spec", "QUANT_ROLES",
            "default_backward_spec", "evaluate", "evaluate_dims", "ROLES", "NORMS", "INPLACE",
            "scalar_type", "convert", "parse_dtypes", "DTYPE_ROLES", "ROW_GRADS", "PARAM_GRADS",
            "GRADS", "ROW_OUTPUTS", "STAT_ROLES"]
@@ -133,6 +133,8 @@ FIELD_ROLES = tuple(r for r in ROLES if r != "struct") + ("pad",)
 #: One buffer, two roles: what it holds on entry, what it holds on exit.
 INPLACE = {frozenset(("input", "output")): ("input", "output"),
            frozenset(("residual", "h")): ("residual", "h"),
+           # the sum written over x (xFormers' fused add: x += y in place, then its norm)
+           frozenset(("input", "h")): ("input", "h"),
            frozenset(("dy", "dx")): ("dy", "dx"),
            frozenset(("dh", "d_residual")): ("dh", "d_residual")}
 _SCALAR_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": np.int16,
@@ -292,11 +294,13 @@ def default_backward_spec(norm, block: int = 256) -> KernelSpec:
                       norm=n.name, backward=True, stats="saved")
 
 
-def load(path, roots=()) -> KernelSpec:
+def load(path, roots=(), base=None) -> KernelSpec:
     """Read and validate a spec file; every problem is a SpecError naming the file.  Its
-    ``source`` and ``include`` folders are resolved (links followed) and must lie beneath the
-    spec's own folder or one of ``roots`` (the folders a user gave on the command line, ``-I``):
-    a spec from a pull request cannot make normcheck or the compiler read the machine's files."""
+    ``source`` and ``include`` folders are resolved (links followed; relative to ``base``, by
+    default the spec's folder) and must lie beneath the spec's repository (the nearest folder
+    above it holding ``.git``), else its own folder, or one of ``roots`` (the folders a user gave
+    on the command line, ``-I``): a spec from a pull request cannot make normcheck or the
+    compiler read the machine's files."""
     from normcheck.files import read_limited
     from normcheck.errors import InvalidArgument
 
@@ -326,26 +330,40 @@ def load(path, roots=()) -> KernelSpec:
     spec = parse(data, str(path))
     spec.path = path
     if "source" in data:
-        spec.source = _confined(path, "source", data["source"], roots)
-    spec.include_dirs = tuple(str(_confined(path, "include", d, roots))
+        spec.source = _confined(path, "source", data["source"], roots, base)
+    spec.include_dirs = tuple(str(_confined(path, "include", d, roots, base))
                               for d in spec.include_dirs)
     return spec
 
 
-def _confined(spec_path: Path, key: str, value: str, roots) -> Path:
-    """``value`` (relative to the spec) resolved, links followed; a SpecError unless it is
-    beneath the spec's folder or one of ``roots``."""
+def repository(folder: Path) -> Path:
+    """The repository a folder lies in (the nearest folder at or above it holding ``.git``),
+    else the folder itself."""
+    folder = Path(folder).resolve()
+    for d in (folder, *folder.parents):
+        if (d / ".git").exists():
+            return d
+    return folder
+
+
+def _confined(spec_path: Path, key: str, value: str, roots, base=None) -> Path:
+    """``value`` (relative to ``base``, by default the spec's folder) resolved, links followed;
+    a SpecError unless it is beneath the spec's repository (or, outside one, its folder) or one
+    of ``roots``."""
     here = spec_path.resolve().parent
-    p = (here / value).resolve()
-    allowed = [here, *(Path(r).resolve() for r in roots)]
+    p = (Path(base).resolve() / value if base is not None else here / value).resolve()
+    home = repository(here)
+    allowed = [home, *(Path(r).resolve() for r in roots)]
     if not any(p == r or r in p.parents for r in allowed):
         extra = f" or beneath {', '.join(str(r) for r in allowed[1:])}" if roots else ""
+        what = "repository" if home != here else "folder"
         raise SpecError(
-            f"{spec_path}: {key}={value!r} resolves to {p}, outside the spec's folder "
-            f"({here}){extra}; a spec names only files beneath its own folder, so a spec from "
-            f"someone else cannot make normcheck read this machine's files.  Move the spec "
-            f"beside its kernel, or name the folder yourself on the command line: normcheck "
-            f"check -I {p if key == 'include' else p.parent} ...")
+            f"{spec_path}: {key}={value!r} resolves to {p}, outside the spec's {what} "
+            f"({home}){extra}; a spec names only files beneath its own repository (the folder "
+            f"holding .git) or, outside one, its own folder, so a spec from someone else cannot "
+            f"make normcheck read this machine's files.  Move the spec beside its kernel, or "
+            f"name the folder yourself on the command line: normcheck check -I "
+            f"{p if key == 'include' else p.parent} ...")
     return p
 
 

@@ -31,6 +31,11 @@ SRC = Path(__file__).parent / "cuda" / "headline.cu"
      "the output depends on undefined values"),
     # tl.sum in bf16: sums in the storage format, in a tree, not "rstd rounded"
     ("rms_tl_bf16_tree_sum", "rmsnorm", "bf16", "storage_sums", None, "storage format"),
+    # DeepSpeed's inference RMSNorm: rstd, x·rstd and ·γ each rounded to half, bit for bit
+    ("rms_rstd_half_products", "rmsnorm", "fp16", "rstd_storage", "exact", "each a product"),
+    # xFormers' in-place add: the float sum's statistics on the stored sum, bit for bit
+    ("add_rms_mixed_sums_fp16", "add_rmsnorm", "fp16", "h_mixed", "exact",
+     "applied to the sum as stored"),
 ])
 def test_the_headline_names_what_the_evidence_shows(entry, norm, dtype, key, evidence, text,
                                                      tmp_path, monkeypatch):

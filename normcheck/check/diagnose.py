@@ -51,6 +51,9 @@ CAUSES = {
                           "never combined across the block", "bit"),
     "weights_storage": ("γ and β rounded to the rows' format before use (wider master "
                         "weights read at the rows' precision)", "bit"),
+    "h_mixed": ("the statistics of the unrounded sum x + residual applied to the sum as "
+                "stored (rounded to h's format): the norm reads neither the exact nor the "
+                "stored sum", "bit"),
     "beta_twice": ("β added twice (y − exact = β on every element)", "bit"),
     "gamma_twice": ("γ applied twice (y = γ²·x̂ + β)", "bit"),
     "count_divisor": ("a wrong count or divisor: the statistics divided by another number than "
@@ -142,6 +145,12 @@ def _models(rows: Rows, out):
             return ge * dd * rr + b
 
         m["rstd_storage"] = y_of(S.round_array(r))
+        if S.precision < 24:
+            # and the products in the storage format too (DeepSpeed's half path: rstd rounded
+            # to T, then x·rstd and ·γ each a T product, rounded)
+            prod = S.round_array(S.round_array(d * S.round_array(r)) * ge)
+            m[("rstd_storage", "products")] = ("rounded", out.round_array(
+                prod + b if norm.centred else prod))
         xh = S.round_array(d * r)
         # x̂ rounded, then γ·x̂ + β in float rounded once; and, LayerNorm, Apex's half path:
         # γ·x̂ rounded to the storage format, then + β rounded again (three roundings)
@@ -356,6 +365,15 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
     low = out.precision < 24
     best, best_key = None, None
     models = _models(rows, out)
+    if norm.fused and case.residual is not None and getattr(ref, "h", None) is not None:
+        # a fused kernel that sums x + residual in float for its statistics, stores the sum
+        # rounded, and normalises what it stored (xFormers' in-place add)
+        xe = case.x.astype(np.float64) + case.residual.astype(np.float64)
+        hs = ref.h.rounded.astype(np.float64)
+        if np.any(hs != xe):
+            mu_e = xe.mean(axis=1, keepdims=True) if norm.centred else 0.0
+            var_e = ((xe - mu_e) ** 2).mean(axis=1, keepdims=True)
+            models["h_mixed"] = g * (hs - mu_e) / np.sqrt(var_e + eps) + b
     keys = [k for k in CAUSES if k in models] + [k for k in models if isinstance(k, tuple)]
     e_mean = float(np.mean(np.where(np.isfinite(d_exact[fin]), d_exact[fin], 1e300)))
     scored = {}
@@ -385,6 +403,9 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
         elif isinstance(best, tuple) and name == "partial_reduction":
             what = (f"{CAUSES[name][0]} (a block of {best[1]} threads: warp w holds the "
                     "columns j with (j mod blockDim)/32 = w)")
+        elif best == ("rstd_storage", "products"):
+            what = ("rstd rounded to the storage format, and x·rstd, then ·γ, each a product "
+                    "rounded to it (the normalisation done in half)")
         elif best == ("xhat_storage", "three"):
             what = ("x̂ rounded to the storage format, then γ·x̂ and + β each rounded to it "
                     "(three roundings, as a half-precision epilogue does)")

@@ -180,6 +180,11 @@ class ForwardJudge(engine.Judge):
         if self.out != self.fmt:
             return [], (f"no built-in kernel writes {self.fmt.name} rows to {self.out.name}: "
                         "judged against the sound bound only")
+        stream = [self.formats[r].name for r in ("residual", "h")
+                  if r in self.formats and self.formats[r] != self.fmt]
+        if n.fused and stream:
+            return [], (f"no built-in kernel keeps the residual stream in {stream[0]} beside "
+                        f"{self.fmt.name} rows: judged against the sound bound only")
         if n.reference != "exact":
             return [], ("no built-in kernel computes the hf definition: judged against the "
                         "sound bound only")
@@ -218,8 +223,8 @@ class ForwardJudge(engine.Judge):
         g, b = families.weights(self._own("gamma"), cols, seed=self.seed,
                                 beta_fmt=self._own("beta"))
         return self.make_case(x, g, b, families.generate(
-            "gaussian", fmt, rows, cols, seed=seed, pooled=pooled) if self.norm.fused else None,
-            self.eps)
+            "gaussian", self._own("residual"), rows, cols, seed=seed, pooled=pooled)
+            if self.norm.fused else None, self.eps)
 
     def _own(self, role):
         """A weight's own storage format (fp32 master weights beside bf16 rows), else the rows'."""
@@ -267,12 +272,14 @@ class ForwardJudge(engine.Judge):
             x = self.rows.cast(np.asarray(x).astype(np.float64))
         return Case(x=x, gamma=as_fmt(g, "gamma") if n.has_gamma else None,
                     beta=as_fmt(b, "beta") if n.reads_beta else None,
-                    residual=r if n.fused else None, eps=np.float32(eps))
+                    residual=as_fmt(r, "residual") if n.fused else None, eps=np.float32(eps))
 
     def reference(self, case: Case):
         n = self.norm
+        h = self.formats.get("h") if n.fused else None
         return oracle.for_norm(n, case.x, case.gamma, case.beta, residual=case.residual,
-                               eps=case.eps, convention=self.convention, out=self.out)
+                               eps=case.eps, convention=self.convention, out=self.out,
+                               h=h if isinstance(h, formats.Format) else None)
 
     # one batch ------------------------------------------------------------------------------------
     def measure(self, family: str, case: Case, guard="both", outs=None):

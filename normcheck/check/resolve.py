@@ -240,6 +240,8 @@ def resolve(o: CheckOptions) -> Resolved:
     src = source if source is not None else spec.source
     if src is None:
         raise invalid("source", None, "a .cu file (or `source` in the spec)")
+    if not default_abi:
+        _check_arg_names(spec, src)
     defines, arch = _arch_define(spec, defines, arch)
     arch = parse_arch(arch if arch is not None else spec.arch)
     contract = None
@@ -309,6 +311,45 @@ def _triton_signature(source, entry):
         return None
     text = read_limited(source, "source", SOURCE_BYTES, "a readable Triton .py file")
     return triton_signature(text.decode("utf-8", "replace"), entry, Path(source).name)
+
+
+def _check_arg_names(spec, src):
+    """A spec argument's ``name`` (but a scratch, side or struct argument's: it names the
+    buffer, the struct) is the kernel's parameter at its position: a name that is another
+    parameter's, or none of the kernel's, is refused naming both (the arguments are passed by
+    position: a wrong position would be blamed on the kernel).  Where the kernel's parameters
+    cannot be read from the file (a host launcher, a macro-made kernel), nothing is checked."""
+    from normcheck.errors import SpecError
+    from normcheck.skeleton import parameter_lists
+
+    for li, la in enumerate(spec.launches):
+        if la.host or not la.entry:
+            continue
+        sig = _triton_signature(src, la.entry)
+        if sig is not None:
+            lists = [list(sig.passed)]
+        else:
+            text = read_limited(src, "source", SOURCE_BYTES, "a readable .cu file")
+            lists = parameter_lists(text.decode("utf-8", "replace"), la.entry)
+        if not lists:
+            continue
+        # a scratch or side buffer's name is the buffer's (shared between launches), not
+        # the parameter's
+        named = [(i, a.name) for i, a in enumerate(la.args)
+                 if a.name and a.role not in ("scratch", "side", "struct")]
+        if not named or any(all(i >= len(ps) or not ps[i] or ps[i] == n for i, n in named)
+                            for ps in lists):
+            continue  # some definition of the entry has every named argument in its place
+        ps = lists[0]
+        i, n = next((i, n) for i, n in named if i < len(ps) and ps[i] and ps[i] != n)
+        where = f"{spec.path or 'spec'}: " + (f"launch {li + 1}: " if len(spec.launches) > 1
+                                               else "")
+        at = f"; {n!r} is parameter {ps.index(n) + 1}" if n in ps else \
+            "; the kernel has no parameter of that name"
+        raise SpecError(f"{where}args[{i}] is named {n!r} but parameter {i + 1} of "
+                        f"{la.entry} is {ps[i]!r}{at} (its parameters: {', '.join(ps)}): the "
+                        "arguments are passed in order -- put each [[args]] table in the "
+                        "kernel's order, or fix its name")
 
 
 def _arch_define(spec, defines, arch):

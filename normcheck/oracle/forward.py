@@ -171,27 +171,29 @@ def rmsnorm(x, gamma=None, *, eps=DEFAULT_EPS, out=None, gemma=False) -> NormRef
 
 
 def add_layernorm(x, residual, gamma=None, beta=None, *, eps=DEFAULT_EPS, convention="exact",
-                  out=None) -> FusedReference:
+                  out=None, h=None) -> FusedReference:
     """Exact fused residual add + LayerNorm: h = x + residual, y = LayerNorm(h) where h is the
-    exact sum (``convention="exact"``, FlashInfer) or the sum rounded to x's format
-    (``"stored"``, vLLM)."""
+    exact sum (``convention="exact"``, FlashInfer) or the sum rounded to h's format
+    (``"stored"``, vLLM); ``h``: that format (x's by default; Mamba's residual stream is fp32
+    beside bf16 rows)."""
     xin = _rows(x, "x")
-    return _fused(xin, residual, gamma, beta, eps, convention, out, True, False)
+    return _fused(xin, residual, gamma, beta, eps, convention, out, True, False, h)
 
 
 def add_rmsnorm(x, residual, gamma=None, *, eps=DEFAULT_EPS, convention="exact", out=None,
-                gemma=False) -> FusedReference:
+                gemma=False, h=None) -> FusedReference:
     """Exact fused residual add + RMSNorm (see :func:`add_layernorm` for the conventions)."""
     xin = _rows(x, "x")
-    return _fused(xin, residual, gamma, None, eps, convention, out, False, bool(gemma))
+    return _fused(xin, residual, gamma, None, eps, convention, out, False, bool(gemma), h)
 
 
 def for_norm(norm, x, gamma=None, beta=None, *, residual=None, eps=DEFAULT_EPS,
-             convention="exact", out=None):
+             convention="exact", out=None, h=None):
     """The reference of ``norm`` (a :class:`normcheck.norms.Norm` or its name: "layernorm",
     "rmsnorm", "gemma_rmsnorm", "add_layernorm", "add_rmsnorm") on these rows: one entry point
     for callers that hold the norm as data.  An affine-free norm ignores γ/β; the ``hf``
-    reference is the correctly rounded γ·round_S(x̂) (normcheck.norms)."""
+    reference is the correctly rounded γ·round_S(x̂) (normcheck.norms); ``h``: the format a
+    fused norm's sum is stored in (x's by default)."""
     from normcheck import norms
 
     n = norms.get(norm)
@@ -203,7 +205,7 @@ def for_norm(norm, x, gamma=None, beta=None, *, residual=None, eps=DEFAULT_EPS,
         f = add_layernorm if n.centred else add_rmsnorm
         kw = {} if n.centred else {"gemma": n.gemma}
         args = (x, residual, g, b) if n.centred else (x, residual, g)
-        return f(*args, eps=eps, convention=convention, out=out, **kw)
+        return f(*args, eps=eps, convention=convention, out=out, h=h, **kw)
     if n.centred:
         return layernorm(x, g, b, eps=eps, out=out)
     return rmsnorm(x, g, eps=eps, out=out, gemma=n.gemma)
@@ -242,7 +244,7 @@ def _hf(n, x, gamma, residual, eps, convention, out):
     return ref
 
 
-def _fused(xin, residual, gamma, beta, eps, convention, out, center, gemma):
+def _fused(xin, residual, gamma, beta, eps, convention, out, center, gemma, h=None):
     res = _rows(residual, "residual")
     if res.shape != xin.shape:
         raise invalid("residual", res, f"the shape of x, {xin.shape}",
@@ -250,7 +252,7 @@ def _fused(xin, residual, gamma, beta, eps, convention, out, center, gemma):
     if convention not in ("exact", "stored"):
         raise invalid("convention", convention, '"exact" (normalise x + residual exactly) or '
                       '"stored" (normalise the sum rounded to storage)')
-    storage = formats.of_dtype(xin.dtype, "x.dtype")
+    storage = formats.get(h) if h is not None else formats.of_dtype(xin.dtype, "x.dtype")
     a = xin.astype(np.float64)
     b = res.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -262,8 +264,8 @@ def _fused(xin, residual, gamma, beta, eps, convention, out, center, gemma):
     cols = xin.shape[1]
     ref = _normalise(pair, _vec(gamma, "gamma", cols), _vec(beta, "beta", cols), check_eps(eps),
                      center, gemma, _out(out, xin), cls=FusedReference,
-                     grid16=xin.dtype == np.float16 and (convention == "stored"
-                                                         or res.dtype == np.float16))
+                     grid16=storage is formats.FP16 if convention == "stored" else
+                     (xin.dtype == np.float16 and res.dtype == np.float16))
     ref.h = h_ref
     return ref
 

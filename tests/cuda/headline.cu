@@ -15,6 +15,10 @@
 //                              (tl.sum over a power-of-two block) in float: sound
 //   rms_tl_bf16_tree_sum       the same with the tree's sums in bf16 (tl.sum of a bf16 tensor
 //                              without dtype=tl.float32)
+//   rms_rstd_half_products     DeepSpeed-style: rstd rounded to half, then x·rstd and ·γ each
+//                              rounded to half (three roundings)
+//   add_rms_mixed_sums_fp16    xFormers-style fused add: the statistics of the float sum, x̂ of the
+//                              sum as stored in half (h, y, x, residual, γ, eps, rows, cols)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -161,4 +165,32 @@ extern "C" __global__ void rms_tl_bf16_tree_sum(__nv_bfloat16* y, const __nv_bfl
   for (int j = threadIdx.x; j < cols; j += blockDim.x)
     y[(size_t)blockIdx.x * cols + j] =
         __float2bfloat16(__bfloat162float(xr[j]) * r * __bfloat162float(g[j]));
+}
+
+extern "C" __global__ void rms_rstd_half_products(__half* y, const __half* x, const __half* g,
+                                                  float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    float v = __half2float(xr[j]);
+    ss += v * v;
+  }
+  const __half r = __float2half(rsqrtf(block_sum(ss) / cols + eps));  // rstd in half
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = __hmul(__hmul(xr[j], r), g[j]);
+}
+
+extern "C" __global__ void add_rms_mixed_sums_fp16(__half* h, __half* y, const __half* x,
+                                                   const __half* res, const __half* g, float eps,
+                                                   int rows, int cols) {
+  const size_t o = (size_t)blockIdx.x * cols;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float s = __half2float(x[o + j]) + __half2float(res[o + j]);
+    h[o + j] = __float2half(s);
+    ss += s * s;  // the statistics of the float sum ...
+  }
+  const float r = rsqrtf(block_sum(ss) / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)  // ... applied to the stored one
+    y[o + j] = __float2half(__half2float(h[o + j]) * r * __half2float(g[j]));
 }
