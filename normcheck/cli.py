@@ -155,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--github", action="store_true",
                    help="print GitHub Actions annotations: an ::error per unsafe kernel of "
                         "yours, at its spec")
+    r.add_argument("--field", action="store_true",
+                   help="judge the field too (normcheck field: the public norm kernels as "
+                        "their projects release them) and add its section")
     r.add_argument("--junit", metavar="FILE", default=None,
                    help="write JUnit XML: a test case per kernel and family (unsafe fails)")
     r.add_argument("--summary", metavar="FILE", default=None,
@@ -218,6 +221,21 @@ def build_parser() -> argparse.ArgumentParser:
     sf.add_argument("--missing", action="store_true", help="list every missing function too")
     sf.set_defaults(func=_surface)
 
+    fd = sub.add_parser("field", help="judge the field: the public norm kernels as their "
+                                      "projects release them (normcheck/field/corpus.toml), "
+                                      "each verdict against the one recorded")
+    fd.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="a kernel, a project or a glob of kernel names (repeatable)")
+    fd.add_argument("--list", action="store_true",
+                    help="list the corpus (kernels, releases, recorded verdicts) and exit")
+    fd.add_argument("--update", action="store_true",
+                    help="record the verdicts and causes measured now in corpus.toml (a "
+                         "checkout's; review the change)")
+    fd.add_argument("--out", default="reports/field", metavar="DIR",
+                    help="where to write field.md and field.json (default reports/field)")
+    fd.add_argument("--json", action="store_true", help="print the outcomes as JSON")
+    fd.set_defaults(func=_field)
+
     b = sub.add_parser("bench", help="print performance figures (oracle, backend, check, gpu)")
     b.add_argument("what", choices=("oracle", "backend", "check", "gpu", "cub", "bias",
                                         "compile", "workers"),
@@ -229,6 +247,46 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0)
     b.set_defaults(func=_bench)
     return p
+
+
+def _field(args) -> int:
+    import json
+
+    from normcheck.field import corpus, judge
+    from normcheck.report import field as section
+    from normcheck.report import folder
+
+    c = corpus.load()
+    picked = c.select(args.only)
+    if args.list:
+        for k in picked:
+            s = c.sources[k.project]
+            print(f"{k.name:32} {k.language:7} {s.project} {s.version} ({s.file}): "
+                  f"{k.expect}{' (' + k.cause + ')' if k.cause else ''}")
+        print(f"\n{len(picked)} kernels of {len({k.project for k in picked})} projects")
+        return 0
+    outs = judge.judge_field(only=args.only, echo=lambda m: print(m, file=sys.stderr),
+                             save_dir=Path(args.out) / "counterexamples")
+    dicts = [o.as_dict() for o in outs]
+    out = folder.prepare(args.out)
+    folder.write(out / "field.json", folder.json_text(dicts, indent=1))
+    folder.write(out / "field.md", f"# {section.TITLE}\n\n" + section.markdown(dicts))
+    if args.json:
+        print(json.dumps(dicts, indent=1, default=str))
+    else:
+        print(section.summary_line(dicts) + f"; wrote {out / 'field.md'}, {out / 'field.json'}")
+    if args.update:
+        changed = corpus.record([o for o in outs if o.ran])
+        print(f"recorded {len(changed)} changed verdicts in {corpus.CORPUS}" +
+              (": " + ", ".join(changed) if changed else ""))
+        return 0
+    bad = [o for o in outs if not o.skipped and not o.matches]
+    for o in bad:
+        got = (f"{o.verdict}{' (' + o.cause + ')' if o.cause else ''}" if o.ran
+               else f"not run: {o.error}")
+        print(f"field: {o.name} ({o.project} {o.version}): {got}; recorded {o.expect}"
+              f"{' (' + o.expect_cause + ')' if o.expect_cause else ''}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 def _headers(args) -> int:
@@ -495,7 +553,7 @@ def _report(args) -> int:
                              "name your kernels' specs, or the earlier report folder")
     done = run_report(args.mode, backend=args.backend, out=out, seed=args.seed,
                       kernels=args.kernels, workers=args.workers, cluster=args.cluster,
-                      specs=args.spec, compare=args.compare)
+                      specs=args.spec, compare=args.compare, field=args.field)
     recs = done["results"]["records"]
     print(f"{len(recs)} records ({done['results'].get('measured_now', 0)} measured now) in "
           f"{time.perf_counter() - t:.0f} s; wrote " +

@@ -10,7 +10,8 @@ job (`normcheck report` on the cpu backend), the second sets up and runs the tes
 What a command must do is read from the command itself, and from its comment:
 
 * its exit code: 0, unless the comment says otherwise as ``(exit N)`` (a kernel shown failing);
-* the files it promises: ``--out DIR`` (a report: DIR/report.md and DIR/index.html), ``> FILE``
+* the files it promises: ``--out DIR`` (a report: DIR/report.md and DIR/index.html; for
+  ``field``, DIR/field.md and DIR/field.json), ``> FILE``
   (its output, not empty), ``--junit FILE``, ``--summary FILE``; ``--json > FILE`` must hold JSON.
 
 Commands that set up a machine (``pip ...``, ``python3 -m venv``) outside the first two blocks
@@ -95,7 +96,9 @@ def _promised(text: str) -> list:
     out = []
     for i, w in enumerate(words[:-1]):
         nxt = words[i + 1]
-        if w == "--out":
+        if w == "--out" and "field" in words[:i]:  # normcheck field: its section and outcomes
+            out += [(f"{nxt}/field.md", "file"), (f"{nxt}/field.json", "json")]
+        elif w == "--out":
             out += [(f"{nxt}/report.md", "file"), (f"{nxt}/index.html", "file")]
         elif w in ("--junit", "--summary"):
             out.append((nxt, "file"))

@@ -1,6 +1,15 @@
 """Files normcheck takes from the package registry -- CUDA's library headers (the wheels'
 ``include/``), the field's kernels -- fetched confined, pinned and checked.
 
+Two ways, one rule (confined, pinned, nothing of the package built or run):
+
+* :func:`download` -- wheels through pip (the headers: a platform's wheel among several);
+* :func:`download_file` -- one named file of a release (a wheel or a source distribution: the
+  field's kernels), by a child process of the standard library only
+  (:mod:`normcheck.backends.download`) confined as pip is, its SHA-256 checked here against the
+  pin; a source distribution is an archive read as data (:func:`extract`), never pip's business
+  (pip would run its build code to learn its metadata).
+
 A fetch is pip (``pip download``), and pip is a program of the machine's Python that reads the
 network and writes files: it runs as every program normcheck starts on the user's behalf does
 (:mod:`normcheck.backends.confine`, :mod:`normcheck.backends.isolation`):
@@ -30,7 +39,12 @@ from pathlib import Path
 
 from normcheck.errors import CompileError
 
-__all__ = ["Pin", "download", "pip_environment"]
+__all__ = ["Pin", "FilePin", "download", "download_file", "extract", "pip_environment",
+           "INDEX"]
+
+#: The registry's simple index (PyPI's); NORMCHECK_INDEX_URL, else pip's PIP_INDEX_URL, names
+#: another (a mirror).
+INDEX = "https://pypi.org/simple"
 
 
 @dataclass(frozen=True)
@@ -111,3 +125,92 @@ def download(pins, what: str) -> tuple[Path, list]:
                            f"{' '.join(p.name + '==' + p.version for p in pins)} failed",
                            (r.stderr or r.stdout)[-2000:])
     return d, files
+
+
+@dataclass(frozen=True)
+class FilePin:
+    """One file of a release: the project, its version, the file's name and its SHA-256."""
+
+    project: str
+    version: str
+    filename: str
+    sha256: str
+
+
+def download_file(pin: FilePin, what: str, limit: int = 1 << 30) -> tuple[Path, Path]:
+    """Download ``pin``'s file (at most ``limit`` bytes) into a new temporary folder, by a
+    confined child process (the module docstring), and check its SHA-256: (the folder, the
+    file).  The caller removes the folder.  Raises CompileError naming what failed."""
+    import hashlib
+    import shutil
+
+    from normcheck.backends import confine, isolation
+
+    d = Path(tempfile.mkdtemp(prefix="normcheck-fetch-"))
+    out = d / "file"
+    env = pip_environment()
+    index = os.environ.get("NORMCHECK_INDEX_URL") or os.environ.get("PIP_INDEX_URL") or INDEX
+    argv = isolation.command("normcheck.backends.download", index, pin.project, pin.version,
+                             pin.filename, str(out), limit)
+    try:
+        r = confine.run_compiler(argv, f"fetching {what}", read=_read_roots(env) +
+                                 list(isolation.allowed_roots()) + [str(isolation.import_root())],
+                                 write=[str(d), os.devnull], cleanup=str(d), limits=_limits(),
+                                 env=env, cwd=isolation.private_cwd(), connect=True)
+    except CompileError:
+        shutil.rmtree(d, ignore_errors=True)
+        raise
+    if r.returncode != 0 or not out.is_file():
+        shutil.rmtree(d, ignore_errors=True)
+        raise CompileError(f"could not fetch {what}: {pin.filename} of {pin.project} "
+                           f"{pin.version} from {index} failed (set NORMCHECK_INDEX_URL to a "
+                           "mirror's simple index, or check the network)",
+                           (r.stderr or r.stdout)[-2000:])
+    h = hashlib.sha256()
+    with open(out, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    if h.hexdigest() != pin.sha256:
+        shutil.rmtree(d, ignore_errors=True)
+        raise CompileError(f"could not fetch {what}: {pin.filename} has SHA-256 {h.hexdigest()}, "
+                           f"not the pinned {pin.sha256} (the registry or a mirror served "
+                           "other bytes under this name)")
+    return d, out
+
+
+def extract(archive: Path, members: dict, dest: Path, limit: int = 16 << 20) -> None:
+    """Copy ``members`` ({path inside the release: SHA-256}) of a wheel (zip) or a source
+    distribution (.tar.gz) into ``dest`` (paths kept), each checked against its pin: the
+    archive is read as data -- only regular files of the listed names are read, at most
+    ``limit`` bytes each, nothing is run, no link followed, no name written outside ``dest``.
+    A member missing or off its pin raises CompileError."""
+    import hashlib
+    import tarfile
+    import zipfile
+
+    want = dict(members)
+    got = {}
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            for info in z.infolist():
+                if info.filename in want and not info.is_dir() and info.file_size <= limit:
+                    got[info.filename] = z.read(info)
+    else:
+        with tarfile.open(archive, "r:*") as t:
+            for m in t:
+                name = m.name.split("/", 1)[1] if "/" in m.name else m.name  # the top folder
+                if name in want and m.isfile() and m.size <= limit:
+                    got[name] = t.extractfile(m).read()
+    for name, sha in want.items():
+        data = got.get(name)
+        if data is None:
+            raise CompileError(f"{archive.name} holds no file {name} (of at most {limit} bytes)")
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise CompileError(f"{archive.name}: {name} is not the pinned file (SHA-256 "
+                               f"{hashlib.sha256(data).hexdigest()}, pinned {sha})")
+        p = (dest / name).resolve()
+        if not p.is_relative_to(dest.resolve()) or ".." in Path(name).parts:
+            raise CompileError(f"{archive.name}: a member named {name!r} would land outside "
+                               "its folder")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)

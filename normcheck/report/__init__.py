@@ -33,11 +33,12 @@ def _progress_printer(stream=None):
 
 def run_report(mode="quick", backend="cpu", out="reports/quick", seed=0, kernels=None,
                workers=None, progress=True, stop_after=None, cluster=None, specs=None,
-               compare=None) -> dict:
+               compare=None, field=False) -> dict:
     """Sweep (resuming what ``out`` already holds), audit, render.  ``specs``: user kernels'
     specs (files or folders) swept beside the built-ins; ``compare``: an earlier report folder
-    to diff against (normcheck.diff; the result's ``diff``).  Returns the paths written and
-    the results."""
+    to diff against (normcheck.diff; the result's ``diff``); ``field``: judge the field's
+    public kernels too (normcheck.field: the section "The field").  Returns the paths written
+    and the results."""
     from normcheck.backends import get_backend
     from normcheck.report import sweep
 
@@ -59,11 +60,11 @@ def run_report(mode="quick", backend="cpu", out="reports/quick", seed=0, kernels
     with folder.lock(out):
         folder.refuse_links(out)
         return _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster,
-                                   old, compare)
+                                   old, compare, field)
 
 
 def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster, old=None,
-                        compare=None) -> dict:
+                        compare=None, field=False) -> dict:
     from normcheck.report import audit, folder, render, sweep
 
     results = sweep.run_sweep(p, out, backend=be, workers=workers,
@@ -88,6 +89,13 @@ def _sweep_audit_render(p, be, out, workers, progress, stop_after, cluster, old=
 
     results["quantised"] = quantised.measure(be, seed=p.seed, mode=p.mode, pattern=p.pattern)
     folder.write(out / "quantised.json", folder.json_text(results["quantised"], indent=1))
+    if field:
+        from normcheck.field import judge
+
+        outs = judge.judge_field(echo=(lambda m: print(m, file=sys.stderr)) if progress else None,
+                                 save_dir=out / "field")
+        results["field"] = [o.as_dict() for o in outs]
+        folder.write(out / "field.json", folder.json_text(results["field"], indent=1))
     results["audit"] = audit.run_audit(results["records"], backend=be, timings=timings,
                                        backward=results["backward"])
     folder.write(out / "audit.json", folder.json_text(results["audit"], indent=1))

@@ -459,6 +459,11 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
     if q_md:
         sections.append(("Quantised outputs", "\n".join(q_md[1:]),
                          "<pre>" + html.escape("\n".join(q_md[1:])) + "</pre>"))
+    if results.get("field"):
+        from normcheck.report import field as field_section
+
+        f_md = field_section.markdown(results["field"])
+        sections.append((field_section.TITLE, f_md, "<pre>" + html.escape(f_md) + "</pre>"))
     h_a = []
     for a in audit:
         h_a.append(f"<h3 class='{a['verdict'].replace(' ', '-')}'>"

@@ -1,0 +1,120 @@
+"""Each kernel of the field checked as ``normcheck check`` checks it (its spec, the cpu
+backend, a fixed seed), its verdict and headline cause compared with the ones recorded.
+
+A kernel that cannot be judged (its file does not compile, a header is missing ...) did not run:
+that is an error of the field, never a pass.  A Triton kernel where Triton is not installed is
+skipped, said so.  :func:`judge_field` returns one :class:`Outcome` per kernel, in order.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from normcheck import spec as specs
+from normcheck.errors import NormcheckError
+from normcheck.field import corpus as corpus_mod, sources
+
+__all__ = ["Outcome", "judge_field", "judge_one", "EXAMPLES", "SEED"]
+
+#: Rows a family and the seed of every field check (the verdicts are recorded for these).
+EXAMPLES = 16
+SEED = 0
+
+
+@dataclass
+class Outcome:
+    """What the field's check of one kernel found, beside what was recorded."""
+
+    name: str
+    project: str
+    version: str
+    language: str
+    file: str                       # the kernel's file, inside its release
+    expect: str
+    expect_cause: str | None
+    why: str
+    verdict: str | None = None      # None: not run (``error``) or skipped (``skipped``)
+    cause: str | None = None        # the headline cause's key
+    cause_text: str | None = None
+    norm: str | None = None
+    formats: str | None = None      # "bf16 -> bf16"
+    families: list = field(default_factory=list)  # [family, max ulp, × bound, bias, verdict]
+    max_ulp: float | None = None
+    error: str | None = None
+    skipped: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ran(self) -> bool:
+        return self.verdict is not None
+
+    @property
+    def matches(self) -> bool:
+        """The verdict (and, where one is recorded, the headline cause) as recorded."""
+        return self.ran and self.verdict == self.expect and \
+            (self.expect_cause is None or self.cause == self.expect_cause)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "ran": self.ran, "matches": self.matches}
+
+
+def _triton_missing() -> bool:
+    return importlib.util.find_spec("triton") is None
+
+
+def judge_one(k: corpus_mod.Kernel, src: corpus_mod.Source, save_dir=None,
+              echo=None) -> Outcome:
+    """One kernel: its release fetched (cached), its spec loaded against the release's root,
+    checked on the cpu backend."""
+    from normcheck import check
+
+    t0 = time.perf_counter()
+    out = Outcome(k.name, k.project, src.version, k.language, "", k.expect, k.cause, k.why)
+    try:
+        root = sources.fetched(src, echo)
+        sp = specs.load(k.spec, roots=(root,), base=root)
+        out.file = str(Path(sp.source).relative_to(root)) if sp.source else ""
+        if k.language == "triton" and _triton_missing():
+            out.skipped = "Triton is not installed here (pip install 'normcheck[triton]')"
+            return out
+        # a backward check has no targeted search; a forward one's is off (examples only)
+        more = {"backward": True} if sp.backward else {"search": 0}
+        r = check.run(check.CheckOptions(spec=sp, include=(str(root),), examples=EXAMPLES,
+                                         seed=SEED, save_counterexample=(
+                                             str(Path(save_dir) / f"{k.name}.npz")
+                                             if save_dir else None), **more))
+    except NormcheckError as e:
+        out.error = f"{type(e).__name__}: {e}".split("\n")[0][:400]
+        return out
+    finally:
+        out.seconds = time.perf_counter() - t0
+    out.verdict = str(r.verdict)
+    out.cause = getattr(r.cause, "key", None)
+    out.cause_text = str(r.cause) if r.cause else None
+    out.norm, out.formats = r.norm_desc, f"{r.dtype} → {r.out_dtype}"
+    out.max_ulp = float(r.max_ulp)
+    out.families = [[f.family, float(getattr(f, "max_ulp", 0.0)),
+                     float(getattr(f, "max_of_bound", 0.0)),
+                     getattr(f, "mean_signed_ulp", None), str(f.verdict)] for f in r.families]
+    return out
+
+
+def judge_field(only=None, save_dir=None, echo=print, path=None) -> list[Outcome]:
+    """Every kernel of the corpus (or those ``only`` names), in order, a line each as it goes."""
+    c = corpus_mod.load(path or corpus_mod.CORPUS)
+    picked = c.select(only)
+    outs = []
+    for i, k in enumerate(picked, 1):
+        o = judge_one(k, c.sources[k.project], save_dir, echo)
+        outs.append(o)
+        if echo is not None:
+            got = o.verdict or ("skipped" if o.skipped else "not run")
+            mark = "ok  " if o.matches else ("skip" if o.skipped else "DIFF")
+            echo(f"[{i}/{len(picked)}] {mark} {k.name:34} {got:8} (recorded {k.expect}"
+                 f"{', ' + k.cause if k.cause else ''}; {o.seconds:.1f} s)"
+                 + (f" -- {o.error}" if o.error else "")
+                 + (f" -- cause {o.cause}" if o.ran and not o.matches else ""))
+    return outs

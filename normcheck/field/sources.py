@@ -1,0 +1,58 @@
+"""A release's files for the field: fetched once (normcheck.backends.fetch: confined, the
+release file's SHA-256 and every file's checked), kept in the build cache under
+``field/<project>-<version>-<sha256[:12]>/``, the release file itself not kept.  Nothing of the
+package is built, imported or run: its files are read as the sources of kernels, as a user's are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from normcheck.backends import cache, fetch
+from normcheck.field.corpus import Source
+
+__all__ = ["root", "fetched", "ready"]
+
+_DONE = ".normcheck-complete"
+
+
+def root(src: Source) -> Path:
+    """Where the release's files live in the cache (fetched or not)."""
+    return cache.cache_dir("field") / f"{src.key}-{src.sha256[:12]}"
+
+
+def ready(src: Source) -> bool:
+    """Whether every pinned file of the release is in the cache, unchanged."""
+    r = root(src)
+    if not (r / _DONE).is_file():
+        return False
+    for name, sha in src.files.items():
+        p = r / name
+        if not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != sha:
+            return False
+    return True
+
+
+def fetched(src: Source, echo=None) -> Path:
+    """The folder holding the release's pinned files, fetched first where they are not in the
+    cache (``echo`` says so)."""
+    r = root(src)
+    if ready(src):
+        return r
+    if echo is not None:
+        echo(f"fetching {src.file} ({src.project} {src.version}) ...")
+    d, archive = fetch.download_file(fetch.FilePin(src.project, src.version, src.file,
+                                                   src.sha256), f"{src.project} {src.version}")
+    try:
+        tmp = r.with_name(r.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        fetch.extract(archive, src.files, tmp)
+        (tmp / _DONE).write_text(f"{src.file} {src.sha256}\n")
+        shutil.rmtree(r, ignore_errors=True)
+        tmp.rename(r)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return r

@@ -1,0 +1,112 @@
+"""The report's section "The field": the public norm kernels of :mod:`normcheck.field`, each
+as its project ships it, judged -- one line a kernel (project, version, verdict beside the one
+recorded, the worst family's ulp, × bound and bias, the cause), then each kernel's families.
+
+Its input is what :func:`normcheck.field.judge.judge_field` returns, as dicts
+(:meth:`Outcome.as_dict`), so a report folder's ``field.json`` renders again without rerunning.
+"""
+
+from __future__ import annotations
+
+__all__ = ["markdown", "summary_line", "TITLE"]
+
+TITLE = "The field"
+
+
+def _cell(text) -> str:
+    from normcheck.report.findings import md_cell
+
+    return md_cell(str(text))
+
+
+def _num(v) -> str:
+    if v is None:
+        return "-"
+    v = float(v)
+    if v != v:
+        return "nan"
+    if v in (float("inf"), float("-inf")):
+        return "inf"
+    return f"{v:.3g}"
+
+
+_RANK = {"fail": 2, "warn": 1}
+
+
+def _worst(o: dict):
+    """The worst family: a failed one first (a fault or a non-finite output fails a family
+    whatever its × bound), then a warned one, then by × bound and ulp: (family, ulp, × bound,
+    bias, verdict)."""
+    fams = [f for f in o.get("families") or [] if f]
+    if not fams:
+        return None
+    return max(fams, key=lambda f: (_RANK.get(f[4] if len(f) > 4 else "", 0),
+                                    float(f[2] or 0.0), float(f[1] or 0.0)))
+
+
+def _verdict(o: dict) -> str:
+    if o.get("skipped"):
+        return "skipped"
+    if not o.get("ran"):
+        return "**not run**"
+    v = o["verdict"].upper()
+    return v if o.get("matches") else f"**{v}** (recorded {o['expect'].upper()})"
+
+
+def summary_line(outs: list) -> str:
+    ran = [o for o in outs if o.get("ran")]
+    same = sum(1 for o in ran if o.get("matches"))
+    skipped = sum(1 for o in outs if o.get("skipped"))
+    counts = {v: sum(1 for o in ran if o["verdict"] == v) for v in ("pass", "warn", "fail")}
+    projects = len({o["project"] for o in outs})
+    return (f"{len(outs)} kernels of {projects} projects: {len(ran)} ran "
+            f"({counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail), "
+            f"{same} as recorded, {len(ran) - same} not"
+            + (f", {skipped} skipped" if skipped else "")
+            + (f", {len(outs) - len(ran) - skipped} could not run"
+               if len(outs) - len(ran) - skipped else ""))
+
+
+def markdown(outs: list) -> str:
+    """The section's markdown (without its heading)."""
+    lines = [
+        "Public LayerNorm and RMSNorm kernels as their projects release them on the package "
+        "registry (the files pinned by SHA-256 in normcheck/field/corpus.toml, fetched confined, "
+        "nothing of the package built or imported), each launched as its own launcher does "
+        "(normcheck/field/specs/) and checked on the cpu backend like `normcheck check`: "
+        "16 rows a family, seed 0.  Verdicts beside the ones recorded; the worst family is the "
+        "one furthest beyond (or nearest to) its sound bound.  Rerun: `normcheck field`.",
+        "",
+        summary_line(outs) + ".",
+        "",
+        "| kernel | project | version | language | norm, formats | verdict | worst family | "
+        "max ulp | × bound | bias | cause |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for o in outs:
+        w = _worst(o)
+        cause = o.get("cause_text") or o.get("error") or o.get("skipped") or ""
+        if len(cause) > 220:
+            cause = cause[:217] + "..."
+        lines.append(
+            f"| {_cell(o['name'])} | {_cell(o['project'])} | {_cell(o['version'])} | "
+            f"{o['language']} | {_cell(', '.join(x for x in (o.get('norm'), o.get('formats')) if x))} | "
+            f"{_verdict(o)} | {_cell(w[0]) if w else '-'} | {_num(w[1]) if w else '-'} | "
+            f"{_num(w[2]) if w else '-'} | {_num(w[3]) if w else '-'} | {_cell(cause)} |")
+    lines += ["", "Each kernel's families (max ulp / × bound / bias, in ulps of the output "
+              "format, for a backward kernel of dx; a family that failed or warned says so):", "",
+              "| kernel | families |", "|---|---|"]
+    for o in outs:
+        fams = [f for f in o.get("families") or [] if f]
+        if not fams:
+            continue
+        cells = "; ".join(f"{f[0]} {_num(f[1])} / {_num(f[2])} / {_num(f[3])}"
+                          + (f" {f[4].upper()}" if len(f) > 4 and f[4] != "pass" else "")
+                          for f in fams)
+        lines.append(f"| {_cell(o['name'])} | {_cell(cells)} |")
+    lines += ["", "Why each verdict was recorded:", ""]
+    for o in outs:
+        lines.append(f"- **{_cell(o['name'])}** ({o['expect']}"
+                     f"{', ' + o['expect_cause'] if o.get('expect_cause') else ''}): "
+                     f"{_cell(o.get('why', ''))}")
+    return "\n".join(lines) + "\n"

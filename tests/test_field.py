@@ -1,0 +1,460 @@
+"""The field (normcheck.field): the corpus is whole and consistent, release files are read as
+pinned data, the field's verdicts are compared with the recorded ones and rendered, and the
+fixes the field's files needed hold on our own small sources (macro-made pragmas, an unresolved
+host call named, a stood-in decorator).  The corpus itself runs in CI (`.ci/run`: `normcheck
+field`), where the registry is reachable; nothing here needs the network."""
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from normcheck import spec as specs
+from normcheck.backends import fetch
+from normcheck.errors import CompileError, SpecError
+from normcheck.field import corpus, judge, sources
+from normcheck.report import field as section
+
+HERE = Path(__file__).parent
+
+
+def test_the_corpus_is_whole():
+    c = corpus.load()
+    kernels = c.kernels
+    # the issue's floor: 24 kernels of 12 projects, CUDA and Triton, LayerNorm and RMSNorm,
+    # fused residual, backward and quantised
+    assert len(kernels) >= 24 and len(c.sources) >= 12
+    langs = {k.language for k in kernels}
+    assert langs == {"cuda", "triton"}
+    norms, backward, quant = set(), False, False
+    for k in kernels:
+        data = tomllib.loads(k.spec.read_text())
+        norms.add(data["norm"])
+        backward |= bool(data.get("backward"))
+        quant |= any(a.get("role") == "scale" for a in data.get("args", []))
+        # the kernel's file and every file it names are pinned members of its release
+        src = c.sources[k.project]
+        assert data["source"] in src.files, (k.name, data["source"])
+        for inc in data.get("include", []):
+            assert any(f.startswith(inc.rstrip("/") + "/") for f in src.files), (k.name, inc)
+        if k.expect != "pass":
+            assert k.cause, f"{k.name}: a recorded {k.expect} names its cause"
+        assert k.why.strip()
+    assert {"layernorm", "rmsnorm"} <= norms and any(n.startswith("add_") for n in norms)
+    assert backward and quant
+
+
+def test_every_spec_is_a_kernel_of_the_corpus():
+    names = {k.name for k in corpus.load().kernels}
+    on_disk = {p.stem for p in corpus.SPECS.glob("*.toml")}
+    assert on_disk == names, on_disk ^ names
+
+
+def test_a_bad_corpus_is_refused_naming_the_entry(tmp_path):
+    text = corpus.CORPUS.read_text()
+    bad = tmp_path / "corpus.toml"
+    bad.write_text(text.replace('expect = "pass"', 'expect = "maybe"', 1))
+    with pytest.raises(SpecError, match="expect='maybe'"):
+        corpus.load(bad)
+    first = corpus.load().kernels[0].name
+    bad.write_text(text + f'\n[[kernel]]\nname = "{first}"\nproject = "vllm"\nexpect = "pass"\n'
+                          'why = "twice"\n')
+    with pytest.raises(SpecError, match="named twice"):
+        corpus.load(bad)
+
+
+def test_select_by_name_project_or_glob():
+    c = corpus.load()
+    assert [k.name for k in c.select(["vllm_rms_norm"])] == ["vllm_rms_norm"]
+    assert all(k.project == "liger-kernel" for k in c.select(["liger-kernel"]))
+    assert {k.name for k in c.select(["flashinfer_*"])} == \
+        {k.name for k in c.kernels if k.name.startswith("flashinfer_")}
+    with pytest.raises(Exception, match="--only"):
+        c.select(["no_such_kernel"])
+
+
+def test_record_writes_what_was_measured(tmp_path):
+    p = tmp_path / "corpus.toml"
+    shutil.copy(corpus.CORPUS, p)
+    # corpus.load checks each spec beside the real corpus: the copy's names are the same
+    k = corpus.load(p).kernels[0]
+    o = judge.Outcome(k.name, k.project, "v", k.language, "", k.expect, k.cause, k.why,
+                      verdict="fail", cause="one_pass")
+    assert corpus.record([o], p) == [k.name]
+    again = {x.name: x for x in corpus.load(p).kernels}[k.name]
+    assert (again.expect, again.cause, again.why) == ("fail", "one_pass", k.why)
+    assert corpus.record([o], p) == []  # nothing changed the second time
+    o.verdict, o.cause = "pass", None
+    corpus.record([o], p)
+    assert {x.name: x for x in corpus.load(p).kernels}[k.name].cause is None
+
+
+def _zip(path, members):
+    with zipfile.ZipFile(path, "w") as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+
+
+def _sdist(path, top, members):
+    with tarfile.open(path, "w:gz") as t:
+        for n, data in members.items():
+            info = tarfile.TarInfo(f"{top}/{n}")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+
+
+def _sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def test_extract_takes_only_pinned_members(tmp_path):
+    data = {"pkg/ops/rms.py": b"print('kernel')\n", "pkg/setup_hook.py": b"import os\n"}
+    whl = tmp_path / "pkg-1.0-py3-none-any.whl"
+    _zip(whl, data)
+    dest = tmp_path / "out"
+    fetch.extract(whl, {"pkg/ops/rms.py": _sha(data["pkg/ops/rms.py"])}, dest)
+    assert (dest / "pkg/ops/rms.py").read_bytes() == data["pkg/ops/rms.py"]
+    assert not (dest / "pkg/setup_hook.py").exists()
+    # a source distribution: its top folder is not part of a member's name
+    sd = tmp_path / "pkg-1.0.tar.gz"
+    _sdist(sd, "pkg-1.0", {"csrc/norm.cu": b"// norm\n"})
+    fetch.extract(sd, {"csrc/norm.cu": _sha(b"// norm\n")}, tmp_path / "sd")
+    assert (tmp_path / "sd/csrc/norm.cu").read_bytes() == b"// norm\n"
+
+
+def test_extract_refuses_a_changed_or_missing_member(tmp_path):
+    whl = tmp_path / "pkg-1.0-py3-none-any.whl"
+    _zip(whl, {"pkg/ops/rms.py": b"changed\n"})
+    with pytest.raises(CompileError, match="is not the pinned file"):
+        fetch.extract(whl, {"pkg/ops/rms.py": _sha(b"original\n")}, tmp_path / "a")
+    with pytest.raises(CompileError, match="holds no file pkg/other.py"):
+        fetch.extract(whl, {"pkg/other.py": _sha(b"x")}, tmp_path / "b")
+    assert not (tmp_path / "a" / "pkg").exists()
+
+
+def test_a_release_is_fetched_once_and_refetched_when_changed(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    body = b"@triton.jit\ndef k(): pass\n"
+    whl = tmp_path / "pkg-1.0-py3-none-any.whl"
+    _zip(whl, {"pkg/k.py": body})
+    calls = []
+
+    def fake_download(pin, what):
+        calls.append(pin.filename)
+        d = tmp_path / f"dl{len(calls)}"
+        d.mkdir()
+        shutil.copy(whl, d / "file")
+        return d, d / "file"
+
+    monkeypatch.setattr(fetch, "download_file", fake_download)
+    src = corpus.Source("pkg", "1.0", whl.name, _sha(whl.read_bytes()), "",
+                        {"pkg/k.py": _sha(body)})
+    r = sources.fetched(src)
+    assert (r / "pkg/k.py").read_bytes() == body and sources.ready(src)
+    assert sources.fetched(src) == r and len(calls) == 1  # cached
+    (r / "pkg/k.py").write_bytes(b"tampered\n")
+    assert not sources.ready(src)
+    sources.fetched(src)
+    assert len(calls) == 2 and (r / "pkg/k.py").read_bytes() == body
+
+
+def test_a_spec_names_files_of_its_repository(tmp_path):
+    # a spec in tests/norms/ naming ../../csrc/rms.cu: the repository's root (a folder holding
+    # .git) is the spec's root, so the usual layout works; outside it is still refused
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "csrc").mkdir()
+    (repo / "csrc/rms.cu").write_text("// a kernel\n")
+    (repo / "tests/norms").mkdir(parents=True)
+    sp = repo / "tests/norms/rms.toml"
+    args = '[[args]]\nrole = "output"\n[[args]]\nrole = "input"\n[[args]]\nrole = "eps"\n'
+    sp.write_text('source = "../../csrc/rms.cu"\nentry = "rms"\nnorm = "rmsnorm"\n'
+                  'dtype = "fp32"\n' + args)
+    loaded = specs.load(sp)
+    assert Path(loaded.source).resolve() == (repo / "csrc/rms.cu").resolve()
+    (tmp_path / "outside.cu").write_text("// not the repository's\n")
+    sp.write_text('source = "../../../outside.cu"\nentry = "rms"\nnorm = "rmsnorm"\n'
+                  'dtype = "fp32"\n' + args)
+    with pytest.raises(SpecError):
+        specs.load(sp)
+
+
+def _outcome(**kw):
+    base = dict(name="k1", project="proj", version="1.0", language="cuda", file="k.cu",
+                expect="pass", expect_cause=None, why="because")
+    base.update(kw)
+    return judge.Outcome(**base)
+
+
+def test_the_section_shows_each_kernel_and_marks_a_changed_verdict():
+    outs = [
+        _outcome(verdict="pass", families=[["gaussian", 0.5, 0.25, 0.01],
+                                           ["offset", 2.0, 0.75, -0.2]], norm="rmsnorm",
+                 formats="fp16 -> fp16"),
+        _outcome(name="k2", expect="fail", expect_cause="one_pass", verdict="pass"),
+        _outcome(name="k3", error="CompileError: no such header"),
+        _outcome(name="k4", language="triton", skipped="Triton is not installed here"),
+    ]
+    md = section.markdown([o.as_dict() for o in outs])
+    rows = {ln.split("|")[1].strip(): ln for ln in md.splitlines() if ln.startswith("| k")}
+    assert "offset" in rows["k1"] and "0.75" in rows["k1"]  # the worst family by × bound
+    assert "**PASS** (recorded FAIL)" in rows["k2"]
+    assert "**not run**" in rows["k3"] and "no such header" in rows["k3"]
+    assert "skipped" in rows["k4"]
+    line = section.summary_line([o.as_dict() for o in outs])
+    assert line.startswith("4 kernels of 1 projects: 2 ran") and "1 as recorded, 1 not" in line
+    assert "1 skipped" in line and "1 could not run" in line
+
+
+def test_an_outcome_matches_only_its_recorded_verdict_and_cause():
+    assert _outcome(verdict="pass").matches
+    assert not _outcome(verdict="warn").matches
+    assert _outcome(expect="fail", expect_cause="one_pass", verdict="fail",
+                    cause="one_pass").matches
+    assert not _outcome(expect="fail", expect_cause="one_pass", verdict="fail",
+                        cause="storage_sums").matches
+    assert not _outcome(error="boom").matches  # an error is never a match
+
+
+def test_field_list_names_every_kernel():
+    r = subprocess.run([sys.executable, "-m", "normcheck", "field", "--list"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    c = corpus.load()
+    for k in c.kernels:
+        assert k.name in r.stdout
+    assert f"{len(c.kernels)} kernels of {len(c.sources)} projects" in r.stdout
+
+
+# -- the general fixes the field's files needed, on our own sources --------------------------
+
+PRAGMA_SRC = r"""
+#define PRAGMA_UNROLL #pragma unroll
+#define PRAGMA_NO_UNROLL #pragma unroll 1
+extern "C" __global__ void rms_macro_pragmas(float* y, const float* x, const float* g,
+                                             float eps, int rows, int cols) {
+  const float* xr = x + (size_t)blockIdx.x * cols;
+  __shared__ float total;
+  if (threadIdx.x == 0) {
+    float ss[4] = {0.f, 0.f, 0.f, 0.f};
+    PRAGMA_NO_UNROLL
+    for (int j = 0; j < cols; ++j) ss[j % 4] += xr[j] * xr[j];
+    PRAGMA_UNROLL for (int k = 1; k < 4; ++k) ss[0] += ss[k];
+    total = ss[0];
+  }
+  __syncthreads();
+  const float r = 1.0f / sqrtf(total / cols + eps);
+  PRAGMA_UNROLL
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = xr[j] * r * g[j];
+}
+"""
+
+
+def test_a_macro_made_pragma_compiles(tmp_path, monkeypatch):
+    # `#define PRAGMA_UNROLL #pragma unroll` (FasterTransformer, CUTLASS): nvcc takes the '#'
+    # in the expansion, g++ calls it stray; the cpu backend drops the hint
+    from normcheck import check
+
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "pragmas.cu"
+    src.write_text(PRAGMA_SRC)
+    r = check.check_kernel(src, "rms_macro_pragmas", "rmsnorm", "fp32", examples=4, search=0,
+                           timeout=30)
+    # sound (within the bound everywhere); one thread's four running sums may warn against
+    # the built-in's tree on the offset rows -- but had a loop been taken with its pragma, the
+    # sum would be a quarter of the row's and fail
+    assert r.verdict in ("pass", "warn"), r.render()
+    assert all(f.max_of_bound <= 1 for f in r.families), r.render()
+
+
+def test_unroll_hints_are_dropped_and_nothing_else():
+    from normcheck.backends.cpu.translate import _unroll_pragmas
+
+    text = ('#pragma once\n  #pragma unroll\n  for (;;) {}\n x; #pragma unroll 4 for (i) '
+            '{ #pragma unroll (N) y; } #pragma nounroll while\n#pragma GCC diagnostic push\n')
+    out = _unroll_pragmas(text)
+    assert "unroll" not in out.replace("GCC", "")
+    assert "#pragma once" in out and "#pragma GCC diagnostic push" in out
+    assert "for (;;) {}" in out and "for (i)" in out and "y; }" in out and "while" in out
+
+
+HOST_SRC = r"""
+int project_device();  // defined in another file of the project
+__global__ void rms_k(float* y, const float* x, int cols) {
+  y[blockIdx.x * cols + threadIdx.x] = x[blockIdx.x * cols + threadIdx.x];
+}
+void launch_rms(float* y, const float* x, const float* g, float eps, int rows, int cols) {
+  if (project_device() < 0) return;
+  rms_k<<<rows, cols>>>(y, x, cols);
+}
+"""
+
+
+def test_a_host_launcher_calling_a_function_defined_elsewhere_names_it(tmp_path, monkeypatch):
+    from normcheck import check
+
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "host.cu"
+    src.write_text(HOST_SRC)
+    sp = tmp_path / "host.toml"
+    sp.write_text('source = "host.cu"\nentry = "launch_rms"\nnorm = "rmsnorm"\ndtype = "fp32"\n'
+                  'cols = [1, 64]\n[launch]\nhost = true\n'
+                  '[[args]]\nrole = "output"\n[[args]]\nrole = "input"\n[[args]]\n'
+                  'role = "gamma"\n[[args]]\nrole = "eps"\n[[args]]\nrole = "rows"\n'
+                  '[[args]]\nrole = "cols"\n')
+    with pytest.raises(Exception, match=r"project_device\(\)"):
+        r = check.run(check.CheckOptions(spec=specs.load(sp), examples=2, search=0))
+        raise AssertionError(r.render())
+
+
+STUB_SRC = '''
+import triton
+import triton.language as tl
+from not_installed_anywhere.utils import libentry
+
+
+@libentry()
+@triton.jit
+def rms_kernel(Y, X, W, eps, rows, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < cols
+    x = tl.load(X + row * cols + offs, mask=m, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(W + offs, mask=m, other=0.0).to(tl.float32)
+    tl.store(Y + row * cols + offs, (x * r * w).to(Y.dtype.element_ty), mask=m)
+'''
+
+
+def test_a_stood_in_decorator_leaves_the_kernel_as_written(tmp_path, monkeypatch):
+    pytest.importorskip("triton")
+    from normcheck import check
+
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "gems_style.py"
+    src.write_text(STUB_SRC)
+    r = check.check_kernel(src, "rms_kernel", "rmsnorm", "fp16", examples=2, search=0,
+                           timeout=60)
+    assert r.verdict == "pass", r.render()
+
+
+def test_field_json_renders_again(tmp_path):
+    outs = [_outcome(verdict="pass", families=[["gaussian", 0.5, 0.25, None]]).as_dict()]
+    p = tmp_path / "field.json"
+    p.write_text(json.dumps(outs))
+    assert "gaussian 0.5 / 0.25 / -" in section.markdown(json.loads(p.read_text()))
+
+
+CUTE_SRC = '''
+import cutlass
+import cutlass.cute as cute
+from quack.autotuner import autotune
+
+
+class RMSNorm:
+    @cute.kernel
+    def kernel(self, mX, mW, mO):
+        pass
+
+
+@autotune(configs=[])
+def rmsnorm_fwd(x, w):
+    return x
+'''
+
+CUTILE_SRC = '''
+import cuda.tile as ct
+import triton
+
+
+@ct.kernel(occupancy=1)
+def rms_fwd(X, W, Y, eps):
+    pass
+'''
+
+
+@pytest.mark.parametrize("text,entry,lang", [
+    (CUTE_SRC, "kernel", "CuTe DSL"), (CUTE_SRC, "rmsnorm_fwd", "CuTe DSL"),
+    (CUTILE_SRC, "rms_fwd", "cuTile")])
+def test_cute_dsl_and_cutile_are_refused_by_name(text, entry, lang):
+    from normcheck.backends.triton.backend import signature
+    from normcheck.errors import Unsupported
+
+    # never taken for Triton (quack's @autotune is not triton.autotune), never "name the
+    # kernel, not its Python wrapper"
+    with pytest.raises(Unsupported, match=f"{lang}: not supported yet"):
+        signature(text, entry, "k.py")
+
+
+def test_a_spec_argument_named_for_another_parameter_is_refused(tmp_path):
+    from normcheck import check
+
+    (tmp_path / "k.cu").write_text(
+        "__global__ void rms(float* Y, const float* X, const float* W, float eps, int rows, "
+        "int cols) {}\n")
+    sp = tmp_path / "k.toml"
+    sp.write_text('source = "k.cu"\nentry = "rms"\nnorm = "rmsnorm"\ndtype = "fp32"\n'
+                  '[[args]]\nrole = "output"\nname = "Y"\n[[args]]\nrole = "gamma"\nname = "W"\n'
+                  '[[args]]\nrole = "input"\nname = "X"\n[[args]]\nrole = "eps"\n[[args]]\n'
+                  'role = "rows"\n[[args]]\nrole = "cols"\n')
+    with pytest.raises(SpecError, match=r"args\[1\] is named 'W' but parameter 2 of rms is 'X'; "
+                                        r"'W' is parameter 3"):
+        check.run(check.CheckOptions(spec=specs.load(sp), examples=1, search=0))
+
+
+def test_spec_guesses_read_names_as_kernels_use_them():
+    from normcheck.backends.base import Param
+    from normcheck.backends.triton.backend import signature
+    from normcheck.skeleton import guess_role, skeleton, triton_params
+
+    assert guess_role("scale", Param("const __half*", 8, 2))[0] == "gamma"
+    assert guess_role("bias", Param("const __half*", 8, 2))[0] == "beta"
+    for n in ("hidden", "hidden_size", "n_cols", "N", "D"):
+        assert guess_role(n, Param("int", 4, 0))[0] == "cols", n
+    assert guess_role("M", Param("int", 4, 0))[0] == "rows"
+    text = ("import triton\nimport triton.language as tl\n@triton.jit\n"
+            "def k(X, Y, W, RESIDUAL_OUT, ROWSCALE, stride_x_row, M, N, eps, "
+            "BLOCK_N: tl.constexpr):\n    pass\n")
+    names, params = triton_params(signature(text, "k", "k.py"))
+    toml, rows = skeleton("k.py", "k", params, names=names)
+    roles = {nm: role for nm, _, role, _ in rows}
+    assert roles == {"X": "input", "Y": "output", "W": "gamma", "RESIDUAL_OUT": "h",
+                     "ROWSCALE": "null", "stride_x_row": "stride", "M": "rows", "N": "cols",
+                     "eps": "eps", "BLOCK_N": "const"}
+    # a Triton pointer is not said to be const (Triton declares no types)
+    assert "# pointer X: named 'X'" in toml and "const T*" not in toml
+    assert 'name = "W"' in toml
+
+
+def test_a_header_on_no_path_is_named_with_its_fix(tmp_path, monkeypatch):
+    from normcheck import check
+
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "k.cu"
+    src.write_text('#include <cutlass/cutlass.h>\nextern "C" __global__ void k(float* y, '
+                   'const float* x, const float* g, float eps, int rows, int cols) {}\n')
+    with pytest.raises(CompileError, match=r"includes cutlass/cutlass.h, which is on no include "
+                                           r"path .* -I DIR .* nvidia-cutlass package ships it"):
+        check.check_kernel(src, "k", "rmsnorm", "fp32", examples=1, search=0)
+
+
+def test_the_profiler_header_builds(tmp_path, monkeypatch):
+    # cuda_profiler_api.h (llm.c's llmc/, DeepSpeed): the toolkit's, not the runtime wheel's
+    from normcheck import check
+
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "k.cu"
+    src.write_text("#include <cuda_profiler_api.h>\n" + PRAGMA_SRC +
+                   "void profile(bool on) { if (on) cudaProfilerStart(); else cudaProfilerStop(); }\n")
+    r = check.check_kernel(src, "rms_macro_pragmas", "rmsnorm", "fp32", examples=2, search=0,
+                           timeout=30)
+    assert all(f.max_of_bound <= 1 for f in r.families), r.render()
