@@ -63,12 +63,6 @@ def numpy_rmsnorm(fmt):
     return rmsnorm
 
 
-def _peak_rss_mib() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
                     targets=("builtin", "numpy"), builtin_rows=None, echo=print) -> list[dict]:
     """Rows/s of the oracle alone, the kernel alone and the whole long check
@@ -86,6 +80,7 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
     from normcheck import kernels, launch, norms
     from normcheck.oracle import fast as oracle_fast
     from normcheck.check.engine import Setup
+    from normcheck.check.forward import peak_rss_mib
     from normcheck.check.judge import ForwardJudge
 
     n = norms.get("rmsnorm")
@@ -129,7 +124,7 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
                    "check_rows_per_s": 1 / t_all, "check_over_oracle": t_or / t_all,
                    "check_over_slower": max(t_or, t_k) / t_all,
                    "own_share": max(0.0, 1 - (t_or + t_k) / t_all), "verdict": fr.verdict,
-                   "peak_rss_mib": _peak_rss_mib()}
+                   "peak_rss_mib": peak_rss_mib()}
             out.append(row)
             echo(f"{label:26} {R:6d} {row['oracle_rows_per_s']:14,.0f} "
                  f"{row['kernel_rows_per_s']:14,.0f} {row['check_rows_per_s']:13,.0f} "
@@ -454,3 +449,53 @@ extern "C" __global__ void rms(__half* y, const __half* x, const __half* g, floa
     y[(size_t)blockIdx.x * cols + i] = __float2half(__half2float(xr[i]) * r * __half2float(g[i]));
 }
 """
+
+
+def triton_benchmark(rows: int = 2047, cols: int = 4096, echo=print) -> list[dict]:
+    """A Triton kernel's check against the same algorithm's CUDA C check (#48): for RMSNorm and
+    two-pass LayerNorm in bf16 (the built-ins of cuda_src/triton/norms.py and their CUDA C
+    twins), the wall time of a default check (every family, 64 rows a family, no search: its
+    second run, warm -- builds and workers up) and its ratio to CUDA's; then a long run of
+    ``rows`` rows of ``cols`` on each, in rows/s (the executor's pace: one program a row),
+    with the process's peak memory.  Figures, not a test: what the executor costs."""
+    import importlib.util
+
+    from normcheck import check, kernels
+    from normcheck.check.forward import peak_rss_mib
+
+    if importlib.util.find_spec("triton") is None:
+        echo("Triton is not installed here (pip install 'normcheck[triton]')")
+        return []
+    pairs = (("rmsnorm", "rmsnorm_rms_bf16_upcast_square",
+              "triton_rmsnorm_rms_bf16_upcast_square"),
+             ("layernorm", "layernorm_two_pass_bf16_upcast_square",
+              "triton_layernorm_two_pass_bf16_upcast_square"))
+    out = []
+    echo(f"{'norm':10} {'language':8} {'check s':>8} {'x CUDA':>7} {'long rows/s':>12} "
+         f"{'peak MiB':>9}")
+    for norm, cuda_name, triton_name in pairs:
+        base = None
+        for language, name in (("CUDA C", cuda_name), ("Triton", triton_name)):
+            v = kernels.get(name)
+            spec = v.spec()
+
+            def one(**more):
+                t0 = time.perf_counter()
+                r = check.run(check.CheckOptions(spec=spec, norm=str(v.norm), dtype=v.storage,
+                                                 examples=64, search=0, seed=0, **more))
+                return time.perf_counter() - t0, r
+
+            one()  # builds, the worker, the imports
+            t, r = one()
+            tl, _ = one(rows=rows, cols=cols)
+            rate = rows / max(tl - t, 1e-9)
+            base = base or t  # the first of the pair: CUDA C's
+            row = {"norm": norm, "language": language, "kernel": name, "check_s": t,
+                   "over_cuda": t / base, "long_rows_per_s": rate, "verdict": str(r.verdict),
+                   "peak_rss_mib": peak_rss_mib()}
+            out.append(row)
+            echo(f"{norm:10} {language:8} {t:8.2f} {t / base:7.2f} {rate:12,.0f} "
+                 f"{row['peak_rss_mib']:9.0f}")
+    echo("targets (#48): a Triton check within 1.5x of CUDA's; a long run of at least 5,000 "
+         f"rows/s at {cols} columns")
+    return out

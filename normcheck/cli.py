@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="print performance figures (oracle, backend, check, gpu)")
     b.add_argument("what", choices=("oracle", "backend", "check", "gpu", "cub", "bias",
-                                        "compile", "workers"),
+                                        "compile", "workers", "triton"),
                    help="what to measure")
     b.add_argument("--cols", type=int, nargs="+", default=None,
                    help="widths (oracle, backend: 1024 4096; check: 4096)")
@@ -246,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check: rows of the long check (default 8191; built-in kernels 1023)")
     b.add_argument("--seed", type=int, default=0)
     b.set_defaults(func=_bench)
+    for name in ("check", "report", "field", "bench", "replay", "agree"):
+        sub.choices[name].add_argument(
+            "-q", "--quiet", action="store_true",
+            help="no progress on stderr (by default a step that takes over 2 s says what it "
+                 "is doing: a live line on a terminal, a line every 5 s in a log)")
     return p
 
 
@@ -342,6 +347,8 @@ def _bench(args) -> int:
         bench.compile_benchmark()
     elif args.what == "workers":
         bench.workers_benchmark()
+    elif args.what == "triton":
+        bench.triton_benchmark(rows=args.rows or 2047, cols=(args.cols or (4096,))[0])
     elif args.what == "bias":
         bench.bias_benchmark(rows=args.rows or 1_000_000, cols=(args.cols or (256,))[0])
     else:
@@ -649,6 +656,10 @@ def _main(argv=None) -> int:
         signal.signal(signal.SIGTERM, _on_term)
     except ValueError:  # not the main thread
         pass
+    if not getattr(args, "quiet", True):
+        from normcheck import progress
+
+        progress.enable(sys.stderr)
     if args.command in ("check", "report", "replay") and \
             "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
         # the targeted search's files go beside the counterexamples, not in ./.hypothesis

@@ -56,8 +56,11 @@ def load(part: Part) -> ctypes.CDLL:
         if lib is None:
             from normcheck.backends import confine
 
-            path = confine.build_library(part.source, part.section, part.name,
-                                         list(part.flags), part.what)
+            from normcheck import progress
+
+            with progress.step(f"building normcheck's {part.what} (g++, once per machine)"):
+                path = confine.build_library(part.source, part.section, part.name,
+                                             list(part.flags), part.what)
             lib = ctypes.CDLL(str(path))
             if part.bind is not None:
                 part.bind(lib)

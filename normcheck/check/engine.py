@@ -235,21 +235,25 @@ def run_families(judge: Judge, fams, examples: int, progress=None):
     fails, and ``judge.finish`` judges the rest (its failures and warnings: a bias, a warn).
     ``judge.stop`` ends the check after a family.  Returns (family results, failures,
     warnings)."""
+    from normcheck import progress as progress_mod
+
     results, failures, warnings = [], [], []
+    with progress_mod.step(f"checking {len(fams)} families", total=len(fams)):
+        _families(judge, fams, examples, progress, (results, failures, warnings))
+    return results, failures, warnings
+
+
+def _families(judge: Judge, fams, examples, progress, out) -> None:
+    from normcheck import progress as progress_mod
+
+    results, failures, warnings = out
     for fi, fam in enumerate(fams):
         st = judge.start(fam)
-        for k, (rows, cols) in enumerate(judge.plan(fam, examples)):
-            if judge.timed_out:
-                break  # a kernel that hung once is not launched again
-            case, m, fails = judge.step(st, fi, k, rows, cols)
-            fatal = any(f.kind in FATAL for f in fails)
-            if m is None and judge.fault is None and fatal:
-                judge.fault = (fam, case, fails[0])  # what a replay must run again
-            st.fr.rows += rows
-            st.fr.cols.append(cols)
-            st.fails += fails
-            if m is None or fatal:
-                break
+        plan = list(judge.plan(fam, examples))
+        with progress_mod.step(f"family {fam} ({fi + 1} of {len(fams)}), {len(plan)} launches",
+                               total=len(plan)):
+            _run_family(judge, st, fi, plan)
+        progress_mod.advance(fi + 1)
         for f in st.fails:
             st.fr.failures[f.kind] = st.fr.failures.get(f.kind, 0) + 1
         if st.fails:
@@ -262,7 +266,25 @@ def run_families(judge: Judge, fams, examples: int, progress=None):
             progress(fi + 1, len(fams))
         if judge.stop(failures):
             break
-    return results, failures, warnings
+
+
+def _run_family(judge: Judge, st, fi: int, plan) -> None:
+    """One family's launches, in order (:func:`run_families`)."""
+    from normcheck import progress as progress_mod
+
+    for k, (rows, cols) in enumerate(plan):
+        if judge.timed_out:
+            break  # a kernel that hung once is not launched again
+        case, m, fails = judge.step(st, fi, k, rows, cols)
+        fatal = any(f.kind in FATAL for f in fails)
+        if m is None and judge.fault is None and fatal:
+            judge.fault = (st.fr.family, case, fails[0])  # what a replay must run again
+        st.fr.rows += rows
+        st.fr.cols.append(cols)
+        st.fails += fails
+        progress_mod.advance(k + 1)
+        if m is None or fatal:
+            break
 
 
 def unique(failures, key=lambda f: (f.kind, f.family)) -> list:

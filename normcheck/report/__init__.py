@@ -13,16 +13,22 @@ def _progress_printer(stream=None):
     stream = stream if stream is not None else sys.stderr  # the command line's, escaped
     tty = stream.isatty()
     last = [0.0]
+    first = {}  # the first task's end: the pace is measured from there, builds excluded
 
     def show(i, n, rec, elapsed):
         now = time.perf_counter()
+        first.setdefault("i", i)
+        first.setdefault("t", elapsed)
         if not tty and i != n and now - last[0] < 5:
             return
         last[0] = now
-        eta = elapsed / max(i, 1) * (n - i)
+        done = i - first["i"]
+        # the ETA from the tasks since the first (a first task that waited for the builds
+        # would make it absurd); none until there is a pace
+        eta = f", ~{(elapsed - first['t']) / done * (n - i):.0f} s left" if done >= 2 else ""
         p = "".join(f" {k}={v:g}" for k, v in rec.param.items())
         msg = (f"[{i}/{n}] {rec.kernel} {rec.family}{p} {rec.cols} cols: "
-               f"max {rec.max_ulp:.3g} ulp — {elapsed:.0f} s, ~{eta:.0f} s left")
+               f"max {rec.max_ulp:.3g} ulp — {elapsed:.0f} s{eta}")
         stream.write(("\r" + msg[:150].ljust(150)) if tty else msg + "\n")
         if tty and i == n:
             stream.write("\n")

@@ -419,7 +419,16 @@ MAX_BUILD_BYTES = 64 << 20
 def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
           arch: int = base.DEFAULT_ARCH, hosts=()) -> Module:
     """Compile ``src`` exporting ``entries`` for ``arch`` (cached; see the module docstring);
-    ``hosts``: the entries that are host functions (launchers), called on the host."""
+    ``hosts``: the entries that are host functions (launchers), called on the host.  A build
+    that takes a while says so (normcheck.progress)."""
+    from normcheck import progress
+
+    with progress.step(f"building {Path(str(src.origin)).name} for the cpu backend (g++, "
+                       "once per text: then cached)"):
+        return _build(src, entries, defines, extra_flags, arch, hosts)
+
+
+def _build(src, entries, defines, extra_flags, arch, hosts) -> Module:
     entries = [base.parse_entry(e) for e in entries]
     hosts = {base.parse_entry(e) for e in hosts}
     cxx, version = _compiler()
