@@ -458,3 +458,15 @@ def test_the_profiler_header_builds(tmp_path, monkeypatch):
     r = check.check_kernel(src, "rms_macro_pragmas", "rmsnorm", "fp32", examples=2, search=0,
                            timeout=30)
     assert all(f.max_of_bound <= 1 for f in r.families), r.render()
+
+
+def test_triton_is_known_by_the_names_a_file_binds_to_it():
+    from normcheck.backends.triton.backend import signature
+
+    text = ("import triton as tt\nfrom triton import jit as triton_jit\n"
+            "from quack.autotuner import autotune\n\n@tt.jit\ndef a(X):\n    pass\n\n"
+            "@triton_jit\ndef b(X):\n    pass\n\n@autotune(configs=[])\ndef c(X):\n    pass\n")
+    assert signature(text, "a", "k.py").params == ("X",)
+    assert signature(text, "b", "k.py").params == ("X",)
+    with pytest.raises(Exception, match="name the kernel, not its Python wrapper"):
+        signature(text, "c", "k.py")  # a project's own autotune is not Triton's

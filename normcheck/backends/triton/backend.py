@@ -95,25 +95,28 @@ _TRITON_DECORATORS = ("jit", "autotune", "heuristics")
 _OTHER_DSLS = {"cutlass.cute": "CuTe DSL", "cuda.tile": "cuTile", "cutile": "cuTile"}
 
 
-def _is_jit(dec, bare=("jit", "autotune", "heuristics")) -> bool:
-    """Whether a decorator is Triton's: ``triton.jit``, ``triton.autotune``,
-    ``triton.heuristics`` (called or not), or a bare name the file imported from triton
-    (``bare``) -- never CuTe DSL's ``cute.jit``/``cute.kernel``, cuTile's ``ct.kernel`` or a
-    project's own ``autotune``."""
+def _is_jit(dec, names=frozenset({"triton"})) -> bool:
+    """Whether a decorator is Triton's: ``jit``, ``autotune`` or ``heuristics`` (called or not)
+    reached through a name the file binds to triton (``names``, :func:`_triton_names`: the
+    module, ``import triton as tt``, ``from triton import jit``) -- never CuTe DSL's
+    ``cute.jit``/``cute.kernel``, cuTile's ``ct.kernel`` or a project's own ``autotune``."""
     node = dec.func if isinstance(dec, ast.Call) else dec
     parts = ast.unparse(node).split(".")
-    if parts[-1] not in _TRITON_DECORATORS:
-        return False
-    return parts[0] == "triton" if len(parts) > 1 else parts[0] in bare
+    if len(parts) == 1:  # a decorator imported from triton by name (an alias included)
+        return parts[0] in names and parts[0] != "triton"
+    return parts[-1] in _TRITON_DECORATORS and parts[0] in names
 
 
-def _triton_bare_names(tree) -> tuple:
-    """The decorators a file imports from triton by name (``from triton import jit``)."""
-    out = []
+def _triton_names(tree) -> frozenset:
+    """The names a file binds to triton: the module's (``triton``, or its alias) and the
+    decorators it imports from it by name."""
+    out = {"triton"}
     for n in tree.body:
-        if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "triton":
-            out += [a.asname or a.name for a in n.names if a.name in _TRITON_DECORATORS]
-    return tuple(out)
+        if isinstance(n, ast.Import):
+            out |= {a.asname for a in n.names if a.name == "triton" and a.asname}
+        elif isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "triton":
+            out |= {a.asname or a.name for a in n.names if a.name in _TRITON_DECORATORS}
+    return frozenset(out)
 
 
 def _other_dsl(tree, fn=None) -> str | None:
@@ -163,12 +166,12 @@ def _signature(text: str, entry: str, where: str) -> Signature:
         tree = ast.parse(text)
     except SyntaxError as e:
         raise CompileError(f"{where}: not valid Python: line {e.lineno}: {e.msg}") from None
-    bare = _triton_bare_names(tree)
+    names = _triton_names(tree)
     found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == entry]
     top = [n for n in found if n in tree.body]
     fn = (top or found or [None])[0]
     jits = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)
-            and any(_is_jit(d, bare) for d in n.decorator_list)]
+            and any(_is_jit(d, names) for d in n.decorator_list)]
     # the entry a CuTe DSL or cuTile kernel, or the file one with no Triton kernel at all
     lang = (_other_dsl(tree, fn) if fn is not None else None) or \
         (_other_dsl(tree) if entry not in jits and not jits else None)
@@ -179,7 +182,7 @@ def _signature(text: str, entry: str, where: str) -> Signature:
         raise invalid("entry", entry, f"a @triton.jit function of {where}",
                       f"its kernels: {', '.join(jits) or 'none'}")
     fn = top[0]
-    if not any(_is_jit(d, bare) for d in fn.decorator_list):
+    if not any(_is_jit(d, names) for d in fn.decorator_list):
         raise invalid("entry", entry, "a function decorated with @triton.jit",
                       "name the kernel, not its Python wrapper")
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
