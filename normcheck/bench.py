@@ -456,11 +456,14 @@ def triton_benchmark(rows: int = 2047, cols: int = 4096, echo=print) -> list[dic
     two-pass LayerNorm in bf16 (the built-ins of cuda_src/triton/norms.py and their CUDA C
     twins), the wall time of a default check (every family, 64 rows a family, no search: its
     second run, warm -- builds and workers up) and its ratio to CUDA's; then a long run of
-    ``rows`` rows of ``cols`` on each, in rows/s (the executor's pace: one program a row),
-    with the process's peak memory.  Figures, not a test: what the executor costs."""
+    ``rows`` rows of ``cols`` on each, in rows/s of the whole check (oracle and measures
+    included), and one launch of those rows in rows/s inside the launch (the executor's own
+    pace: one program a row, run in batches), with the process's peak memory.  Figures, not a
+    test: what the executor costs."""
     import importlib.util
 
     from normcheck import check, kernels
+    from normcheck import launch as launch_mod
     from normcheck.check.forward import peak_rss_mib
 
     if importlib.util.find_spec("triton") is None:
@@ -471,9 +474,7 @@ def triton_benchmark(rows: int = 2047, cols: int = 4096, echo=print) -> list[dic
              ("layernorm", "layernorm_two_pass_bf16_upcast_square",
               "triton_layernorm_two_pass_bf16_upcast_square"))
     out = []
-    echo(f"{'norm':10} {'language':8} {'check s':>8} {'x CUDA':>7} {'long rows/s':>12} "
-         f"{'peak MiB':>9}")
-    for norm, cuda_name, triton_name in pairs:
+    for norm, cuda_name, triton_name in pairs:  # the checks first: the peak is theirs
         base = None
         for language, name in (("CUDA C", cuda_name), ("Triton", triton_name)):
             v = kernels.get(name)
@@ -486,16 +487,34 @@ def triton_benchmark(rows: int = 2047, cols: int = 4096, echo=print) -> list[dic
                 return time.perf_counter() - t0, r
 
             one()  # builds, the worker, the imports
-            t, r = one()
+            (t, r), (t2, _) = one(), one()
+            t = min(t, t2)  # the better of two: a loaded machine's noise is one-sided
             tl, _ = one(rows=rows, cols=cols)
-            rate = rows / max(tl - t, 1e-9)
             base = base or t  # the first of the pair: CUDA C's
-            row = {"norm": norm, "language": language, "kernel": name, "check_s": t,
-                   "over_cuda": t / base, "long_rows_per_s": rate, "verdict": str(r.verdict),
-                   "peak_rss_mib": peak_rss_mib()}
-            out.append(row)
-            echo(f"{norm:10} {language:8} {t:8.2f} {t / base:7.2f} {rate:12,.0f} "
-                 f"{row['peak_rss_mib']:9.0f}")
+            out.append({"norm": norm, "language": language, "kernel": name, "check_s": t,
+                        "over_cuda": t / base, "long_rows_per_s": rows / max(tl - t, 1e-9),
+                        "verdict": str(r.verdict), "peak_rss_mib": peak_rss_mib()})
+    rng = np.random.default_rng(0)
+    for row in out:  # then one launch of the long run's rows, in the launch
+        v = kernels.get(row["kernel"])
+        target = kernels.target(v)
+        (kern,) = target.kernels.values()  # the one entry of its spec
+        fmt = formats.get(v.storage)
+        case = launch_mod.Case(
+            x=fmt.cast(rng.standard_normal((rows, cols), np.float32)),
+            gamma=fmt.cast(rng.standard_normal(cols)),
+            beta=fmt.cast(rng.standard_normal(cols)) if v.has_beta else None)
+        seconds = []
+        for _ in range(2):  # the first warms the batch size up
+            target(case)
+            seconds.append(kern.last_seconds)
+        row["launch_rows_per_s"] = rows / min(seconds)
+    echo(f"{'norm':10} {'language':8} {'check s':>8} {'x CUDA':>7} {'long rows/s':>12} "
+         f"{'launch rows/s':>14} {'peak MiB':>9}")
+    for row in out:
+        echo(f"{row['norm']:10} {row['language']:8} {row['check_s']:8.2f} "
+             f"{row['over_cuda']:7.2f} {row['long_rows_per_s']:12,.0f} "
+             f"{row['launch_rows_per_s']:14,.0f} {row['peak_rss_mib']:9.0f}")
     echo("targets (#48): a Triton check within 1.5x of CUDA's; a long run of at least 5,000 "
-         f"rows/s at {cols} columns")
+         f"rows/s at {cols} columns (the executor's pace: launch rows/s)")
     return out

@@ -260,11 +260,23 @@ LOADER_ROOTS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib",
 _SCHEDULES = ("forward", "reverse", "random")
 
 
+def batched() -> bool:
+    """Whether the executor runs a launch's programs together (executor/grid.py): yes, unless
+    NORMCHECK_TRITON_BATCH=0 asks for one program at a time, as Triton's interpreter runs
+    them (slower; the same results -- a way to tell a batching fault from a kernel's)."""
+    v = os.environ.get("NORMCHECK_TRITON_BATCH", "1")
+    if v not in ("0", "1"):
+        raise invalid("NORMCHECK_TRITON_BATCH", v, "0 (one program at a time) or 1 (batched, "
+                      "the default)")
+    return v == "1"
+
+
 def _reply(rep):
     from normcheck.backends.cpu import wire
 
     if rep.get("ok") is True:
-        return wire.check(rep, {"ok": (True,), "seconds": float}, "the launch reply")
+        return wire.check(rep, {"ok": (True,), "seconds": float, "note?": str},
+                          "the launch reply")
     kinds = tuple(str(k) for k in FailureKind) + ("load", "launch")
     return wire.check(rep, {"ok": (False,), "kind": kinds, "message": str}, "the launch reply")
 
@@ -327,7 +339,7 @@ class TritonKernel(base.Kernel):
                "constexprs": list(self.sig.constexprs), "grid": list(g), "args": records,
                "dtypes": dtypes, "names": [str(n) for n in (names or self.sig.params)],
                "poison": poison, "schedule": schedule, "seed": int(seed),
-               "stubs": list(self.sig.stubbed)}
+               "stubs": list(self.sig.stubbed), "batched": batched()}
         w = self.worker()
 
         def dead(rep):
@@ -356,7 +368,7 @@ class TritonKernel(base.Kernel):
             err.kind = FailureKind(rep["kind"])
             raise err
         self.last_seconds = rep["seconds"]
-        return None
+        return rep.get("note") or None
 
 
 def load(source) -> tuple:

@@ -1,7 +1,10 @@
 """Run a ``@triton.jit`` kernel on the CPU, every rounding as the GPU does it, every access checked.
 
 The executor is Triton's own interpreter (``TRITON_INTERPRET=1``: the kernel's Python runs
-with ``tl.*`` on numpy arrays, one program at a time), corrected where it rounds unlike a GPU.
+with ``tl.*`` on numpy arrays), corrected where it rounds unlike a GPU, and run on a launch's
+programs together: in batches, each value with a program axis in front (:mod:`grid`), one
+program at a time only where the programs' control flow cannot agree or an operation has no
+batched form (the launch's note says so).
 Measured on triton 3.8.0 (tests/test_triton.py holds the executor to each, on 3.8 and 3.9):
 
 ====================================  ===================================  ==========================
@@ -35,8 +38,10 @@ Every load and store is checked before it touches memory: an active lane's addre
 inside one of the launch's arrays (else ``OutOfBounds``, with the array, the element, the
 program and the kernel's line), aligned to its element size; an element another program
 stored is never read (``RacyRead``: on a GPU programs run in any order) nor stored again
-(``OverlappingWrites``); an output element still holding normcheck's poison is never read
-(``ReadUnwritten``).
+(``OverlappingWrites``), and, in a batch, an element another program of it read is never
+stored (``RacyRead``); an output element still holding normcheck's poison is never read
+(``ReadUnwritten``; in a batch judged as it ends: a race where another program of it wrote
+the element meanwhile).
 
 Import this module only where a kernel is run (the worker, or a test): it sets
 ``TRITON_INTERPRET=1`` before Triton is imported, which every ``@triton.jit`` decoration after
@@ -63,6 +68,7 @@ import triton.language as tl  # noqa: E402
 from triton.runtime import interpreter as ti  # noqa: E402
 
 from normcheck import formats  # noqa: E402
+from normcheck.backends.triton import grid  # noqa: E402
 from normcheck.backends.triton.stubs import Missing, stub_modules  # noqa: E402
 from normcheck.errors import (FailureKind, KernelError, KernelRaised,  # noqa: E402
                               MisalignedAccess, OutOfBounds)
@@ -184,10 +190,39 @@ def _neg(self, arg):
     return _ORIGINAL["create_fneg"](self, arg)
 
 
+def _fast_cast(data, s, d, rtz):
+    """A float conversion done on the storage in one or two passes where it can be (exact
+    widenings; fp32 to bf16 and fp16 to nearest even: the same bits as :func:`stored`, a test
+    holds them to it on every bf16 and fp16 value and on random fp32 bits); else None."""
+    if s == d:
+        return data
+    if d == tl.float32 and s == tl.bfloat16:
+        return (data.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    if d == tl.float32 and s == tl.float16:
+        return data.astype(np.float32)
+    if s == tl.float32 and not rtz:
+        if d == tl.float16:
+            return data.astype(np.float16)
+        if d == tl.bfloat16:
+            bits = data.view(np.uint32)
+            out = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
+                   >> np.uint32(16)).astype(np.uint16)
+            nan = np.isnan(data)
+            if nan.any():
+                out = np.where(nan, np.uint16(0x7FC0) | ((bits >> np.uint32(16)).astype(np.uint16)
+                                                       & np.uint16(0x8000)), out)
+            return out
+    return None
+
+
 def _cast(self, src, dst_type, rounding_mode=None):
     s, d = _scalar(src.dtype), _scalar(dst_type)
     rtz = rounding_mode is not None and rounding_mode == ti._ir.ROUNDING_MODE.RTZ
     if s.is_floating() and d.is_floating():
+        with np.errstate(over="ignore", invalid="ignore"):
+            fast = _fast_cast(src.data, s, d, rtz)
+        if fast is not None:
+            return ti.TensorHandle(fast, d)
         return ti.TensorHandle(stored(values(src), d, rtz), d)
     if s.is_floating() and _special(s):  # to an integer: from the value, not the bits
         return ti.TensorHandle(values(src).astype(ti._get_np_dtype(d)), d)
@@ -230,80 +265,127 @@ def _tree_add(a, b, t):
     return a + b
 
 
+def _data_axis(self, data):
+    """(data, the axis of data to reduce, lead) for a reduction's logical axis: the program
+    axis of a batch (grid.lead() = 1) kept in front, axis None as all of a program's values."""
+    k = grid.lead()
+    if self.axis is None:
+        return data.reshape(data.shape[:k] + (-1,)), k, k
+    return data, (self.axis + k if self.axis >= 0 else self.axis + data.ndim), k
+
+
+def _kept(self, r, ax, k, ndim):
+    """A reduction's result r (the reduced axis gone) as tl's keep_dims/axis ask."""
+    if self.keep_dims:
+        if self.axis is not None:
+            return np.expand_dims(r, ax)
+        return np.reshape(r, np.shape(r)[:k] + (1,) * ndim)
+    if self.axis is None and not k:
+        return r[()] if isinstance(r, np.ndarray) else r
+    return r
+
+
 def _sum(self, input):
     """tl.sum in the element type, as neighbour pairs: (x0+x1)+(x2+x3)... level by level."""
     t = _scalar(input.dtype)
-    data = input.handle.data
-    axis = self.axis
-    if axis is None:
-        data, axis = data.reshape(-1), 0
-    x = np.moveaxis(data, axis, 0)
+    data, ax, k = _data_axis(self, input.handle.data)
+    x = np.moveaxis(data, ax, 0)
     with np.errstate(all="ignore"):
         while x.shape[0] > 1:
             n = x.shape[0]
             half = n // 2
             s = _tree_add(x[0:2 * half:2], x[1:2 * half:2], t)
             x = np.concatenate([s, x[2 * half:]]) if n % 2 else s
-    r = x[0]
-    if self.keep_dims:
-        r = np.expand_dims(r, self.axis if self.axis is not None else 0)
-        if self.axis is None:
-            r = r.reshape((1,) * data.ndim)
-    elif self.axis is None:
-        r = r[()] if isinstance(r, np.ndarray) else r
-    return self.to_tensor(r, input.dtype)
+    return self.to_tensor(_kept(self, x[0], ax, k, len(input.shape)), input.dtype)
 
 
 def _generic_reduce(self, input):
     """tl.reduce with the kernel's combine function, as neighbour pairs level by level (the
     order tl.sum takes here), each level one call of the combine on whole halves (the
     interpreter's own folds element by element, in Python, left to right)."""
-    original_axis = self.axis
-    input, axis = self.unravel(input, self.axis)
-    shape = input[0].handle.data.shape
-    datas = [np.moveaxis(t.handle.data, axis, 0) for t in input]
+    ndim = len(input[0].shape)
+    ax, k = None, grid.lead()
+    datas = []
+    for t in input:
+        d, ax, k = _data_axis(self, t.handle.data)
+        datas.append(np.moveaxis(d, ax, k))
+    shape = datas[0].shape
+    if k:
+        datas = grid.lead_axes(*datas)
     dtypes = [t.dtype for t in input]
-    while datas[0].shape[0] > 1:
-        n = datas[0].shape[0]
+    pre = (slice(None),) * k
+    while datas[0].shape[k] > 1:
+        n = datas[0].shape[k]
         half = n // 2
-        left = [self.to_tensor(d[0:2 * half:2], t) for d, t in zip(datas, dtypes)]
-        right = [self.to_tensor(d[1:2 * half:2], t) for d, t in zip(datas, dtypes)]
+        left = [self.to_tensor(d[pre + (slice(0, 2 * half, 2),)], t) for d, t in zip(datas, dtypes)]
+        right = [self.to_tensor(d[pre + (slice(1, 2 * half, 2),)], t) for d, t in zip(datas, dtypes)]
         out = self.combine_fn.fn(*left, *right)
         out = out if isinstance(out, tuple) else (out,)
         new = []
         for o, d in zip(out, datas):
             v = o.handle.data if isinstance(o, tl.core.tensor) else np.asarray(
                 getattr(o, "value", o))
-            v = np.broadcast_to(v, d[0:half].shape).astype(d.dtype)
-            new.append(np.concatenate([v, d[2 * half:]]) if n % 2 else v)
+            head = d[pre + (slice(0, half),)]
+            v = np.broadcast_to(v, head.shape).astype(d.dtype)
+            new.append(np.concatenate([v, d[pre + (slice(2 * half, n),)]], axis=k) if n % 2 else v)
         datas = new
+    del shape
     ret = []
     for d, t in zip(datas, dtypes):
-        r = d[0]
-        if self.keep_dims:
-            r = np.expand_dims(r, axis) if original_axis is not None else \
-                r.reshape((1,) * len(shape))
-        elif original_axis is None:
-            r = r.item() if isinstance(r, np.ndarray) else r
-        ret.append(self.to_tensor(r, t))
+        r = d[pre + (0,)]
+        ret.append(self.to_tensor(_kept(self, r, ax, k, ndim), t))
     return ret
 
 
 def _min_max(self, input, val_reduce_op, idx_reduce_op=None):
     inp = input[0] if isinstance(input, tuple) else input
     t = _scalar(inp.dtype)
-    if not _special(t):
+    if not _special(t) and not grid.lead():
         return _ORIGINAL["min_max"](self, input, val_reduce_op, idx_reduce_op)
-    v = values(inp.handle)
+    v, ax, k = _data_axis(self, values(inp.handle) if _special(t) else inp.handle.data)
+    ndim = len(inp.shape)
     val = idx = None
     if val_reduce_op:
-        r = val_reduce_op(v, axis=self.axis, keepdims=self.keep_dims)
-        val = self.to_tensor(stored(r, t), inp.dtype)
+        r = _kept(self, val_reduce_op(v, axis=ax), ax, k, ndim)
+        val = self.to_tensor(stored(r, t) if _special(t) else r, inp.dtype)
     if idx_reduce_op:
-        idx = self.to_tensor(idx_reduce_op(v, axis=self.axis, keepdims=self.keep_dims), tl.int32)
+        idx = self.to_tensor(_kept(self, idx_reduce_op(v, axis=ax), ax, k, ndim), tl.int32)
     if val is not None and idx is not None:
         return val, idx
     return val if val is not None else idx
+
+
+def _to_tensor(self, ret, dtype):
+    """A reduction's or scan's result as a tensor: in a batch, an array's first axis is the
+    program axis (a 0-d value is the same for every program)."""
+    if not grid.lead():
+        return _ORIGINAL["to_tensor"](self, ret, dtype)
+    np_dtype = ti._get_np_dtype(dtype)
+    a = np.asarray(ret)
+    if a.ndim == 0:
+        a = a.reshape(1)
+    a = a.astype(np_dtype)
+    ty = tl.block_type(dtype, list(a.shape[1:])) if a.ndim > 1 else dtype
+    return tl.core.tensor(ti.TensorHandle(a, dtype.scalar), ty)
+
+
+def _unravel(self, input, axis):
+    if not grid.lead() or axis is not None:
+        return _ORIGINAL["unravel"](self, input, axis)
+    return tuple(self.to_tensor(t.handle.data.reshape(t.handle.data.shape[0], -1), t.dtype)
+                 for t in input), 0
+
+
+def _scan(self, input):
+    """A scan in a batch: the interpreter's, told the data's axis (after the program axis)."""
+    if not grid.lead() or self.axis is None:
+        return _ORIGINAL["scan"](self, input)
+    saved = self.axis
+    self.axis = saved + 1 if saved >= 0 else saved
+    try:
+        return _ORIGINAL["scan"](self, input)
+    finally:
+        self.axis = saved
 
 
 _BINARY = {"create_fadd": np.add, "create_fsub": np.subtract, "create_fmul": np.multiply,
@@ -365,9 +447,16 @@ def install():
     patches["create_extern_elementwise"] = _extern
     for name, fn in patches.items():
         setattr(_B, name, fn)
+    _ORIGINAL["to_tensor"] = ti.ReduceScanOpInterface.to_tensor
+    _ORIGINAL["unravel"] = ti.ReduceOps.unravel
+    _ORIGINAL["scan"] = ti.ScanOps.apply_impl
     ti.ReduceOps.sum = _sum
     ti.ReduceOps.min_max = _min_max
     ti.ReduceOps.generic_reduce = _generic_reduce
+    ti.ReduceScanOpInterface.to_tensor = _to_tensor
+    ti.ReduceOps.unravel = _unravel
+    ti.ScanOps.apply_impl = _scan
+    grid.install()
 
 
 # -- libdevice ------------------------------------------------------------------------------------
@@ -427,7 +516,8 @@ class _LibdeviceModule:
 
 # -- memory: every access checked ---------------------------------------------------------------
 class Memory:
-    """The launch's arrays by address: (name, array, poison bits or None), and who wrote what."""
+    """The launch's arrays by address: (name, array, poison bits or None), who wrote what and,
+    while programs run batched, who read what; and the log that undoes a batch's stores."""
 
     def __init__(self, arrays):
         spans = []
@@ -439,12 +529,21 @@ class Memory:
         self.starts = np.array([s[0] for s in spans], dtype=np.uint64)
         self.ends = np.array([s[1] for s in spans], dtype=np.uint64)
         self.items = np.array([s[3].itemsize or 1 for s in spans], dtype=np.uint64)
-        self.writers = [None] * len(spans)  # per span: int64 program of each element, -1 none
+        self.writers = [None] * len(spans)  # per span: int32 program of each element, -1 none
+        # a batch's reads, to tell a store to an element another program of the batch read (one
+        # program at a time, in order, sees the reads of earlier batches as done before): per
+        # span the reads kept as they came (elements, programs), made into readers -- int32, -1
+        # none, -2 several -- at the batch's first store to the span; both forgotten as it ends
+        self.reads = [None] * len(spans)
+        self.readers = [None] * len(spans)
+        self.log = None  # while a batch runs: what undoes its stores (grid.Diverged)
         self.program = (0, 0, 0)
         self.pid = 0
         self.filename = None
-        self.overlap = None  # the first store to an element another program stored
+        self.overlap = None  # the first store to an element another program stored or read
         self.grid = (1, 1, 1)
+        self.notes = []  # what the launch's note says (batches split, programs one at a time)
+        self.poisoned = []  # a batch's reads of unwritten elements: (span, elems, progs, line)
 
     def _at(self, line) -> str:
         """``, program (x, y, z), at file:line: `text` `` (without the line where None)."""
@@ -454,78 +553,146 @@ class Memory:
         return (f", program {self.program}, at {os.path.basename(self.filename)}:{line}: "
                 f"`{text[:160]}`")
 
-    def where(self) -> str:
-        """Where the kernel is: its innermost line being run."""
-        f = sys._getframe(1)
+    def where(self, pid=None) -> str:
+        """Where the kernel is: its innermost line being run (in program ``pid`` where given)."""
+        if pid is not None:
+            self.program = self._program(int(pid))
+        return self._at(self.line_of(sys._getframe(1)))
+
+    def line_of(self, f):
+        """The kernel's innermost line in the stack from frame ``f``."""
         while f is not None and f.f_code.co_filename != self.filename:
             f = f.f_back
-        return self._at(f.f_lineno if f is not None else None)
+        return f.f_lineno if f is not None else None
 
     def where_of(self, e) -> str:
         """Where an exception left the kernel: its deepest line in the traceback."""
+        return self._at(self.line_in(e))
+
+    def line_in(self, e):
         tb, line = e.__traceback__, None
         while tb is not None:
             if tb.tb_frame.f_code.co_filename == self.filename:
                 line = tb.tb_lineno
             tb = tb.tb_next
-        return self._at(line)
+        return line
 
     def check(self, ptrs, mask, itemsize, access):
-        """(span index, element index) of every active lane; raises on a lane outside every
-        array or misaligned."""
-        addr = np.broadcast_to(ptrs.data, np.shape(ptrs.data)).reshape(-1).astype(np.uint64)
+        """The active lanes of an access (:class:`Lanes`); raises on a lane outside every array
+        or misaligned.  In a batch a value's first axis is the program axis: an access whose
+        addresses and mask are the same for every program (one entry) is checked once and
+        made by each of them (``progs`` None)."""
+        b = grid.active()
+        shape = np.broadcast_shapes(np.shape(ptrs.data),
+                                    np.shape(mask.data) if mask is not None else ())
+        uniform = b is not None and shape[0] == 1 and b.n > 1
+        if b is not None and not uniform:
+            shape = (b.n,) + shape[1:]
+        addr = np.asarray(np.broadcast_to(ptrs.data, shape), dtype=np.uint64).reshape(-1)
+        total = addr.size
+        per = max(1, int(np.prod(shape[1:]))) if b is not None else max(1, total)
+        active = None
         if mask is not None:
-            active = np.broadcast_to(mask.data, np.shape(ptrs.data)).reshape(-1).astype(bool)
-        else:
-            active = np.ones(addr.shape, bool)
-        lanes = np.flatnonzero(active)
-        addr = addr[lanes]
-        if addr.size == 0:
-            return lanes, np.zeros(0, np.int64), np.zeros(0, np.int64)
-        k = np.searchsorted(self.starts, addr, side="right").astype(np.int64) - 1
-        kk = np.maximum(k, 0)
-        inside = (k >= 0) & (addr + np.uint64(itemsize) <= self.ends[kk])
-        if not inside.all():
-            j = int(np.flatnonzero(~inside)[0])
-            a = int(addr[j])
-            if k[j] >= 0:
-                start, _end, name, arr, _p = self.spans[int(k[j])]
-                item = arr.itemsize or 1
-                elem = (a - start) // item
-                detail = (f"{access} of element {elem} of `{name}`, which has {arr.size} "
-                          f"elements (valid indices 0..{arr.size - 1})")
+            active = np.broadcast_to(mask.data, shape).reshape(-1)
+            if active.dtype != np.bool_:
+                active = active.astype(bool)
+            if active.all():
+                active = None
             else:
-                start, _end, name, arr, _p = self.spans[0]
-                elem = -(-(start - a) // (arr.itemsize or 1))
-                detail = f"{access} of element {-elem} of `{name}` (before its start)"
-            raise OutOfBounds(f"out-of-bounds {detail}: lane {int(lanes[j])} of the "
-                              f"{'masked' if mask is not None else 'unmasked'} "
-                              f"{access}{self.where()}", access=access, name=name)
-        if itemsize > 1 and (addr % np.uint64(itemsize)).any():
-            j = int(np.flatnonzero(addr % np.uint64(itemsize))[0])
-            raise MisalignedAccess(f"misaligned {access} of {itemsize} bytes at an address "
-                                   f"{int(addr[j]) % itemsize} bytes off{self.where()}")
-        elems = ((addr - self.starts[k]) // self.items[k]).astype(np.int64)
-        return lanes, k, elems
+                addr = addr[active]
+        if b is None:
+            progs = np.full(addr.size, self.pid, np.int32)
+        elif uniform:
+            progs = None
+        elif active is None:
+            progs = np.repeat(b.pids32, per)
+        else:
+            progs = np.repeat(b.pids32, active.reshape(b.n, per).sum(axis=1))
+        if b is not None:
+            b.max_lanes = max(b.max_lanes, per)
+        lanes = Lanes(shape, active, progs, b)
+        if addr.size == 0:
+            lanes.k, lanes.elems = np.zeros(0, np.int64), np.zeros(0, np.int64)
+            return lanes
+        lo, hi = addr.min(), addr.max()
+        k0 = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        if k0 >= 0 and hi + np.uint64(itemsize) <= self.ends[k0]:  # one array: the usual case
+            k = np.full(addr.size, k0, np.int64)
+        else:
+            k0 = None
+            k = np.searchsorted(self.starts, addr, side="right").astype(np.int64) - 1
+            kk = np.maximum(k, 0)
+            inside = (k >= 0) & (addr + np.uint64(itemsize) <= self.ends[kk])
+            if not inside.all():
+                j = int(np.flatnonzero(~inside)[0])
+                self.program = self._program(lanes.program(j))
+                a = int(addr[j])
+                if k[j] >= 0:
+                    start, _end, name, arr, _p = self.spans[int(k[j])]
+                    item = arr.itemsize or 1
+                    elem = (a - start) // item
+                    detail = (f"{access} of element {elem} of `{name}`, which has {arr.size} "
+                              f"elements (valid indices 0..{arr.size - 1})")
+                else:
+                    start, _end, name, arr, _p = self.spans[0]
+                    elem = -(-(start - a) // (arr.itemsize or 1))
+                    detail = f"{access} of element {-elem} of `{name}` (before its start)"
+                raise OutOfBounds(f"out-of-bounds {detail}: lane {lanes.lane(j) % per} of the "
+                                  f"{'masked' if mask is not None else 'unmasked'} "
+                                  f"{access}{self.where()}", access=access, name=name)
+        if itemsize > 1:
+            off = addr & np.uint64(itemsize - 1) if itemsize & (itemsize - 1) == 0 else \
+                addr % np.uint64(itemsize)
+            if off.any():
+                j = int(np.flatnonzero(off)[0])
+                self.program = self._program(lanes.program(j))
+                raise MisalignedAccess(f"misaligned {access} of {itemsize} bytes at an address "
+                                       f"{int(addr[j]) % itemsize} bytes off{self.where()}")
+        if k0 is not None:
+            item = int(self.items[k0])
+            d = addr - self.starts[k0]
+            if item & (item - 1) == 0:
+                d >>= np.uint64(item.bit_length() - 1)
+            else:
+                d //= np.uint64(item)
+            elems = d.view(np.int64)  # below 2^63: an index into an array
+            lanes.span = k0
+        else:
+            elems = ((addr - self.starts[k]) // self.items[k]).astype(np.int64)
+        lanes.k, lanes.elems = k, elems
+        return lanes
 
     def _writers(self, i):
         if self.writers[i] is None:
-            self.writers[i] = np.full(self.spans[i][3].size, -1, np.int64)
+            self.writers[i] = np.full(self.spans[i][3].size, -1, np.int32)
         return self.writers[i]
 
-    def loaded(self, k, elems):
-        for i in np.unique(k):
-            sel = k == i
-            e = elems[sel]
-            start, _end, name, arr, poison = self.spans[int(i)]
-            w = self.writers[int(i)]
+    def _spans(self, lanes):
+        """(span index, elements, their programs or None: every program of the batch) for each
+        span the lanes touch."""
+        if lanes.span is not None:
+            return [(lanes.span, lanes.elems, lanes.progs)]
+        k = lanes.k
+        return [(int(i), lanes.elems[k == i], None if lanes.progs is None else
+                 lanes.progs[k == i]) for i in np.unique(k)]
+
+    def _reader(self, lanes, p, j):
+        """The program named for lane j of a span's lanes (the batch's first where uniform)."""
+        return p[j] if p is not None else lanes.batch.pids[0]
+
+    def loaded(self, lanes):
+        for i, e, p in self._spans(lanes):
+            start, _end, name, arr, poison = self.spans[i]
+            w = self.writers[i]
             if w is not None:
-                other = (w[e] >= 0) & (w[e] != self.pid)
+                we = w[e]
+                other = (we >= 0) & ((we != p) if p is not None else True)
                 if other.any():
                     j = int(np.flatnonzero(other)[0])
                     raise RacyRead(f"reads element {int(e[j])} of `{name}`, which program "
-                                   f"{self._program(int(w[e[j]]))} wrote in the same launch "
-                                   f"(programs run in no fixed order on a GPU){self.where()}")
+                                   f"{self._program(int(we[j]))} wrote in the same launch "
+                                   f"(programs run in no fixed order on a GPU)"
+                                   f"{self.where(self._reader(lanes, p, j))}")
             if poison is not None:
                 flat = arr.reshape(-1).view(f"u{arr.itemsize}")
                 unw = flat[e] == poison
@@ -533,29 +700,220 @@ class Memory:
                     unw &= w[e] < 0
                 if unw.any():
                     j = int(np.flatnonzero(unw)[0])
-                    raise ReadUnwritten(f"reads element {int(e[j])} of `{name}` before any "
-                                        f"program wrote it (it holds normcheck's poison: an "
-                                        f"output read as an input){self.where()}")
+                    if lanes.batch is not None:  # told when the batch ends: a program of it
+                        # may write it yet (a race then, as one program at a time finds)
+                        rp = p[unw] if p is not None else np.full(int(unw.sum()),
+                                                                 lanes.batch.pids32[0])
+                        self.poisoned.append((i, e[unw], rp,
+                                              self.line_of(sys._getframe(1))))
+                    else:
+                        raise ReadUnwritten(f"reads element {int(e[j])} of `{name}` before "
+                                            f"any program wrote it (it holds normcheck's "
+                                            f"poison: an output read as an input)"
+                                            f"{self.where(self._reader(lanes, p, j))}")
+            if lanes.batch is not None:
+                if self.readers[i] is not None:
+                    self._read_by(i, e, p)
+                elif self.reads[i] is None:
+                    self.reads[i] = [(e, p)]
+                else:
+                    self.reads[i].append((e, p))
 
-    def stored(self, k, elems):
-        for i in np.unique(k):
-            e = elems[k == i]
-            w = self._writers(int(i))
-            other = (w[e] >= 0) & (w[e] != self.pid)
-            if other.any() and self.overlap is None:
+    def batch_done(self):
+        """Forget the batch's reads (the next batch runs after it, as in order)."""
+        self.reads = [None] * len(self.spans)
+        self.readers = [None] * len(self.spans)
+
+    def _readers(self, i):
+        """Span i's readers in this batch, made from its reads kept so far (None: no reads)."""
+        if self.readers[i] is None and self.reads[i] is not None:
+            self.readers[i] = np.full(self.spans[i][3].size, -1, np.int32)
+            for e, p in self.reads[i]:
+                self._read_by(i, e, p)
+            self.reads[i] = None
+        return self.readers[i]
+
+    def _read_by(self, i, e, p):
+        """Note who read elements e (in a batch: a later store by another program is a race);
+        p None: every program of the batch."""
+        r = self.readers[i]
+        if p is None:
+            r[e] = -2
+            return
+        prev = r[e]
+        r[e] = p
+        several = r[e] != p  # another program read it in this access
+        other = prev != p
+        if other.any():  # read before (or by another program): -1 is no one
+            several |= other & (prev != -1)
+        if several.any():
+            r[e[several]] = -2
+
+    def stored(self, lanes):
+        for i, e, p in self._spans(lanes):
+            w = self._writers(i)
+            name = self.spans[i][2]
+            if p is None:  # every program of the batch stores each element
+                j = 0
+                self.pending(OverlappingWrites(
+                    f"writes element {int(e[0])} of `{name}`, which program "
+                    f"{self._program(int(lanes.batch.pids[0]))} wrote in the same launch (two "
+                    f"programs write one element){self.where(lanes.batch.pids[1])}"))
+                p = np.full(e.shape, lanes.batch.pids[-1], np.int32)
+            we = w[e]
+            if self.overlap is None:
                 # kept, and raised when the launch ends without a fault: a store past a row's
                 # end overlaps the next row's before the last row's store leaves the array,
                 # and the out-of-bounds store is the clearer report of the two
-                j = int(np.flatnonzero(other)[0])
-                self.overlap = OverlappingWrites(
-                    f"writes element {int(e[j])} of `{self.spans[int(i)][2]}`, which program "
-                    f"{self._program(int(w[e[j]]))} wrote in the same launch (two programs "
-                    f"write one element){self.where()}")
-            w[e] = self.pid
+                hit = we >= 0
+                if hit.any():
+                    other = hit & (we != p)
+                    if other.any():
+                        j = int(np.flatnonzero(other)[0])
+                        self.pending(OverlappingWrites(
+                            f"writes element {int(e[j])} of `{name}`, which program "
+                            f"{self._program(int(we[j]))} wrote in the same launch (two "
+                            f"programs write one element){self.where(p[j])}"))
+                r = self._readers(i) if lanes.batch is not None else None
+                if r is not None:
+                    rd = r[e]
+                    seen = rd != -1
+                    if seen.any():
+                        read = seen & (rd != p)
+                        if read.any():
+                            j = int(np.flatnonzero(read)[0])
+                            who = "other programs" if rd[j] == -2 else \
+                                f"program {self._program(int(rd[j]))}"
+                            self.pending(RacyRead(
+                                f"writes element {int(e[j])} of `{name}`, which {who} read in "
+                                f"the same launch (programs run in no fixed order on a GPU: "
+                                f"the read may see either value){self.where(p[j])}"))
+            if self.log is not None:
+                self.log.append(("writers", i, e, we))
+            w[e] = p
+            if self.overlap is None and lanes.batch is not None and lanes.batch.n > 1:
+                clash = w[e] != p  # two programs of the batch stored it in this access
+                if clash.any():
+                    j = int(np.flatnonzero(clash)[0])
+                    self.pending(OverlappingWrites(
+                        f"writes element {int(e[j])} of `{name}`, which program "
+                        f"{self._program(int(w[e[j]]))} wrote in the same launch (two programs "
+                        f"write one element){self.where(p[j])}"))
+
+    def told(self):
+        """The first read of an unwritten element the batch made, as one program at a time
+        would have found it: RacyRead where another program of the batch has written it
+        since, else ReadUnwritten; raised (the reads forgotten).  Nothing where none."""
+        reads, self.poisoned = self.poisoned, []
+        for i, e, p, line in reads:
+            name = self.spans[i][2]
+            w = self.writers[i]
+            we = w[e] if w is not None else np.full(e.shape, -1, np.int32)
+            other = (we >= 0) & (we != p)
+            j = int(np.flatnonzero(other)[0]) if other.any() else 0
+            self.program = self._program(int(p[j]))
+            if other.any():
+                raise RacyRead(f"reads element {int(e[j])} of `{name}`, which program "
+                               f"{self._program(int(we[j]))} wrote in the same launch "
+                               f"(programs run in no fixed order on a GPU){self._at(line)}")
+            raise ReadUnwritten(f"reads element {int(e[j])} of `{name}` before any program "
+                                f"wrote it (it holds normcheck's poison: an output read as an "
+                                f"input){self._at(line)}")
+
+    def pending(self, err):
+        """Keep the launch's first race of its stores (raised when it ends without a fault)."""
+        if self.overlap is None:
+            self.overlap = err
+
+    # -- a batch's loads and stores: numpy's gathers and scatters on the checked lanes ----------
+    def _flat(self, lanes, itemsize):
+        """The one array the lanes touch as unsigned words of ``itemsize`` bytes (the
+        pointer's), or None where the lanes span arrays or the words are not the array's."""
+        if lanes.span is None:
+            return None
+        arr = self.spans[lanes.span][3]
+        if arr.itemsize != itemsize or not arr.flags.c_contiguous:
+            return None
+        return arr.reshape(-1).view(f"u{itemsize}")
+
+    def gather(self, lanes, itemsize, np_dtype, other):
+        """The loaded values (the interpreter's storage type), in the lanes' shape; None where
+        the interpreter's own load must do it."""
+        flat = self._flat(lanes, itemsize)
+        if flat is None:
+            return None
+        got = flat[lanes.elems]
+        if lanes.active is None:
+            return got.view(np_dtype).reshape(lanes.shape)
+        out = np.empty(lanes.shape, np_dtype)
+        if other is None:
+            out[...] = 0
+        else:
+            out[...] = np.broadcast_to(other.data, lanes.shape)
+        out.view(f"u{itemsize}").reshape(-1)[lanes.active] = got
+        return out
+
+    def scatter(self, lanes, itemsize, value):
+        """Store ``value`` at the lanes (logging what it overwrites); False where the
+        interpreter's own store must do it."""
+        flat = self._flat(lanes, itemsize)
+        if flat is None or lanes.progs is None:
+            return False
+        v = np.broadcast_to(value.data, lanes.shape)
+        if v.dtype.itemsize != itemsize:
+            return False
+        v = v.reshape(-1).view(f"u{itemsize}") if v.flags.c_contiguous else \
+            np.ascontiguousarray(v).reshape(-1).view(f"u{itemsize}")
+        if lanes.active is not None:
+            v = v[lanes.active]
+        if self.log is not None:
+            self.log.append(("words", flat, lanes.elems, flat[lanes.elems]))
+        flat[lanes.elems] = v
+        return True
+
+    def remember(self, addr, dtype):
+        """Log the bytes at ``addr`` (active lanes' addresses) before a batch writes them."""
+        if self.log is not None and addr.size:
+            a = np.ascontiguousarray(addr, dtype=np.uint64)
+            ones = np.ones(a.shape, bool)
+            old = ti._interpreter.load(a, ones, np.zeros(a.shape, dtype), dtype)
+            self.log.append(("bytes", a, old, ones))
+
+    def undo(self):
+        """Put back what the batch under way wrote (its stores, atomics and writers)."""
+        for entry in reversed(self.log or ()):
+            if entry[0] == "bytes":
+                ti._interpreter.store(entry[1], entry[2], entry[3])
+            elif entry[0] == "words":
+                entry[1][entry[2]] = entry[3]
+            else:
+                self.writers[entry[1]][entry[2]] = entry[3]
+        self.log = []
+        self.poisoned = []
+        self.batch_done()
 
     def _program(self, pid):
         gx, gy, _gz = self.grid
         return (pid % gx, (pid // gx) % gy, pid // (gx * gy))
+
+
+class Lanes:
+    """An access's active lanes, checked: ``shape`` (the lanes'), ``active`` (a flat mask of
+    them, None for all), ``progs`` (each active lane's program; None in a batch: each lane
+    is every program's), ``k``/``elems`` (each active lane's array and element), ``span``
+    (the one array all touch, or None) and ``batch`` (or None)."""
+
+    def __init__(self, shape, active, progs, batch):
+        self.shape, self.active, self.progs, self.batch = shape, active, progs, batch
+        self.span = None
+        self.k = self.elems = None
+
+    def lane(self, j) -> int:
+        """The index among all lanes of active lane j."""
+        return j if self.active is None else int(np.flatnonzero(self.active)[j])
+
+    def program(self, j) -> int:
+        return int(self.progs[j]) if self.progs is not None else int(self.batch.pids[0])
 
 
 _MEMORY: list = []  # the launch under way (one at a time)
@@ -580,22 +938,64 @@ def _bool_mask(mask):
 
 def _checked(ptrs, mask, access):
     """Check an access of the launch under way (the mask as booleans; an unmasked access said
-    so) and record it; the mask to pass on."""
+    so) and record it; (the mask to pass on, the lanes)."""
     mask = _bool_mask(mask)
     mem = _MEMORY[-1]
-    _lanes, k, elems = mem.check(ptrs, None if _UNMASKED else mask, _elem_size(ptrs), access)
-    (mem.loaded if access == "load" else mem.stored)(k, elems)
-    return mask
+    lanes = mem.check(ptrs, None if _UNMASKED else mask, _elem_size(ptrs), access)
+    (mem.loaded if access == "load" else mem.stored)(lanes)
+    return mask, lanes
 
 
-def _masked_load(self, ptrs, mask, other, *rest):
-    mask = _checked(ptrs, mask, "load")
-    return _ORIGINAL["create_masked_load"](self, ptrs, mask, other, *rest)
+def _together(*handles):
+    """Handles (None passed through) with their program axes broadcast to one length: each
+    program's own lanes (for the interpreter's load, store and atomics, which want one shape)."""
+    live = [h for h in handles if h is not None]
+    shape = np.broadcast_shapes(*(np.shape(h.data) for h in live))
+    return [None if h is None else
+            ti.TensorHandle(np.ascontiguousarray(np.broadcast_to(h.data, shape)), h.dtype)
+            for h in handles]
 
 
-def _masked_store(self, ptrs, value, mask, *rest):
-    mask = _checked(ptrs, mask, "store")
-    return _ORIGINAL["create_masked_store"](self, ptrs, value, mask, *rest)
+def _per_program(*handles):
+    """In a batch, handles made one entry a program (an atomic's each program's own)."""
+    b = grid.active()
+    live = [h for h in handles if h is not None]
+    shape = np.broadcast_shapes(*(np.shape(h.data) for h in live))
+    shape = (b.n,) + shape[1:]
+    return [None if h is None else
+            ti.TensorHandle(np.ascontiguousarray(np.broadcast_to(h.data, shape)), h.dtype)
+            for h in handles]
+
+
+def _masked_load(self, ptrs, mask, other, *rest, **kw):
+    mask, lanes = _checked(ptrs, mask, "load")
+    if lanes.batch is not None:
+        t = ptrs.get_element_ty()
+        got = _MEMORY[-1].gather(lanes, _elem_size(ptrs), ti._get_np_dtype(t), other)
+        if got is not None:
+            return ti.TensorHandle(got, t)
+        ptrs, mask, other = _together(ptrs, mask, other)
+    return _ORIGINAL["create_masked_load"](self, ptrs, mask, other, *rest, **kw)
+
+
+def _written(ptrs, mask):
+    """Log what a batch's write will overwrite (its active lanes' bytes)."""
+    mem = _MEMORY[-1]
+    if mem.log is not None:
+        a = ptrs.data.reshape(-1)
+        if mask is not None:
+            a = a[np.broadcast_to(mask.data, ptrs.data.shape).reshape(-1)]
+        mem.remember(a, ti._get_np_dtype(ptrs.get_element_ty()))
+
+
+def _masked_store(self, ptrs, value, mask, *rest, **kw):
+    mask, lanes = _checked(ptrs, mask, "store")
+    if lanes.batch is not None:
+        if _MEMORY[-1].scatter(lanes, _elem_size(ptrs), value):
+            return None
+        ptrs, value, mask = _together(ptrs, value, mask)
+        _written(ptrs, mask)
+    return _ORIGINAL["create_masked_store"](self, ptrs, value, mask, *rest, **kw)
 
 
 def _atomic_rmw(self, op, ptr, val, mask, *rest):
@@ -604,12 +1004,18 @@ def _atomic_rmw(self, op, ptr, val, mask, *rest):
     mask = _bool_mask(mask)  # an unmasked atomic comes with an all-true mask: said unmasked
     _MEMORY[-1].check(ptr, None if mask is None or mask.data.all() else mask, _elem_size(ptr),
                       "atomic")
+    if grid.active() is not None:  # every program's atomic, in the batch's order
+        ptr, val, mask = _per_program(ptr, val, mask)
+        _written(ptr, mask)
     return _ORIGINAL["create_atomic_rmw"](self, op, ptr, val, mask, *rest)
 
 
-def _atomic_cas(self, ptr, *rest):
+def _atomic_cas(self, ptr, cmp, val, *rest):
     _MEMORY[-1].check(ptr, None, _elem_size(ptr), "atomic compare-and-swap")
-    return _ORIGINAL["create_atomic_cas"](self, ptr, *rest)
+    if grid.active() is not None:
+        ptr, cmp, val = _per_program(ptr, cmp, val)
+        _written(ptr, None)
+    return _ORIGINAL["create_atomic_cas"](self, ptr, cmp, val, *rest)
 
 
 def _unmasked(name):
@@ -782,12 +1188,22 @@ def _scalar_arg(v):
     return tl.tensor(ti.TensorHandle(v.reshape(1).copy(), t), t)
 
 
-def run(fn, meta, params, constexprs, grid, args, names, poison=None, order=None):
-    """Run every program of the grid.  ``args``: per parameter an ndarray (a pointer), a numpy
-    scalar, a Python value (a constexpr) or None; ``poison``: per argument the poison bits of an
-    output buffer, or None; ``order``: the programs' linear indices in the order to run."""
+#: A batch's size: about this many lanes of one access across its programs (a 4096-wide row:
+#: 128 programs; 2^19 float64 lanes are 4 MiB a value), the first batch FIRST_BATCH programs.
+BATCH_LANES = 1 << 18
+FIRST_BATCH = 16
+MAX_BATCH = 4096
+
+
+def run(fn, meta, params, constexprs, grid_, args, names, poison=None, order=None,
+        batched=True):
+    """Run every program of the grid; the launch's note (or None).  ``args``: per parameter an
+    ndarray (a pointer), a numpy scalar, a Python value (a constexpr) or None; ``poison``: per
+    argument the poison bits of an output buffer, or None; ``order``: the programs' linear
+    indices in the order to run; ``batched``: programs run together (:mod:`grid`), else one at
+    a time as Triton's interpreter runs them."""
     install()
-    gx, gy, gz = (tuple(grid) + (1, 1))[:3]
+    gx, gy, gz = (tuple(grid_) + (1, 1))[:3]
     arrays, call = [], {}
     for i, (p, a) in enumerate(zip(params, args)):
         label = names[i] if names and i < len(names) else p
@@ -804,31 +1220,170 @@ def run(fn, meta, params, constexprs, grid, args, names, poison=None, order=None
     mem = Memory(arrays)
     mem.filename = fn.fn.__code__.co_filename
     mem.grid = (gx, gy, gz)
-    rewritten = fn.rewrite()
-    scope = ti._patch_lang(rewritten)
-    _patch_libdevice(scope)
-    _MEMORY.append(mem)
     n = gx * gy * gz
+    rewritten = fn.rewrite()
+    _patch_languages(rewritten)
+    names_ = rewritten.__globals__
+    saved_range = names_.get("range", _NONE)
+    names_["range"] = grid.batch_range  # Python's where no bound is a value per program
+    _MEMORY.append(mem)
     ids = list(range(n)) if order is None else list(order)
+    launch = _Launch(fn, rewritten, call, mem, n)
     try:
         ti.interpreter_builder.set_grid_dim(gx, gy, gz)
-        for pid in ids:
-            x, y, z = pid % gx, (pid // gx) % gy, pid // (gx * gy)
-            ti.interpreter_builder.set_grid_idx(x, y, z)
-            mem.pid, mem.program = pid, (x, y, z)
-            try:
-                rewritten(**call)
-            except Exception as e:  # noqa: BLE001 -- the kernel's, named; ours pass through
-                cause = e
-                while cause is not None and not isinstance(cause, KernelError):
-                    cause = cause.__cause__
-                if cause is not None:
-                    raise cause from None
-                raise KernelRaised(f"the kernel raised {type(e).__name__}: {str(e)[:400]}"
-                                   f"{mem.where_of(e)}", exception=type(e).__name__) from None
+        if batched and fn in _ONE_AT_A_TIME:
+            launch.say(_ONE_AT_A_TIME[fn])
+        if batched and fn not in _ONE_AT_A_TIME:
+            launch.batches(ids)
+        else:
+            for pid in ids:
+                launch.one(pid)
         if mem.overlap is not None:
             raise mem.overlap
     finally:
         _MEMORY.pop()
-        scope.restore()
+        if saved_range is _NONE:
+            names_.pop("range", None)
+        else:
+            names_["range"] = saved_range
+    return "; ".join(mem.notes) or None
 
+
+_LANGUAGES: dict = {}  # id -> the module namespace whose triton.language is patched (held)
+
+
+def _patch_languages(fn):
+    """Patch, once a process, triton.language as the interpreter does (its builtins given the
+    interpreter's semantic; tl.tensor's conversions then given grid.py's batched forms; a
+    kernel's libdevice; a @jit function called by the kernel through :func:`_device_call`) for
+    the modules ``fn``'s namespace holds.  Never undone: the worker runs nothing but kernels, and
+    the interpreter's inspect.getmembers over the modules, at each launch and each call of a
+    @jit function, was a third of a small launch."""
+    g = fn.__globals__
+    if id(g) in _LANGUAGES:
+        return
+    _LANGUAGES[id(g)] = g
+    sc = ti._patch_lang(fn)
+    if len(_LANGUAGES) == 1:
+        _patch_libdevice(sc)
+        sc.set_attr(ti.InterpretedFunction, "__call__", _device_call)
+    grid.tensor_patches(sc)  # after the interpreter's own (which it reads)
+
+
+def _device_call(self, *args, **kwargs):
+    """A @triton.jit function called by the kernel, as the interpreter calls it (its module's
+    languages patched once, not at every call)."""
+    _patch_languages(self.fn)
+    fn = self.rewrite()
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:
+        raise ti.InterpreterError(repr(e)) from e
+
+
+_NONE = object()
+_ONE_AT_A_TIME: dict = {}  # kernel -> why it has no batched form (learnt once a process)
+_LANES: dict = {}  # kernel -> the most lanes one program's access had in its last batch
+
+
+class _Launch:
+    """The programs of one launch, run in batches (grid.py) or one at a time."""
+
+    def __init__(self, fn, rewritten, call, mem, n):
+        self.fn, self.rewritten, self.call, self.mem = fn, rewritten, call, mem
+        self.n, self.alone = n, 0  # the launch's programs; those run alone as they diverged
+
+    def _call(self):
+        try:
+            self.rewritten(**self.call)
+        except Exception as e:  # noqa: BLE001 -- the kernel's, named; ours pass through
+            cause = e
+            while cause is not None and not isinstance(cause, KernelError):
+                cause = cause.__cause__
+            if cause is not None:
+                raise cause from None
+            b = grid.active()
+            if b is not None and b.failed is not None:
+                self.mem.program = self.mem._program(b.failed)
+            raise KernelRaised(f"the kernel raised {type(e).__name__}: {str(e)[:400]}"
+                               f"{self.mem.where_of(e)}", exception=type(e).__name__) from None
+
+    def one(self, pid):
+        gx, gy, _gz = self.mem.grid
+        x, y, z = pid % gx, (pid // gx) % gy, pid // (gx * gy)
+        ti.interpreter_builder.set_grid_idx(x, y, z)
+        self.mem.pid, self.mem.program = pid, (x, y, z)
+        self._call()
+
+    def batches(self, ids):
+        lanes = _LANES.get(self.fn)  # the last launch's: its first batch sized as the rest
+        i, size = 0, FIRST_BATCH if lanes is None else self.size(lanes)
+        while i < len(ids):
+            chunk = ids[i:i + size]
+            i += len(chunk)
+            lanes = self.group(chunk)
+            if lanes:
+                size = self.size(lanes)
+                _LANES[self.fn] = lanes
+
+    @staticmethod
+    def size(lanes):
+        return int(min(MAX_BATCH, max(1, BATCH_LANES // lanes)))
+
+    def group(self, pids):
+        """Run programs ``pids`` together; the most lanes one program's access had."""
+        mem = self.mem
+        if len(pids) == 1:
+            self.one(pids[0])
+            return 0
+        b = grid.Batch(pids, mem.grid)
+        first = pids[0]
+        gx, gy, _gz = mem.grid
+        ti.interpreter_builder.set_grid_idx(first % gx, (first // gx) % gy, first // (gx * gy))
+        mem.pid, mem.program = first, mem._program(first)
+        mem.log = []
+        try:
+            with grid.running(b):
+                self._call()
+            mem.told()
+            mem.batch_done()
+        except KernelError:
+            mem.told()  # a read before the fault, in program order
+            raise
+        except grid.Diverged as d:
+            mem.undo()
+            mem.log = None
+            self.diverged(pids, d)
+        except grid.Unbatchable as u:
+            mem.undo()
+            mem.log = None
+            _ONE_AT_A_TIME[self.fn] = f"its programs ran one at a time ({u})"
+            self.say(_ONE_AT_A_TIME[self.fn])
+            for pid in pids:
+                self.one(pid)
+        finally:
+            mem.log = None
+        return b.max_lanes
+
+    def diverged(self, pids, d):
+        """Run again in groups that agree on the value the batch's programs disagreed on (in
+        the order of their first program)."""
+        values = np.broadcast_to(d.values, (len(pids),))
+        groups: dict = {}
+        for pid, v in zip(pids, values.tolist()):
+            groups.setdefault(v, []).append(pid)
+        alone = sum(1 for g in groups.values() if len(g) == 1)
+        self.alone += alone
+        if alone and self.alone * 4 >= self.n and self.alone >= 2:  # the pace lost: said
+            line = self.mem.line_in(d)
+            at = f" at {os.path.basename(self.mem.filename)}:{line}" if line else ""
+            text = f": `{linecache.getline(self.mem.filename, line).strip()[:120]}`" if line \
+                else ""
+            self.say(f"programs ran one at a time where {d.what} differed between them{at}"
+                     f"{text}")
+        for g in groups.values():
+            self.group(g)
+
+    def say(self, note):
+        if note not in self.mem.notes:
+            self.mem.notes.append(note)

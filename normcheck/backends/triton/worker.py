@@ -11,9 +11,9 @@ Request::
     {"op": "launch", "module": cached path, "filename": the user's path, "entry": name,
      "params": [names], "constexprs": [names], "grid": [x, y, z], "args": [records as the cpu
      worker's], "dtypes": [numpy dtype name | ""], "names": [labels], "poison": [bits | -1],
-     "schedule": "forward" | "reverse" | "random", "seed": s}
+     "schedule": "forward" | "reverse" | "random", "seed": s, "batched": programs together}
 
-Reply: {"ok": True, "seconds": t} or {"ok": False, "kind": a FailureKind or "load",
+Reply: {"ok": True, "seconds": t, "note": the launch's note or ""} or {"ok": False, "kind": a FailureKind or "load",
 "message": ...}.
 """
 
@@ -164,11 +164,12 @@ def launch(req):
         g = req["grid"]
         t0 = time.perf_counter()
         try:
-            executor.run(fn, meta, req["params"], constexprs, g, args, req["names"], poison,
-                         _order(g[0] * g[1] * g[2], req["schedule"], req["seed"]))
+            note = executor.run(fn, meta, req["params"], constexprs, g, args, req["names"],
+                                poison, _order(g[0] * g[1] * g[2], req["schedule"], req["seed"]),
+                                batched=bool(req.get("batched", True)))
         except KernelError as e:
             return {"ok": False, "kind": str(e.kind), "message": str(e)}
-        return {"ok": True, "seconds": time.perf_counter() - t0}
+        return {"ok": True, "seconds": time.perf_counter() - t0, "note": note or ""}
     finally:
         del args
         for base, length in maps:
