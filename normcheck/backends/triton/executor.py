@@ -309,7 +309,6 @@ def _generic_reduce(self, input):
     for t in input:
         d, ax, k = _data_axis(self, t.handle.data)
         datas.append(np.moveaxis(d, ax, k))
-    shape = datas[0].shape
     if k:
         datas = grid.lead_axes(*datas)
     dtypes = [t.dtype for t in input]
@@ -317,8 +316,10 @@ def _generic_reduce(self, input):
     while datas[0].shape[k] > 1:
         n = datas[0].shape[k]
         half = n // 2
-        left = [self.to_tensor(d[pre + (slice(0, 2 * half, 2),)], t) for d, t in zip(datas, dtypes)]
-        right = [self.to_tensor(d[pre + (slice(1, 2 * half, 2),)], t) for d, t in zip(datas, dtypes)]
+        left = [self.to_tensor(d[pre + (slice(0, 2 * half, 2),)], t)
+                for d, t in zip(datas, dtypes)]
+        right = [self.to_tensor(d[pre + (slice(1, 2 * half, 2),)], t)
+                 for d, t in zip(datas, dtypes)]
         out = self.combine_fn.fn(*left, *right)
         out = out if isinstance(out, tuple) else (out,)
         new = []
@@ -329,7 +330,6 @@ def _generic_reduce(self, input):
             v = np.broadcast_to(v, head.shape).astype(d.dtype)
             new.append(np.concatenate([v, d[pre + (slice(2 * half, n),)]], axis=k) if n % 2 else v)
         datas = new
-    del shape
     ret = []
     for d, t in zip(datas, dtypes):
         r = d[pre + (0,)]
