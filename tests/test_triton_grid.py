@@ -330,3 +330,38 @@ def test_fast_conversions_round_as_the_one_rounding_path():
         assert (np.isnan(fast.astype(np.float32)) == nan).all()
         assert fast[~nan].tobytes() == slow[~nan].tobytes()
 
+
+
+_SPIN = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rms_spin(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    i = 0
+    while i < row:  # every program its own trip count
+        i += 1
+    offs = tl.arange(0, BLOCK_SIZE)
+    m = offs < cols
+    x = tl.load(X + row * cols + offs, mask=m, other=0.0).to(tl.float32)
+    w = tl.load(W + offs, mask=m, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+    tl.store(Y + row * cols + offs, (x * r * w).to(Y.dtype.element_ty), mask=m)
+'''
+
+
+def test_a_check_says_with_its_verdict_where_programs_ran_one_at_a_time(capsys, tmp_path):
+    import json
+
+    from normcheck.cli import main
+
+    p = tmp_path / "spin.py"
+    p.write_text(_SPIN)
+    rc = main(["check", str(p), "--entry", "rms_spin", "--norm", "rmsnorm", "--dtype", "bf16",
+               "--examples", "2", "--search", "0", "--json", "-q"])
+    d = json.loads(capsys.readouterr().out)
+    assert (rc, d["verdict"]) == (0, "pass"), d.get("failures")
+    assert any("programs ran one at a time where a condition differed between them at "
+               "spin.py:10: `while i < row:" in n for n in d.get("notes", ())), d.get("notes")

@@ -43,6 +43,10 @@ CHECK_FAMILIES = tuple(f for f in families.FAMILIES if f != "extremes")
 #: The family a check runs where γ or β is wider than the rows (ForwardJudge.families).
 WEIGHTS_FAMILY = "weights"
 
+#: What a launch notes that is said with the verdict, a pass included (a divergent barrier;
+#: a Triton launch whose programs ran one at a time, executor/grid.py)
+_SAID_WITH_THE_VERDICT = ("__syncthreads()", "ran one at a time")
+
 
 @dataclass
 class Baseline:
@@ -348,10 +352,12 @@ class ForwardJudge(engine.Judge):
                 f"({float(mm.ratio[i, j]):.3g}x)"))
         self.probe_undefined(family, case, fails, outs, ("accuracy", "nonfinite"))
         for note in getattr(outs, "notes", ()) or ():
-            # shown with the verdict, a pass included: a divergent barrier only.  An undefined
+            # shown with the verdict, a pass included: a divergent barrier, and programs the
+            # Triton executor ran one at a time (what a check of the file costs).  An undefined
             # shuffle read stays with the failures it may explain (with_notes): on a pass its
             # value went unused (CUB's partial-warp reductions read such lanes, then mask them)
-            if "__syncthreads()" in note and note not in self.notes and len(self.notes) < 8:
+            if any(m in note for m in _SAID_WITH_THE_VERDICT) and note not in self.notes \
+                    and len(self.notes) < 8:
                 self.notes.append(note)
         return measured, with_notes(fails, outs)
 
