@@ -951,9 +951,17 @@ def _together(*handles):
     program's own lanes (for the interpreter's load, store and atomics, which want one shape)."""
     live = [h for h in handles if h is not None]
     shape = np.broadcast_shapes(*(np.shape(h.data) for h in live))
-    return [None if h is None else
-            ti.TensorHandle(np.ascontiguousarray(np.broadcast_to(h.data, shape)), h.dtype)
+    return [None if h is None else ti.TensorHandle(_spread(h.data, shape), h.dtype)
             for h in handles]
+
+
+def _spread(a, shape):
+    """``a`` broadcast to ``shape`` as an array of its own: contiguous and writeable (Triton
+    3.8's interpreter writes through every array it is given, a broadcast view included)."""
+    a = np.asarray(a)
+    if a.shape == tuple(shape) and a.flags.c_contiguous and a.flags.writeable:
+        return a
+    return np.array(np.broadcast_to(a, shape), order="C")
 
 
 def _per_program(*handles):
@@ -962,8 +970,7 @@ def _per_program(*handles):
     live = [h for h in handles if h is not None]
     shape = np.broadcast_shapes(*(np.shape(h.data) for h in live))
     shape = (b.n,) + shape[1:]
-    return [None if h is None else
-            ti.TensorHandle(np.ascontiguousarray(np.broadcast_to(h.data, shape)), h.dtype)
+    return [None if h is None else ti.TensorHandle(_spread(h.data, shape), h.dtype)
             for h in handles]
 
 
