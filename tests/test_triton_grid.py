@@ -294,11 +294,9 @@ def test_a_batch_sees_a_read_that_a_later_program_overwrites(ns):
 
 def test_what_has_no_batched_form_runs_one_program_at_a_time_and_says_so(ns):
     x = np.arange(4 * 16, dtype=np.float32).reshape(4, 16)
-    try:
-        got, note = _same(ns, "described", (4,), [np.zeros_like(x), x, np.int32(4),
-                                                  np.int32(16), 16])
-    except ex.KernelRaised as e:  # a Triton without tensor descriptors in its interpreter
-        pytest.skip(f"tensor descriptors do not run here: {e}")
+    # tensor descriptors run on both Triton releases normcheck takes (3.8 hands their mask to
+    # the load as a bare ndarray, 3.9 as a handle)
+    got, note = _same(ns, "described", (4,), [np.zeros_like(x), x, np.int32(4), np.int32(16), 16])
     assert got[0].tobytes() == (x * 2).tobytes()
     assert "its programs ran one at a time" in note and "make_tensor_descriptor" in note
 

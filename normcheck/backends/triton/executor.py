@@ -930,7 +930,9 @@ _UNMASKED = []  # set while an unmasked load or store runs (it calls the masked 
 def _bool_mask(mask):
     """A mask as booleans: Triton 3.9's interpreter makes ``mask & (row > 0)`` an int32 array,
     which its own load then refuses ("mask has unsupported dtype"); nonzero is true, as on a
-    GPU."""
+    GPU.  Triton 3.8's tensor descriptors pass their mask as a bare ndarray: wrapped."""
+    if isinstance(mask, np.ndarray):
+        return ti.TensorHandle(mask.astype(np.bool_), tl.int1)
     if mask is not None and mask.data.dtype != np.bool_:
         return ti.TensorHandle(mask.data.astype(np.bool_), tl.int1)
     return mask
