@@ -106,14 +106,14 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
             cases = list(itertools.islice(j.long_batches(R, cols), 8))
             rows_in = sum(c.rows for _, c in cases)
             j.reference(cases[0][1])
-            j.run_target(*cases[0], "end")
+            j.run_target(*cases[0], guard="end")
             t0 = time.perf_counter()
             for _, c in cases:
                 j.reference(c)
             t_or = (time.perf_counter() - t0) / rows_in
             t0 = time.perf_counter()
             for fam, c in cases:
-                j.run_target(fam, c, "end")
+                j.run_target(fam, c, guard="end")
             t_k = (time.perf_counter() - t0) / rows_in
             del cases
             t0 = time.perf_counter()

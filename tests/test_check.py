@@ -399,6 +399,35 @@ def test_a_long_run_fails_a_bad_kernel():
     assert r.verdict == "fail"
 
 
+_LATE_FAULT = r"""
+// fp32 RMSNorm, a thread a row, that reads past the end of x on row 5 of a launch of 200 rows
+// or more: the long run's batches have them, the families do not
+extern "C" __global__ void late(float* y, const float* x, const float* g, float eps, int rows,
+                                int cols) {
+  const int row = blockIdx.x;
+  if (threadIdx.x != 0) return;
+  const float* xr = x + (size_t)row * cols;
+  float s = 0.f;
+  for (int i = 0; i < cols; ++i) s += xr[i] * xr[i];
+  float r = rsqrtf(s / cols + eps);
+  if (rows >= 200 && row == 5) r += x[(size_t)rows * cols + 1000];
+  for (int i = 0; i < cols; ++i) y[(size_t)row * cols + i] = xr[i] * r * g[i];
+}
+"""
+
+
+def test_a_fault_in_the_long_run_fails_it_and_keeps_the_families():
+    # the long run's launch that faults is a failure of the family "long" (it was an internal
+    # error, exit 2, every family's result lost: the guard was passed where the cause goes)
+    r = check.check_kernel(_LATE_FAULT, "late", "rmsnorm", "fp32", examples=4, search=0,
+                           rows=600, cols=512)
+    long = next(f for f in r.families if f.family == "long")
+    assert long.verdict == "fail" and "out_of_bounds" in long.failures, long.failures
+    assert r.verdict == "fail"
+    assert all(f.verdict != "fail" for f in r.families if f.family != "long")
+    assert "out-of-bounds read" in r.render()
+
+
 @pytest.mark.parametrize("kw,match", [
     ({"rows": 0}, r"rows=0"), ({"rows": 10**10}, r"rows=10000000000"),
     ({"long_cols": 64}, r"cols=64.*without --rows"),

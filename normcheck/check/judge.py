@@ -594,7 +594,7 @@ class ForwardJudge(engine.Judge):
             while (item := ahead.result()) is not None:
                 fam, case = item
                 ahead = maker.submit(next, batches, None)  # made while the kernel runs
-                outs = self.run_target(fam, case, "end")
+                outs = self.run_target(fam, case, guard="end")
                 if prev is not None and collect(prev):
                     prev = None
                     break
