@@ -321,3 +321,106 @@ def test_the_fast_path_gives_the_same_bits_on_any_number_of_threads(monkeypatch)
     monkeypatch.setenv("NORMCHECK_ORACLE_THREADS", "0")
     with pytest.raises(InvalidArgument, match="NORMCHECK_ORACLE_THREADS='0'"):
         oracle.layernorm(x)
+
+
+# -- elements on a power-of-two β (oracle.exact.on_beta) ----------------------------------------
+def _without_on_beta(monkeypatch, call):
+    """``call()`` with the shortcut off: every unsettled element through ExactRow."""
+    from normcheck.oracle import forward
+
+    with monkeypatch.context() as m:
+        m.setattr(forward, "on_beta", lambda *a, **k: None)
+        return call()
+
+
+def _counted_on_beta(monkeypatch):
+    """on_beta counting the elements it decided."""
+    from normcheck.oracle import exact, forward
+
+    hits = []
+
+    def counted(*a):
+        r = exact.on_beta(*a)
+        hits.append(r is not None)
+        return r
+
+    monkeypatch.setattr(forward, "on_beta", counted)
+    return hits
+
+
+def _beta_on_binades(f, rng, cols):
+    """β with a power of two in most columns (the binade edges where tiers 1-2 cannot settle
+    ulp(y)), the rest random; γ random of either sign."""
+    k = rng.integers(-12, 3, cols).astype(np.float64)
+    b = np.where(rng.random(cols) < 0.8, np.sign(rng.standard_normal(cols)) * 2.0 ** k,
+                 rng.standard_normal(cols))
+    return f.cast(rng.standard_normal(cols)), f.cast(b)
+
+
+def test_elements_on_a_power_of_two_beta_are_the_exact_tiers_bit_for_bit(monkeypatch):
+    # the long run's constant and tiny rows: y = β + (almost nothing); decided by a bound, they
+    # are what Fractions and Ziv's iteration give, and the shortcut is taken
+    rng = np.random.default_rng(11)
+    hits = _counted_on_beta(monkeypatch)
+    for fmt, x in (("bf16", np.full((3, 96), 0.00396728515625)),
+                   ("bf16", rng.standard_normal((3, 96)) * 1e-39),
+                   ("fp32", rng.standard_normal((3, 96)) * 1e-42),
+                   ("fp32", rng.standard_normal((3, 96)) * 1e-20),
+                   ("fp16", np.full((3, 96), -3.5))):
+        f = formats.get(fmt)
+        x = f.cast(x)
+        g, b = _beta_on_binades(f, rng, x.shape[1])
+        got = oracle.layernorm(x, g, b)
+        want = _without_on_beta(monkeypatch, lambda: oracle.layernorm(x, g, b))
+        assert got.exact.tobytes() == want.exact.tobytes(), fmt
+        assert got.rounded.tobytes() == want.rounded.tobytes(), fmt
+        assert same(got.rounded, truth(x, g, b, out=fmt)), fmt
+    assert sum(hits) > 100  # taken on most β columns of these rows
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_on_beta_agrees_with_the_exact_tier_near_its_threshold(monkeypatch, data):
+    # spreads from nothing up past the bound's threshold (|δ| ~ ulp64(β)/16 at a spread of
+    # about 1e-22 for β ~ 2^-5, γ ~ 1, ε = 1e-5): taken or declined, the same bits
+    fmt = data.draw(st.sampled_from(["fp32", "bf16", "fp16"]))
+    f = formats.get(fmt)
+    cols = data.draw(st.integers(2, 24))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    scale = data.draw(st.sampled_from([0.0, 1e-40, 1e-30, 1e-24, 1e-23, 3e-23, 1e-22, 3e-22,
+                                       1e-21, 1e-18, 1e-9]))
+    centre = data.draw(st.sampled_from([0.0, 1.0, -0.125, 1000.0]))
+    x = f.cast(centre + scale * rng.standard_normal((2, cols)))
+    if not np.all(np.isfinite(x.astype(np.float64))):
+        return
+    g, b = _beta_on_binades(f, rng, cols)
+    eps = np.float32(data.draw(st.sampled_from([1e-5, 1e-6, 0.75])))
+    for call in (lambda: oracle.layernorm(x, g, b, eps=eps),
+                 lambda: oracle.add_layernorm(x, f.cast(scale * rng.standard_normal((2, cols))),
+                                              g, b, eps=eps)):
+        state = rng.bit_generator.state
+        got = call()
+        rng.bit_generator.state = state  # the same residual for the run without the shortcut
+        want = _without_on_beta(monkeypatch, call)
+        assert got.exact.tobytes() == want.exact.tobytes()
+        assert got.rounded.tobytes() == want.rounded.tobytes()
+    assert same(oracle.layernorm(x, g, b, eps=eps).rounded, truth(x, g, b, eps=eps, out=fmt))
+
+
+def test_on_beta_declines_where_the_exact_value_leaves_beta(monkeypatch):
+    # a sweep of spreads across the bound's threshold: where |δ| nears ulp64(β) the float64
+    # exact value is no longer β and the exact tier must decide (the shortcut declines); on
+    # both sides the same bits as without it
+    rng = np.random.default_rng(12)
+    hits = _counted_on_beta(monkeypatch)
+    for fmt in ("bf16", "fp32"):
+        f = formats.get(fmt)
+        for scale in np.geomspace(1e-24, 1e-15, 28):
+            x = f.cast(scale * rng.standard_normal((2, 32)))
+            g, b = _beta_on_binades(f, rng, 32)
+            got = oracle.layernorm(x, g, b)
+            want = _without_on_beta(monkeypatch, lambda: oracle.layernorm(x, g, b))
+            assert got.exact.tobytes() == want.exact.tobytes(), (fmt, scale)
+            assert got.rounded.tobytes() == want.rounded.tobytes(), (fmt, scale)
+    assert any(hits) and not all(hits)  # both sides of the threshold were reached

@@ -8,6 +8,7 @@ r"""Exact arithmetic of the oracle: what decides an element when float64 cannot.
   value (Ziv's strategy);
 * :func:`mp_reference` -- the plain mpmath evaluation of the definition, the truth the tests
   compare against;
+* :func:`on_beta` -- an element that sits on a power-of-two β, decided without either;
 * :func:`two_sum`, :func:`check_eps`, :data:`ULP_RESOLUTION`, :data:`DEFAULT_EPS`.
 """
 
@@ -23,7 +24,7 @@ from normcheck.errors import invalid
 from normcheck.formats import Format
 
 __all__ = ["DEFAULT_EPS", "ULP_RESOLUTION", "check_eps", "two_sum", "decide", "scaled_ints",
-           "ExactRow", "ziv", "IvCtx", "mp_reference"]
+           "ExactRow", "on_beta", "ziv", "IvCtx", "mp_reference"]
 
 DEFAULT_EPS = np.float32(1e-5)
 
@@ -134,6 +135,32 @@ class ExactRow:
         if self.rational_r is not None:
             return float(self.rational_r), fmt.round(self.rational_r)
         return ziv(lambda ctx: 1 / ctx.sqrt(ctx.mpf(self.w)), fmt)
+
+
+def on_beta(beta: float, gain: float, dev: float, eps: float, fmt: Format):
+    """(β, β) -- what :meth:`ExactRow.element` returns, bit for bit -- for y = β + δ with
+    δ = γ·(x_j − μ)/√(var+ε) too small to move y off β, where the fast tiers cannot settle it
+    (β a power of two is a binade's edge: which side y lies on decides ulp(y)); else None.
+
+    ``gain`` >= |γ_j| (or |1+γ_j|) and ``dev`` >= |x_j − μ| (or |x_j|) are bounds, so
+    |δ| <= gain·dev/√ε (var >= 0), taken twice over for the float64 roundings of the bound.
+    Where that is below a sixteenth of ulp64(β): β not 0 and a power of two, normal in ``fmt``
+    and one of its values -- the exact element rounds to β in ``fmt`` (|δ| is far below half
+    its ulp) and to β in float64 (the nearest float64 other than β is ulp64(β)/2 away).  The
+    exact tier gives the same: Fractions (δ = 0, or √(var+ε) rational) give float64(y) = β;
+    :func:`ziv` converges only on an enclosure that excludes β (ulp(a) == ulp(b) at a binade's
+    edge) and is narrower than 2^-95·|y| at its first precision, far narrower than |δ| after,
+    so its midpoint also rounds to β."""
+    a = abs(beta)
+    if not (a > 0 and math.isfinite(a)):
+        return None
+    m, e = math.frexp(a)
+    if m != 0.5 or e - 1 < fmt.emin or a > fmt.max_finite:  # a power of two it holds
+        return None
+    bound = 2.0 * gain * dev / math.sqrt(eps)
+    if not bound < math.ulp(a) / 16:
+        return None
+    return float(beta), float(beta)
 
 
 def ziv(expr, fmt: Format, start_prec=96, max_prec=1 << 16):

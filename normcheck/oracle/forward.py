@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 from normcheck.oracle.exact import (DEFAULT_EPS, ULP_RESOLUTION, ExactRow, check_eps, decide,
-                                    mp_reference, two_sum)
+                                    mp_reference, on_beta, two_sum)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -374,14 +374,41 @@ def _normalise(pair: _Pair, g, b, eps: float, center: bool, gemma: bool, out: Fo
     slow = status != oracle_fast.STATUS["tier1"]
     todo = np.nonzero(status == oracle_fast.STATUS["unsettled"]) if fast["unsettled"] \
         else ((), ())
-    rows_exact = {}
+    rows_exact, devs = {}, {}
     for i, j in zip(*todo):  # tier 3: exact
+        if b is not None:  # on a power-of-two β and too close to leave it: decided by a bound
+            hit = on_beta(float(b[j]), _gain(g, j, gemma), _dev(pair, i, j, center, devs), eps,
+                          out)
+            if hit is not None:
+                exact[i, j], rounded[i, j] = hit
+                continue
         if i not in rows_exact:
             rows_exact[i] = ExactRow(pair.row(i), g, b, eps, center, gemma)
         exact[i, j], rounded[i, j] = rows_exact[i].element(j, out)
     ref = (cls or NormReference)(out, exact, rounded, slow, b)
     ref._stats_source = (pair, eps, center)
     return ref
+
+
+def _gain(g, j, gemma) -> float:
+    """A bound on |γ_j| (|1+γ_j| under Gemma's gain; 1 without γ)."""
+    if g is None:
+        return 1.0
+    return 1.0 + abs(float(g[j])) if gemma else abs(float(g[j]))
+
+
+def _dev(pair, i, j, center, devs) -> float:
+    """A bound on |x_j − μ| of row i (|x_j| uncentred): the row's spread, kept in ``devs``;
+    a row given as hi + lo widened by twice its largest |lo|."""
+    hi, lo = pair.row(i)
+    if not center:
+        return abs(float(hi[j])) + (0.0 if lo is None else abs(float(lo[j])))
+    d = devs.get(i)
+    if d is None:
+        hi = np.asarray(hi, np.float64)
+        d = float(hi.max() - hi.min()) + (0.0 if lo is None else 2.0 * float(np.abs(lo).max()))
+        devs[i] = d
+    return d
 
 
 def _nonfinite_rows(hi, geff, center):
