@@ -754,11 +754,7 @@ class Memory:
             w = self._writers(i)
             name = self.spans[i][2]
             if p is None:  # every program of the batch stores each element
-                j = 0
-                self.pending(OverlappingWrites(
-                    f"writes element {int(e[0])} of `{name}`, which program "
-                    f"{self._program(int(lanes.batch.pids[0]))} wrote in the same launch (two "
-                    f"programs write one element){self.where(lanes.batch.pids[1])}"))
+                self._overlapping(name, e[0], lanes.batch.pids[0], lanes.batch.pids[1])
                 p = np.full(e.shape, lanes.batch.pids[-1], np.int32)
             we = w[e]
             if self.overlap is None:
@@ -770,10 +766,7 @@ class Memory:
                     other = hit & (we != p)
                     if other.any():
                         j = int(np.flatnonzero(other)[0])
-                        self.pending(OverlappingWrites(
-                            f"writes element {int(e[j])} of `{name}`, which program "
-                            f"{self._program(int(we[j]))} wrote in the same launch (two "
-                            f"programs write one element){self.where(p[j])}"))
+                        self._overlapping(name, e[j], we[j], p[j])
                 r = self._readers(i) if lanes.batch is not None else None
                 if r is not None:
                     rd = r[e]
@@ -795,10 +788,15 @@ class Memory:
                 clash = w[e] != p  # two programs of the batch stored it in this access
                 if clash.any():
                     j = int(np.flatnonzero(clash)[0])
-                    self.pending(OverlappingWrites(
-                        f"writes element {int(e[j])} of `{name}`, which program "
-                        f"{self._program(int(w[e[j]]))} wrote in the same launch (two programs "
-                        f"write one element){self.where(p[j])}"))
+                    self._overlapping(name, e[j], w[e[j]], p[j])
+
+    def _overlapping(self, name, elem, writer, pid):
+        """Program ``pid`` writes element ``elem`` of ``name``, which program ``writer`` wrote
+        in the same launch: kept, raised as the launch ends (:meth:`pending`)."""
+        self.pending(OverlappingWrites(
+            f"writes element {int(elem)} of `{name}`, which program "
+            f"{self._program(int(writer))} wrote in the same launch (two programs write one "
+            f"element){self.where(pid)}"))
 
     def told(self):
         """The first read of an unwritten element the batch made, as one program at a time
