@@ -142,7 +142,7 @@ def on_beta(beta: float, gain: float, dev: float, eps: float, fmt: Format):
     δ = γ·(x_j − μ)/√(var+ε) too small to move y off β, where the fast tiers cannot settle it
     (β a power of two is a binade's edge: which side y lies on decides ulp(y)); else None.
 
-    ``gain`` >= |γ_j| (or |1+γ_j|) and ``dev`` >= |x_j − μ| (or |x_j|) are bounds, so
+    ``gain`` >= |γ_j| and ``dev`` >= |x_j − μ| are bounds, so
     |δ| <= gain·dev/√ε (var >= 0), taken twice over for the float64 roundings of the bound.
     Where that is below a sixteenth of ulp64(β): β not 0 and a power of two, normal in ``fmt``
     and one of its values -- the exact element rounds to β in ``fmt`` (|δ| is far below half

@@ -374,11 +374,11 @@ def _normalise(pair: _Pair, g, b, eps: float, center: bool, gemma: bool, out: Fo
     slow = status != oracle_fast.STATUS["tier1"]
     todo = np.nonzero(status == oracle_fast.STATUS["unsettled"]) if fast["unsettled"] \
         else ((), ())
-    rows_exact, devs = {}, {}
+    rows_exact, spreads = {}, {}
     for i, j in zip(*todo):  # tier 3: exact
-        if b is not None:  # on a power-of-two β and too close to leave it: decided by a bound
-            hit = on_beta(float(b[j]), _gain(g, j, gemma), _dev(pair, i, j, center, devs), eps,
-                          out)
+        if b is not None and center and not gemma:  # LayerNorm's β: where y cannot leave it
+            hit = on_beta(float(b[j]), 1.0 if g is None else abs(float(g[j])),
+                          _spread(pair, i, spreads), eps, out)
             if hit is not None:
                 exact[i, j], rounded[i, j] = hit
                 continue
@@ -390,24 +390,14 @@ def _normalise(pair: _Pair, g, b, eps: float, center: bool, gemma: bool, out: Fo
     return ref
 
 
-def _gain(g, j, gemma) -> float:
-    """A bound on |γ_j| (|1+γ_j| under Gemma's gain; 1 without γ)."""
-    if g is None:
-        return 1.0
-    return 1.0 + abs(float(g[j])) if gemma else abs(float(g[j]))
-
-
-def _dev(pair, i, j, center, devs) -> float:
-    """A bound on |x_j − μ| of row i (|x_j| uncentred): the row's spread, kept in ``devs``;
-    a row given as hi + lo widened by twice its largest |lo|."""
-    hi, lo = pair.row(i)
-    if not center:
-        return abs(float(hi[j])) + (0.0 if lo is None else abs(float(lo[j])))
-    d = devs.get(i)
+def _spread(pair, i, spreads) -> float:
+    """A bound on |x_j − μ| over row i: its spread (μ lies within it), widened by twice its
+    largest |lo| where the row is hi + lo; kept in ``spreads``."""
+    d = spreads.get(i)
     if d is None:
-        hi = np.asarray(hi, np.float64)
+        hi, lo = pair.row(i)
         d = float(hi.max() - hi.min()) + (0.0 if lo is None else 2.0 * float(np.abs(lo).max()))
-        devs[i] = d
+        spreads[i] = d
     return d
 
 
