@@ -342,6 +342,35 @@ class KernelTarget:
         real = a.type in specs.FLOAT_TYPES or (a.type is None and float_param)
         return specs.evaluate(a.value, rows, cols, f"args.{a.label}.value", real=real)
 
+    def inexpressible(self, rows: int, cols: int) -> str | None:
+        """Why the kernel's own caller could not launch it on ``rows`` x ``cols`` -- a scalar
+        argument the spec computes from the launch (ONNX Runtime's ``skip_size = rows *
+        cols``, the rows themselves) that does not fit the kernel's parameter -- or None.
+        Such a run is outside the kernel's ABI: it is skipped, never judged."""
+        from normcheck.errors import InvalidArgument
+
+        case = Case(np.zeros((0, cols), np.float32))
+        self._large = rows
+        try:
+            for ln in self.spec.launches:
+                params = getattr(self.kernels.get(ln.entry), "params", None) or []
+                for i, a in enumerate(ln.args):
+                    for k, f in enumerate(a.fields if a.role == "struct" else [a]):
+                        if f.role not in ("rows", "cols", "const", "stride") or \
+                                (f.role == "const" and f.value is None):
+                            continue
+                        p = params[i] if a is f and i < len(params) and \
+                            hasattr(params[i], "ctype") else None
+                        where = f"args[{i}] {f.label}" if a is f else \
+                            f"args[{i}].fields[{k}] {f.label}"
+                        try:
+                            _received(f, self._exact(f, case, _scalar_dtype(p)), p, where)
+                        except InvalidArgument as e:
+                            return str(e)
+        finally:
+            self._large = None
+        return None
+
     def received(self, a: specs.ArgSpec, value):
         """``value`` of the scalar argument ``a`` as the kernel receives it: through the spec's
         ``type`` and then the kernel's parameter type, where the backend knows it (ε given to

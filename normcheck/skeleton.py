@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["parameter_names", "parameter_lists", "guess_role", "skeleton"]
+__all__ = ["kernel_names", "parameter_names", "parameter_lists", "guess_role", "skeleton"]
 
 _OUT = {"y", "out", "output", "dst", "result", "res_out", "o", "normed", "normed_output", "out_ptr",
         "y_ptr", "output_ptr"}
@@ -82,6 +82,29 @@ def _split_params(inner: str) -> list[str]:
     if cur.strip():
         out.append(cur)
     return [p.strip() for p in out]
+
+
+def kernel_names(text: str) -> list[str]:
+    """The names of the kernels declared in ``text`` -- a source, or the cpu backend's
+    preprocessed text, where ``__global__`` is the marker ``__nc_global__`` -- comments and
+    ``__launch_bounds__(...)`` aside, in order, each once; templates by their name."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
+    code = re.sub(r"__launch_bounds__\s*\([^()]*\)", " ", code)
+    found = []
+    for m in re.finditer(r"\b(?:__global__|__nc_global__)\b", code):
+        depth, i = 0, m.end()  # the first name followed by "(" outside a template's <...>
+        for t in re.finditer(r"[A-Za-z_]\w*(?=\s*\()|[<>;{}]", code[i:i + 600]):
+            tok = t.group()
+            if tok == "<":
+                depth += 1
+            elif tok == ">":
+                depth = max(0, depth - 1)
+            elif tok in ";{}":
+                break
+            elif depth == 0:
+                found.append(tok)
+                break
+    return list(dict.fromkeys(found))
 
 
 def parameter_names(text: str, entry: str) -> list[str] | None:

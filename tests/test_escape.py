@@ -437,12 +437,15 @@ def test_a_symlink_in_the_report_folder_is_refused(tmp_path, link):
 # -- the allow-list (#32): a call the filter does not list is refused ---------------------------
 PERMS = {"mode_fchmodat2": "fchmodat2", "mode_fchmod": "fchmod", "acl_setxattr": "setxattr",
          "xattr_setxattrat": "setxattrat", "attr_file_setattr": "file_setattr",
-         "lease": "fcntl", "stat_path": "newfstatat", "stat_statx": "statx"}
+         "lease": "fcntl"}
+#: a path's metadata asked for: answered "not there" (ENOENT), never told, never a violation --
+#: host code probes for optional files so (#53: llm.c's launcher, Apex's static constructor)
+PROBES = ("stat_path", "stat_statx", "access_path")
 
 
 @pytest.fixture(scope="module")
 def kp():
-    return get_backend("cpu").compile_many(SRC, [*PERMS, "fstat_own", "thread_flood",
+    return get_backend("cpu").compile_many(SRC, [*PERMS, *PROBES, "fstat_own", "thread_flood",
                                                  "read_path"])
 
 
@@ -469,6 +472,15 @@ def test_permissions_metadata_and_leases_are_refused_by_name(kp, cache_file, ent
     assert (after.st_mode, after.st_uid, after.st_mtime_ns) == (before.st_mode, before.st_uid,
                                                                 before.st_mtime_ns)
     assert os.listxattr(cache_file) == xattrs  # no ACL, no attribute
+
+
+@pytest.mark.parametrize("entry", PROBES)
+def test_a_path_probe_is_answered_not_there(kp, cache_file, entry):
+    """stat/statx/access of a file the worker may even read: answered ENOENT (y = -2), so the
+    launch goes on and learns nothing of the path."""
+    y = np.zeros(1, np.float32)
+    kp[entry](1, 1, [y, cstr(str(cache_file))])
+    assert y[0] == -2, y  # -errno: ENOENT
 
 
 def test_a_sound_fstat_is_carried_out(kp):

@@ -214,6 +214,29 @@ def test_the_section_shows_each_kernel_and_marks_a_changed_verdict():
     assert "1 skipped" in line and "1 could not run" in line
 
 
+def test_a_kernel_that_needs_torch_is_skipped_with_the_install_where_torch_is_not_usable(
+        monkeypatch):
+    """On the README's install (no torch) the kernels whose files need torch's headers or its
+    import are skipped, saying so and how to run them, and the field exits 0 (it exited 1 with
+    tracebacks from the torch stand-in)."""
+    c = corpus.load()
+    needy = [k for k in c.kernels if "torch" in k.needs]
+    assert {k.project for k in needy} >= {"vllm", "unsloth", "flash-attn"}
+    monkeypatch.setattr(judge, "_unusable", lambda need: f"{need} is not installed")
+    monkeypatch.setattr(sources, "fetched", lambda src, echo=None: pytest.fail("fetched"))
+    o = judge.judge_one(needy[0], c.sources[needy[0].project])
+    assert not o.ran and not o.error and o.skipped.startswith("needs torch: torch is not "
+                                                              "installed; pip install torch")
+    assert "skipped (1: needs torch" in section.summary_line([o.as_dict()])
+
+
+def test_a_corpus_kernel_needs_only_what_normcheck_knows(tmp_path):
+    text = corpus.CORPUS.read_text().replace('needs = ["torch"]', 'needs = ["tensorflow"]', 1)
+    (tmp_path / "corpus.toml").write_text(text)
+    with pytest.raises(SpecError, match=r"needs=\['tensorflow'\]: expected a list of \['torch'\]"):
+        corpus.load(tmp_path / "corpus.toml")
+
+
 def test_an_outcome_matches_only_its_recorded_verdict_and_cause():
     assert _outcome(verdict="pass").matches
     assert not _outcome(verdict="warn").matches

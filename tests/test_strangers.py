@@ -70,6 +70,44 @@ def test_a_spec_may_bound_the_elements_a_launch_has(tmp_path, monkeypatch):
     assert any("max_elements" in n for n in r.detail.notes)
 
 
+def test_a_run_the_kernels_abi_cannot_express_is_skipped_with_why(tmp_path, monkeypatch):
+    """An argument computed from the launch that does not fit its parameter at the large-index
+    run's size (ONNX Runtime's ``int skip_size = rows * cols``) puts that run outside the
+    kernel's ABI: skipped with one line saying why, the verdict standing on what ran (it was
+    exit 2 after every family had run)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "half2.cu").write_text(SRC.read_text())
+    (tmp_path / "k.toml").write_text(
+        'source = "half2.cu"\nentry = "rms_skip_size"\nnorm = "rmsnorm"\ndtype = "fp16"\n'
+        '[launch]\ngrid = "rows"\nblock = "256"\n'
+        '[[args]]\nrole = "output"\n[[args]]\nrole = "input"\n[[args]]\nrole = "gamma"\n'
+        '[[args]]\nrole = "eps"\n[[args]]\nrole = "rows"\n[[args]]\nrole = "cols"\n'
+        '[[args]]\nrole = "const"\nname = "skip_size"\nvalue = "rows * cols"\n')
+    r = check.check_kernel(spec=tmp_path / "k.toml", examples=8, search=0)
+    assert r.verdict == "pass", r.render()
+    assert "large_index" not in {f.family for f in r.families}
+    why = [n for n in r.detail.notes if n.startswith("large-index run not made")]
+    assert len(why) == 1 and "skip_size = rows * cols" in why[0] and "does not fit" in why[0], \
+        r.detail.notes
+
+
+def test_a_spec_whose_widths_are_all_above_4096_is_searched_at_them(tmp_path, monkeypatch):
+    """Widths are the spec's, whatever they are: cols = [16384, 16384] (the width of a
+    FlashInfer bug report) made the search's strategy ask for max_value=4096 < min_value=16384
+    (an internal error, exit 2)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "half2.cu").write_text(SRC.read_text())
+    (tmp_path / "k.toml").write_text(
+        'source = "half2.cu"\nentry = "rms_size_t_offset"\nnorm = "rmsnorm"\n'
+        'dtype = "fp16"\ncols = [16384, 16384]\n[launch]\ngrid = "rows"\nblock = "256"\n'
+        '[[args]]\nrole = "output"\n[[args]]\nrole = "input"\n[[args]]\nrole = "gamma"\n'
+        '[[args]]\nrole = "eps"\n[[args]]\nrole = "rows"\n[[args]]\nrole = "cols"\n')
+    r = check.check_kernel(spec=tmp_path / "k.toml", examples=2, search=3)
+    assert r.verdict == "pass", r.render()
+    assert r.search and r.search["examples"] >= 1, r.search
+    assert {c for f in r.families for c in f.cols} == {16384}
+
+
 # -- causes that fit the error's shape -----------------------------------------------------------
 CAUSES_SRC = Path(__file__).parent / "cuda" / "strangers" / "causes.cu"
 TRITON_BUGS = Path(__file__).parent / "cuda" / "strangers" / "bugs.py"

@@ -6,6 +6,7 @@ end to end.  Skipped where Triton is not installed (``pip install 'normcheck[tri
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from fractions import Fraction
 
@@ -101,6 +102,34 @@ def ns(tmp_path_factory):
     path = tmp_path_factory.mktemp("triton") / "fidelity.py"
     path.write_text(_KERNELS)
     return ex.load_module(_KERNELS, str(path), "normcheck_fidelity")
+
+
+def test_an_installed_module_that_cannot_be_imported_is_stood_in(tmp_path, monkeypatch):
+    """torch installed --no-deps for its headers (no typing_extensions) or a CUDA build without
+    libcudnn: find_spec finds it, importing it fails.  The file's host code gets the stand-in
+    a module not installed gets (it broke every check of a file importing torch)."""
+    pkg = tmp_path / "site" / "nc_broken_dep"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import nc_no_such_dependency_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    text = ("import nc_broken_dep\nfrom nc_broken_dep.nn import functional as F\n"
+            "import triton\nimport triton.language as tl\n\n"
+            "DEVICE = nc_broken_dep.device('cuda')\n\n"
+            "@triton.jit\ndef copy(Y, X, n, BLOCK: tl.constexpr):\n"
+            "    o = tl.arange(0, BLOCK)\n"
+            "    tl.store(Y + o, tl.load(X + o, mask=o < n), mask=o < n)\n")
+    path = tmp_path / "k.py"
+    path.write_text(text)
+    monkeypatch.setattr(ex, "STOOD_IN", {})
+    try:
+        got = ex.load_module(text, str(path), "normcheck_broken_dep")
+        assert "nc_no_such_dependency_here" in ex.STOOD_IN["nc_broken_dep"]
+        y, x = np.zeros(8, np.float32), np.arange(8, dtype=np.float32)
+        _run(got, "copy", [y, x, np.int32(5)], ["Y", "X", "n", "BLOCK"], 5, block=8)
+        assert list(y) == [0, 1, 2, 3, 4, 0, 0, 0]
+    finally:
+        for m in [m for m in sys.modules if m.startswith("nc_broken_dep")]:
+            del sys.modules[m]
 
 
 def _run(ns, name, args, params, n, block=1024):

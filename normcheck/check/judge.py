@@ -45,7 +45,7 @@ WEIGHTS_FAMILY = "weights"
 
 #: What a launch notes that is said with the verdict, a pass included (a divergent barrier;
 #: a Triton launch whose programs ran one at a time, executor/grid.py)
-_SAID_WITH_THE_VERDICT = ("__syncthreads()", "ran one at a time")
+_SAID_WITH_THE_VERDICT = ("__syncthreads()", "ran one at a time", "not importable here")
 
 
 @dataclass
@@ -661,6 +661,11 @@ class ForwardJudge(engine.Judge):
         if tuple(small)[:1] != (9,) or int(np.prod(small)) != 9 or \
                 int(np.prod(big)) != rows or big[0] >= 1 << 31:
             return None, "a grid that is not one block per row"
+        if any(d >= 1 << 31 for d in big[:1]) or any(d > 65535 for d in tuple(big)[1:]):
+            return None, "a grid past the GPU's limits at these rows"
+        why = t.inexpressible(rows, cols)
+        if why is not None:  # the kernel's own launcher cannot call it so: outside its ABI
+            return None, f"outside the kernel's ABI at {rows:,} rows of {cols}: {why}"
         nb = (rows - 1).bit_length()
         return (rows, cols, first, (((1 << nb) - 1) & ~7, first)), None
 
@@ -769,7 +774,8 @@ class ForwardJudge(engine.Judge):
             c = -(-max(c, lo) // m) * m
             return min(c, hi - (hi % m)) if c > hi else c
 
-        cols = (st.integers(lo, min(hi, 4096)) | st.sampled_from(
+        # widths up to 4096 (or twice the narrowest the kernel takes), within its contract
+        cols = (st.integers(lo, min(hi, max(4096, 2 * lo))) | st.sampled_from(
             [c for c in families.TAIL_COLS if lo <= c <= hi] or [lo])).map(fit)
         found = {}
         stats = {"examples": 0, "max_of_bound": 0.0}

@@ -16,6 +16,9 @@
     expect = "pass"                   # pass, warn or fail: the verdict we recorded ...
     cause = "..."                     # ... its headline cause's key (warn, fail), if any
     why = "..."                       # ... and why it is right
+    needs = ["torch"]                 # what it needs beyond normcheck's install, if anything:
+                                      # torch's headers (a file including them), or torch
+                                      # importable (a Triton file's host code uses it as it loads)
 
 A spec's ``source`` and ``include`` are relative to its release's root (the files above).
 """
@@ -28,14 +31,17 @@ from pathlib import Path
 
 from normcheck.errors import SpecError
 
-__all__ = ["Source", "Kernel", "Corpus", "load", "record", "CORPUS", "SPECS", "VERDICTS"]
+__all__ = ["Source", "Kernel", "Corpus", "load", "record", "CORPUS", "SPECS", "VERDICTS", "NEEDS"]
 
 #: The corpus file and the specs' folder, beside this module.
 CORPUS = Path(__file__).with_name("corpus.toml")
 SPECS = Path(__file__).with_name("specs")
 VERDICTS = ("pass", "warn", "fail")
 _SOURCE_KEYS = {"project", "version", "file", "sha256", "home", "files"}
-_KERNEL_KEYS = {"name", "project", "language", "expect", "cause", "why"}
+_KERNEL_KEYS = {"name", "project", "language", "expect", "cause", "why", "needs"}
+#: What a kernel may need beyond normcheck's own install (``needs``), and how to get it.
+NEEDS = {"torch": "pip install torch runs it (a CPU build is enough: the file needs torch's "
+                  "headers, or its import for the host code a Triton file runs as it loads)"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class Kernel:
     expect: str
     cause: str | None
     why: str
+    needs: tuple = ()
 
     @property
     def spec(self) -> Path:
@@ -123,8 +130,11 @@ def load(path: Path = CORPUS) -> Corpus:
         if k["name"] in names:
             raise _bad(where, "named twice")
         names.add(k["name"])
+        needs = k.get("needs", [])
+        if not isinstance(needs, list) or set(needs) - set(NEEDS):
+            raise _bad(where, f"needs={needs!r}: expected a list of {sorted(NEEDS)}")
         kern = Kernel(k["name"], k["project"], k.get("language", "cuda"), k["expect"],
-                      k.get("cause") or None, k["why"])
+                      k.get("cause") or None, k["why"], tuple(needs))
         if not kern.spec.is_file():
             raise _bad(where, f"no spec {kern.spec}")
         kernels.append(kern)

@@ -2,12 +2,14 @@
 backend, a fixed seed), its verdict and headline cause compared with the ones recorded.
 
 A kernel that cannot be judged (its file does not compile, a header is missing ...) did not run:
-that is an error of the field, never a pass.  A Triton kernel where Triton is not installed is
-skipped, said so.  :func:`judge_field` returns one :class:`Outcome` per kernel, in order.
+that is an error of the field, never a pass.  A Triton kernel where Triton is not installed, and
+a kernel that needs what is not usable here (``needs = ["torch"]``: torch's headers, or its
+import for a Triton file's host code), is skipped, said so with the install that runs it.  :func:`judge_field` returns one :class:`Outcome` per kernel, in order.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import time
 from dataclasses import asdict, dataclass, field
@@ -65,6 +67,28 @@ def _triton_missing() -> bool:
     return importlib.util.find_spec("triton") is None
 
 
+@functools.cache
+def _unusable(need: str) -> str | None:
+    """Why ``need`` (corpus.NEEDS) cannot be used here, or None: torch installed and importable
+    (tried in a child process: its import is slow and loads CUDA libraries normcheck does not
+    want in its own)."""
+    import subprocess
+    import sys
+
+    try:
+        found = importlib.util.find_spec(need) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return f"{need} is not installed"
+    r = subprocess.run([sys.executable, "-c", f"import {need}"], capture_output=True, text=True,
+                       timeout=300)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        return f"{need} is installed but cannot be imported ({last[:160]})"
+    return None
+
+
 def judge_one(k: corpus_mod.Kernel, src: corpus_mod.Source, save_dir=None,
               echo=None) -> Outcome:
     """One kernel: its release fetched (cached), its spec loaded against the release's root,
@@ -73,13 +97,18 @@ def judge_one(k: corpus_mod.Kernel, src: corpus_mod.Source, save_dir=None,
 
     t0 = time.perf_counter()
     out = Outcome(k.name, k.project, src.version, k.language, "", k.expect, k.cause, k.why)
+    if k.language == "triton" and _triton_missing():
+        out.skipped = "Triton is not installed here (pip install 'normcheck[triton]')"
+        return out
+    for need in k.needs:  # before anything is fetched
+        why = _unusable(need)
+        if why is not None:
+            out.skipped = f"needs {need}: {why}; {corpus_mod.NEEDS[need]}"
+            return out
     try:
         root = sources.fetched(src, echo)
         sp = specs.load(k.spec, roots=(root,), base=root)
         out.file = str(Path(sp.source).relative_to(root)) if sp.source else ""
-        if k.language == "triton" and _triton_missing():
-            out.skipped = "Triton is not installed here (pip install 'normcheck[triton]')"
-            return out
         # a backward check has no targeted search; a forward one's is off (examples only)
         more = {"backward": True} if sp.backward else {"search": 0}
         r = check.run(check.CheckOptions(spec=sp, include=(str(root),), examples=EXAMPLES,
@@ -116,5 +145,6 @@ def judge_field(only=None, save_dir=None, echo=print, path=None) -> list[Outcome
             echo(f"[{i}/{len(picked)}] {mark} {k.name:34} {got:8} (recorded {k.expect}"
                  f"{', ' + k.cause if k.cause else ''}; {o.seconds:.1f} s)"
                  + (f" -- {o.error}" if o.error else "")
+                 + (f" -- {o.skipped}" if o.skipped else "")
                  + (f" -- cause {o.cause}" if o.ran and not o.matches else ""))
     return outs

@@ -62,9 +62,17 @@ def summary_line(outs: list) -> str:
     return (f"{len(outs)} kernels of {projects} projects: {len(ran)} ran "
             f"({counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail), "
             f"{same} as recorded, {len(ran) - same} not"
-            + (f", {skipped} skipped" if skipped else "")
+            + (f", {skipped} skipped ({_why_skipped(outs)})" if skipped else "")
             + (f", {len(outs) - len(ran) - skipped} could not run"
                if len(outs) - len(ran) - skipped else ""))
+
+
+def _why_skipped(outs: list) -> str:
+    """Why kernels were skipped, each reason once with how many: the install that runs them."""
+    import collections
+
+    why = collections.Counter(o["skipped"] for o in outs if o.get("skipped"))
+    return "; ".join(f"{n}: {w}" for w, n in why.items())
 
 
 def markdown(outs: list) -> str:

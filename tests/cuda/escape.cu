@@ -1,5 +1,6 @@
 // Kernels that try to reach outside the sandbox, for tests/test_escape.py.  Each writes y[0] = 1
 // (or what it learned) if its attempt came back without the sandbox stopping it.
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -185,13 +186,17 @@ extern "C" __global__ void lease(float* y, const char* path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd >= 0 && fcntl(fd, 1024 /* F_SETLEASE */, 0 /* F_RDLCK */) == 0) y[0] = 1;
 }
+// a path's metadata: answered "not there" (y = -errno), never told
 extern "C" __global__ void stat_path(float* y, const char* path) {
   struct stat st;
-  if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0) == 0) y[0] = (float)(st.st_size + 1);
+  y[0] = syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0) == 0 ? (float)(st.st_size + 1) : -errno;
 }
 extern "C" __global__ void stat_statx(float* y, const char* path) {
   char buf[256];
-  if (syscall(332 /* statx */, AT_FDCWD, path, 0, 0x7ff, buf) == 0) y[0] = 1;
+  y[0] = syscall(332 /* statx */, AT_FDCWD, path, 0, 0x7ff, buf) == 0 ? 1.f : -errno;
+}
+extern "C" __global__ void access_path(float* y, const char* path) {
+  y[0] = access(path, R_OK) == 0 ? 1.f : -errno;
 }
 // a sound fstat (glibc's: newfstatat on the descriptor with an empty path) is carried out
 extern "C" __global__ void fstat_own(float* y) {

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import difflib
 import functools
 import importlib.util
 import json
@@ -339,6 +340,7 @@ def _preprocess(src, entries, defines, extra_flags, arch, hosts, torch):
             raise CompileError(f"g++ could not preprocess {src.origin} for the cpu backend",
                                _explain(r.stderr, str(tu_path)))
         text = r.stdout.replace(str(tu_path), "<normcheck wrapper>")
+    _entries_present(src, text, entries)
     deps = sorted({m for m in _LINE_MARKER.findall(text) if m.startswith("/")})
     shim = str(SHIM_DIR)
     cuda = tuple(str(Path(d).resolve()) + "/" for d in incs)
@@ -356,6 +358,46 @@ def _preprocess(src, entries, defines, extra_flags, arch, hosts, torch):
 
 
 _LINE_MARKER = re.compile(r'^# \d+ "([^"]+)"', re.M)
+
+
+_MARKER_FLAGS = re.compile(r'^# \d+ "([^"]*)"((?: \d)*)$', re.M)
+
+
+def _own_code(text: str) -> str:
+    """The preprocessed text of the user's own files: not the shim's, not a system header
+    (CUDA's and the host's are included as system headers)."""
+    shim, out, keep, pos = str(SHIM_DIR), [], True, 0
+    for m in _MARKER_FLAGS.finditer(text):
+        if keep:
+            out.append(text[pos:m.start()])
+        path, flags = m.group(1), m.group(2).split()
+        keep = "3" not in flags and not path.startswith((shim, "<"))
+        pos = m.end()
+    if keep:
+        out.append(text[pos:])
+    return "".join(out)
+
+
+def _entries_present(src: base.Source, text: str, entries) -> None:
+    """Every entry's name is in the preprocessed code (macros expanded, headers included),
+    before the launch wrappers that call it -- else a CompileError naming the file's kernels,
+    before anything is compiled (a misspelt --entry cost a compile and six lines of g++)."""
+    from normcheck import skeleton
+
+    code = text.split('"<normcheck launch wrappers>"', 1)[0]
+    for e in entries:
+        base_name = e.split("<", 1)[0].split("::")[-1].strip()
+        if re.search(rf"\b{re.escape(base_name)}\b", code):
+            continue
+        names = skeleton.kernel_names(_own_code(code))
+        close = difflib.get_close_matches(base_name, names, n=1)
+        raise CompileError(
+            f"entry {e!r} is not a kernel of {src.origin}: "
+            + (f"did you mean {close[0]!r}? " if close else "")
+            + (f"its kernels: {', '.join(names[:20])}" + (" ..." if len(names) > 20 else "")
+               if names else "no __global__ function is declared in the file itself (one in a "
+               "header it includes is named as written there)")
+            + " (--entry, or entry in the spec; a template's instantiation as rms<__half>)")
 
 
 @functools.cache
@@ -501,7 +543,7 @@ def _build(src, entries, defines, extra_flags, arch, hosts) -> Module:
                                "pipe; the worker was stopped and nothing it sent was used",
                                call="forged reply")
     if isinstance(rep, tuple):
-        m = re.fullmatch(r"kind=sandbox syscall=(\d{1,6})", worker.report()) \
+        m = re.match(r"kind=sandbox syscall=(\d{1,6})\b", worker.report()) \
             if rep[0] == "died" else None
         if m:  # code that runs as the module loads (a static constructor) made the call
             raise SandboxViolation(f"{src.origin}: while the module loaded (a static "

@@ -390,7 +390,7 @@ def rewrite(text: str, ptx_file) -> tuple[str, list]:
     """All the rewrites, in order; ``ptx_file(path, system)`` says whether a file's inline asm is
     PTX to translate (the user's files and the CUDA headers; never the host's C and C++ headers).
     Returns the text and the messages of the PTX statements left to fail at run time."""
-    text = _unroll_pragmas(_noinline(text))
+    text = _unroll_pragmas(_noinline(re.sub(r"\b__nc_global__\b", "", text)))
     lines = LineMap.of(text)
     deferred = []
     if re.search(r"\b(?:asm|__asm__|__asm)\b", text):

@@ -1047,6 +1047,10 @@ PRESENTED = {"name": "sm_90 presented by normcheck", "major": 9, "minor": 0,
              "max_shared_memory_per_block_optin": 227 << 10, "regs_per_multiprocessor": 65536}
 
 
+#: Installed modules a file imports that could not be imported here, stood in for: name -> why.
+STOOD_IN: dict = {}
+
+
 class _file_imports:
     """While a file is imported (its imports run now, inside the worker's sandbox):
 
@@ -1069,6 +1073,15 @@ class _file_imports:
                                   f"file ({what}): it runs a program")
             self.depth += 1
             try:
+                mod = self.real(name, globals, locals, fromlist, level)
+            except (ImportError, OSError) as e:
+                # an installed module that cannot be imported (torch installed --no-deps for
+                # its headers: no typing_extensions; a CUDA build without libcudnn): stood in,
+                # as a module that is not installed is -- host code the kernels do not run
+                if self.depth != 1 or level:
+                    raise
+                STOOD_IN.setdefault(name.split(".")[0], f"{type(e).__name__}: {e}")
+                stub_modules([name], "")
                 mod = self.real(name, globals, locals, fromlist, level)
             finally:
                 self.depth -= 1

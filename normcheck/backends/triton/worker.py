@@ -188,6 +188,11 @@ def launch(req):
                                 batched=bool(req.get("batched", True)))
         except KernelError as e:
             return {"ok": False, "kind": str(e.kind), "message": str(e)}
+        if executor.STOOD_IN:  # said with every launch: the check keeps each note once
+            note = "; ".join(filter(None, [note, "installed but not importable here, so stood "
+                                           "in for as a module not installed is: " + ", ".join(
+                                               f"{k} ({v[:160]})"
+                                               for k, v in executor.STOOD_IN.items())]))
         return {"ok": True, "seconds": time.perf_counter() - t0, "note": note or ""}
     finally:
         del args

@@ -128,3 +128,10 @@ extern "C" __global__ void rms_size_t_offset(__half* y, const __half* x, const _
                                              float eps, int rows, int cols) {
   rms_offset<size_t>(y, x, g, eps, cols);
 }
+// ONNX Runtime's SkipLayerNorm launcher passes the element count as an int (skip_size = rows *
+// cols): its own caller can never launch it past 2^31 elements
+extern "C" __global__ void rms_skip_size(__half* y, const __half* x, const __half* g, float eps,
+                                         int rows, int cols, int skip_size) {
+  if ((long long)blockIdx.x * cols >= skip_size) return;
+  rms_offset<size_t>(y, x, g, eps, cols);
+}

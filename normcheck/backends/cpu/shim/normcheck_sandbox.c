@@ -142,10 +142,34 @@ static long raw4(long nr, long a, long b, long c, long d) {
   return r;
 }
 
+// A kernel module's host code (a launcher, a static constructor) probing for a file -- access()
+// of an injection library or a device node, stat() of a /proc or /sys path, readlink() of
+// /proc/self/exe, a read-only fopen() without "e" -- is answered "not there" (ENOENT) without
+// the call: such probes are how sound host code looks for optional things, and it goes on
+// without them (the CUDA worker reads nothing it was not given; nothing about a path is
+// told).  Writing, creating or anything else stays trapped.  Returns 1 when answered.
+static int ncsb_probe(siginfo_t* info, greg_t* g) {
+  const long nr = info->si_syscall;
+  const long writes = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND | 0x400000 /* __O_TMPFILE */;
+  if (nr == SYS_access || nr == SYS_faccessat || nr == 439 /* faccessat2 */ ||
+      nr == SYS_stat || nr == SYS_lstat || nr == SYS_newfstatat ||
+      nr == SYS_readlink || nr == SYS_readlinkat ||
+      (nr == SYS_openat && !(g[REG_RDX] & writes)) || (nr == SYS_open && !(g[REG_RSI] & writes))) {
+    g[REG_RAX] = -ENOENT;
+    return 1;
+  }
+  if (nr == SYS_statx) {  // statx(fd, "", AT_EMPTY_PATH): glibc falls back to fstat on ENOSYS
+    const char* path = (const char*)g[REG_RSI];
+    g[REG_RAX] = path && path[0] ? -ENOENT : -ENOSYS;
+    return 1;
+  }
+  return 0;
+}
+
 // A trapped call a sound process makes, carried out here as the call it stands for: fstat
 // (glibc's fstat and the dynamic loader's are newfstatat(fd, "", buf, AT_EMPTY_PATH); with a
-// path, or without the flag, it would read a path's metadata and stays trapped -- unless
-// ncsb_stat_paths is on, above).  Returns 1 when the call was carried out (its result in rax),
+// path, or without the flag, it would read a path's metadata and is answered "not there"
+// (ncsb_probe) -- unless ncsb_stat_paths is on, above).  Returns 1 when the call was carried out (its result in rax),
 // 0 when it is a violation.  Called by the handler below and by the shim runtime's (a launch
 // installs its own).
 NCSB_EXPORT int ncsb_emulate(siginfo_t* info, void* vctx) {
@@ -172,7 +196,7 @@ NCSB_EXPORT int ncsb_emulate(siginfo_t* info, void* vctx) {
       return 1;
     }
   }
-  if (!g_stat_paths) return 0;
+  if (!g_stat_paths) return ncsb_probe(info, g);
   // isatty(), as Python's open() asks it of every file it opens: no descriptor of the worker
   // is a terminal (its stdin and stdout are pipes, its stderr a file), so TCGETS answers ENOTTY
   // without the call (ioctl stays off the allow-list)
