@@ -6,6 +6,8 @@ error, bad spec ...), 130 interrupted."""
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 from pathlib import Path
 
@@ -21,13 +23,47 @@ STORAGE = tuple(formats.FORMATS)
 NORM_CHOICES = norms.NORMS
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with what a mistyped command line needs: an unknown flag after a command is
+    told in that command's own usage with the flag it most resembles (``--dtpye``: did you
+    mean --dtype?), and an unknown command with the command it most resembles."""
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            sub = self._subparsers._group_actions[0].choices.get(getattr(ns, "command", None)) \
+                if self._subparsers else None
+            (sub or self).error(_unrecognized(sub or self, extra))
+        return ns
+
+    def error(self, message):
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            choices = re.findall(r"'([^']*)'", m.group(2))
+            close = difflib.get_close_matches(m.group(1), choices, n=1)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        super().error(message)
+
+
+def _unrecognized(parser: argparse.ArgumentParser, extra: list) -> str:
+    """The unknown arguments, each flag with the one of ``parser`` it most resembles."""
+    flags = [o for a in parser._actions for o in a.option_strings]
+    parts = []
+    for w in extra:
+        close = difflib.get_close_matches(w.split("=", 1)[0], flags, n=1, cutoff=0.6) \
+            if w.startswith("-") else []
+        parts.append(f"{w} (did you mean {close[0]}?)" if close else w)
+    return "unrecognized arguments: " + " ".join(parts)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="normcheck",
         description="How many ULPs from the exact result is a LayerNorm/RMSNorm kernel, on which "
                     "rows, in which precision, and why.")
     p.add_argument("--version", action="version", version=f"normcheck {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     k = sub.add_parser("kernels", help="list the built-in kernels")
     k.add_argument("--json", action="store_true", help="machine-readable output")
@@ -41,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="judge a kernel against the oracle (exit 0 pass or warn, 1 fail, 2 cannot "
                       "judge)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="The default ABI (a kernel checked without --spec; grid = rows blocks):\n"
+        epilog="The default ABI (a kernel checked without --spec; grid = rows blocks of 256 "
+               "threads, --block to change):\n"
                "  layernorm      (T* y, const T* x, const T* gamma, const T* beta, float eps, "
                "int rows, int cols)\n"
                "  rmsnorm        (T* y, const T* x, const T* gamma, float eps, int rows, "
@@ -68,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"a role's own format: x ({', '.join(formats.ROWS)}), residual, h, "
                         f"gamma, beta, y, mean, rstd ({', '.join(STORAGE)}), e.g. "
                         "x=e4m3,gamma=fp32,y=bf16")
-    c.add_argument("--block", type=int, default=256, help="threads per block (default ABI)")
+    c.add_argument("--block", type=int, default=256,
+                   help="threads per block of the default ABI (default 256; a spec's launch "
+                        "table gives its own)")
     c.add_argument("--spec", help="a TOML kernel spec for kernels outside the default ABI")
     c.add_argument("--reference", choices=("exact", "hf"),
                    help="the definition judged against: exact (default) or hf (Hugging Face's "
@@ -194,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     sk.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
                     help="a folder searched by #include (repeatable)")
     sk.add_argument("--arch", default=None, metavar="SM", help="e.g. sm_80 (default sm_90)")
+    sk.add_argument("-o", "--output", default=None, metavar="FILE",
+                    help="write the spec to FILE, its source named relative to FILE's folder "
+                         "(printed, it is named relative to the current folder)")
     sk.set_defaults(func=_spec)
 
     cl = sub.add_parser("clean", help="remove .normcheck/ from this folder (counterexamples "
@@ -503,21 +545,40 @@ def _spec(args) -> int:
     from normcheck.backends import get_backend
     from normcheck.backends.triton.backend import is_triton, load, signature
 
+    # the source as the spec names it: relative to where the spec lands (-o), else to the
+    # current folder, where a redirect (> my.toml) most likely puts it
+    import os
+
+    where = Path(args.output).resolve().parent if args.output else Path.cwd()
+    named = Path(os.path.relpath(Path(args.source).resolve(), where)).as_posix()
     if is_triton(args.source):  # its parameters from its syntax tree: nothing of it runs
         _path, src_text, _cached = load(args.source)
         names, params = skeleton.triton_params(signature(src_text, args.entry,
                                                          _path.name))
-        text, rows = skeleton.skeleton(args.source, args.entry, params, names=names)
+        text, rows = skeleton.skeleton(args.source, args.entry, params, names=names,
+                                       named=named)
     else:
         opts = {"arch": args.arch} if args.arch else None
         k = get_backend("cpu").compile_many(args.source, [args.entry],
                                             defines=_defines(args.defines), options=opts,
                                             include_dirs=tuple(args.include))[args.entry]
-        text, rows = skeleton.skeleton(args.source, args.entry, k.params)
-    print(text, end="")
+        text, rows = skeleton.skeleton(args.source, args.entry, k.params, named=named)
+    if args.output:
+        from normcheck.report import folder
+
+        folder.write(Path(args.output), text)
+    else:
+        print(text, end="")
     print("normcheck spec: guessed " + "; ".join(
-        f"{nm} -> {r if isinstance(r, str) else '+'.join(r)}" for nm, _p, r, _w in rows),
-        file=sys.stderr)
+        f"{nm} -> {r if isinstance(r, str) else '+'.join(r)}" for nm, _p, r, _w in rows)
+        + (f"; wrote {args.output} (source = \"{named}\")" if args.output else
+           f"; source = \"{named}\" is relative to this folder (-o FILE names it relative to "
+           "FILE's)"), file=sys.stderr)
+    if named.startswith("../"):
+        print(f"normcheck spec: the source lies outside the spec's folder: a spec names files "
+              f"beneath its repository (the folder holding .git) or its own folder; check it "
+              f"with -I {Path(args.source).resolve().parent} if it is outside both",
+              file=sys.stderr)
     return 0
 
 

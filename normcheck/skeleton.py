@@ -233,10 +233,11 @@ def triton_params(sig) -> tuple[list, list]:
 
 
 def skeleton(source, entry: str, params, text: str | None = None,
-             names: list | None = None) -> tuple[str, list]:
+             names: list | None = None, named: str | None = None) -> tuple[str, list]:
     """(the TOML spec, [(parameter, role, why)]) for ``entry`` of ``source`` whose compiled
     parameters are ``params`` (normcheck.backends.base.Param; a Triton kernel's:
-    :func:`triton_params`, with their ``names``)."""
+    :func:`triton_params`, with their ``names``); ``named``: the source as the spec names it
+    (relative to where the spec lands; its file name by default)."""
     triton = names is not None
     if names is None:
         if text is None:
@@ -260,7 +261,7 @@ def skeleton(source, entry: str, params, text: str | None = None,
     lines = [f"# a spec for {entry} of {Path(str(source)).name}, written by `normcheck spec`:",
              "# every role below is a guess from the parameter's name and type -- check each,",
              "# then run: normcheck check --spec THIS_FILE",
-             f'source = "{Path(str(source)).name}"',
+             f'source = "{named or Path(str(source)).name}"',
              f'entry = "{entry}"',
              f'norm = "{norm}"                # guessed: ' +
              ("β present" if "beta" in roles else "no β") +

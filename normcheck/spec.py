@@ -786,6 +786,32 @@ def check_expression(expr: str, where: str, dims: bool = False):
                                 "min, max, ceil_div and next_pow2")
 
 
+def check_launches(spec: KernelSpec) -> None:
+    """Every launch expression of ``spec`` (grid, block, shared memory, warps, a const's value)
+    evaluated at a few sizes its contract takes -- 3 and 7 rows, its narrowest width and the
+    widest up to 4096 -- so a spec that cannot launch anything (``grid = "rows // (cols -
+    cols)"``) is refused before anything is built; a SpecError naming the expression."""
+    lo, hi = spec.cols
+    m = max(1, spec.cols_multiple_of)
+    widths = {-(-lo // m) * m, max(lo, min(hi, 4096)) // m * m}
+    for rows in (3, 7):
+        for cols in sorted(c for c in widths if lo <= c <= hi):
+            for k, ln in enumerate(spec.launches):
+                if ln.host:
+                    continue
+                where = "launch" if len(spec.launches) == 1 else f"launch[{k}]"
+                evaluate_dims(ln.grid, rows, cols, f"{where}.grid")
+                if ln.num_warps is None:
+                    evaluate_dims(ln.block, rows, cols, f"{where}.block")
+                else:
+                    evaluate(ln.num_warps, rows, cols, f"{where}.num_warps")
+                evaluate(ln.shared_mem, rows, cols, f"{where}.shared_mem")
+                for i, a in enumerate(ln.args):
+                    if a.role == "const" and a.value is not None:
+                        evaluate(a.value, rows, cols, f"args[{i}].value",
+                                 real=a.type in FLOAT_TYPES)
+
+
 def evaluate_dims(expr: str, rows: int, cols: int, where: str = "expression") -> tuple:
     """A launch dimension: one expression, or up to three separated by commas ("32, 4")."""
     tree = _tree(expr, where).body

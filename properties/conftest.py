@@ -23,3 +23,10 @@ settings.load_profile(os.environ.get("NORMCHECK_PROFILE", "ci"))
 @pytest.fixture(scope="session")
 def backend(normcheck_backend_name):
     return normcheck_backend_name
+
+
+@pytest.fixture(autouse=True)
+def _a_folder_of_its_own(tmp_path_factory, monkeypatch):
+    """Every property runs in an empty temporary folder (what a failing check saves in
+    ./.normcheck/ never lands in the checkout)."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))

@@ -53,6 +53,49 @@ def test_the_skeleton_guesses_roles_from_names_and_types():
     assert "guessed" in out.stderr and "# __half* out: named 'out'" in out.stdout
 
 
+def test_a_written_spec_names_its_source_from_where_it_lands(tmp_path):
+    """`normcheck spec FILE --entry E > my.toml` wrote source = "k.cu", which the check then
+    refused (the path is the spec's folder's): printed, the source is named relative to the
+    current folder; with -o FILE, relative to FILE's folder -- and either spec loads."""
+    (tmp_path / ".git").mkdir()  # a repository: a spec may name any file beneath it
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "k.cu").write_text(
+        'extern "C" __global__ void rms(float* y, const float* x, const float* weight, '
+        'float eps, int rows, int cols) {}\n')
+    out = _cli("spec", "csrc/k.cu", "--entry", "rms", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert 'source = "csrc/k.cu"' in out.stdout
+    (tmp_path / "my.toml").write_text(out.stdout)
+    assert specs.load(tmp_path / "my.toml").source == tmp_path / "csrc" / "k.cu"
+    out = _cli("spec", "csrc/k.cu", "--entry", "rms", "-o", "specs/k.toml", cwd=tmp_path)
+    assert out.returncode == 0 and not out.stdout, out.stderr
+    written = tmp_path / "specs" / "k.toml"
+    assert 'source = "../csrc/k.cu"' in written.read_text() and "wrote specs/k.toml" in out.stderr
+    assert specs.load(written).source == tmp_path / "csrc" / "k.cu"
+
+
+def test_a_wrong_entry_lists_the_files_kernels_before_any_compile(tmp_path):
+    (tmp_path / "k.cu").write_text(
+        '#define RMS(NAME) extern "C" __global__ void NAME(float* y) {}\nRMS(rms_fp32)\n'
+        'template <int N> __global__ void __launch_bounds__(256) ln_kernel(float* y) {}\n')
+    out = _cli("check", "k.cu", "--entry", "rms_fp23", "--norm", "rmsnorm", "--dtype", "fp32",
+               cwd=tmp_path)
+    assert out.returncode == 2
+    err = out.stderr.strip().splitlines()[-1]
+    assert "entry 'rms_fp23' is not a kernel of" in err and "did you mean 'rms_fp32'?" in err
+    assert "its kernels: rms_fp32, ln_kernel" in err, err
+    assert "g++ could not compile" not in out.stderr and "<normcheck launch" not in out.stderr
+
+
+def test_a_mistyped_flag_is_told_in_its_commands_usage_with_the_flag_it_resembles():
+    out = _cli("check", "k.cu", "--dtpye", "fp16")
+    assert out.returncode == 2
+    assert out.stderr.startswith("usage: normcheck check")
+    assert "unrecognized arguments: --dtpye (did you mean --dtype?) fp16" in out.stderr
+    out = _cli("chek")
+    assert out.returncode == 2 and "did you mean 'check'?" in out.stderr
+
+
 def test_parameter_names_are_read_from_the_source():
     text = ('template <typename T, int N>\n__global__ void k(T* __restrict__ y, const T* x, '
             'const float* /*unused*/, float eps = 1e-5f, int64_t ld) {}\n')
@@ -99,6 +142,14 @@ def test_a_check_leaves_one_folder_with_its_gitignore_and_clean_removes_it(tmp_p
     c = _cli("clean", cwd=tmp_path)
     assert c.returncode == 0 and "removed .normcheck/" in c.stdout
     assert not (tmp_path / ".normcheck").exists()
+
+
+def test_the_suite_writes_nothing_in_the_checkout():
+    """Tests run in a temporary folder (conftest.py): a test's counterexamples never land in the
+    checkout's .normcheck/, where `normcheck replay` would take one for the user's newest."""
+    root = Path(__file__).resolve().parent.parent
+    assert root not in Path.cwd().resolve().parents and Path.cwd().resolve() != root
+    assert not any(Path.cwd().iterdir())
 
 
 def test_counterexamples_are_capped(tmp_path, monkeypatch):

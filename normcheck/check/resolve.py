@@ -241,6 +241,7 @@ def resolve(o: CheckOptions) -> Resolved:
     if src is None:
         raise invalid("source", None, "a .cu file (or `source` in the spec)")
     if not default_abi:
+        specs.check_launches(spec)  # before anything is built
         _check_arg_names(spec, src)
     defines, arch = _arch_define(spec, defines, arch)
     arch = parse_arch(arch if arch is not None else spec.arch)
