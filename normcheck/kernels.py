@@ -331,6 +331,7 @@ def _run_backward(v, x, dy, gamma, mean, rstd, backend, block, launch_options):
 
 _modules = {}
 _lock = threading.Lock()
+_building: dict = {}  # a lock a build key (compiled)
 
 
 def _key(variant: Variant, backend, options):
@@ -347,7 +348,9 @@ def compiled(variant: Variant, backend="cpu", options=None, module=False):
     """The compiled kernel of ``variant`` (its whole source file is built once per backend and
     options, e.g. {"fmad": True} on cuda); ``module``: every kernel of its file, by entry."""
     be, key = _key(variant, backend, options)
-    with _lock:
+    with _lock:  # one lock a build: builds of different files go on side by side
+        building = _building.setdefault(key, threading.Lock())
+    with building:
         if key not in _modules:
             entries = list(dict.fromkeys(v.entry for v in _ALL if v.source == variant.source))
             _modules[key] = be.compile_many(variant.path, entries, options=dict(options or {}))

@@ -21,7 +21,8 @@ import numpy as np
 from normcheck.oracle import Reference
 
 __all__ = ["CLASSES", "FAILURE_CLASSES", "Comparison", "Summary", "compare", "summarize", "ulp_stats",
-           "StreamStats", "failure_message", "to_json", "short"]
+           "StreamStats", "failure_message", "to_json", "short", "times_bound", "percent",
+           "bias_text"]
 
 #: Outcome classes, by code.
 CLASSES = (
@@ -255,6 +256,45 @@ def short(v) -> str:
     if isinstance(v, float) and math.isnan(v):
         return "nan"
     return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def times_bound(v) -> str:
+    """A ratio to the sound bound (the fail rule: above 1 fails) for a table: 3 significant
+    digits, more where 3 would put it on the wrong side of 1 or on 1 itself -- a 1.004 that
+    fails never reads "1" -- and a value exactly 1 as 1."""
+    if v is None or not isinstance(v, (int, float, np.floating)) or not math.isfinite(v):
+        return short(v if not isinstance(v, np.floating) else float(v))
+    v = float(v)
+    for d in range(3, 10):
+        s = f"{v:.{d}g}"
+        if v == 1 or (float(s) != 1 and (float(s) > 1) == (v > 1)):
+            return s
+    return repr(v)
+
+
+def percent(share) -> str:
+    """A share (0..1) as a percentage: "100%", "12.3%", "0.04%", "0%" -- never 1e+02%."""
+    if share is None:
+        return "-"
+    p = 100 * float(share)
+    if p == 0 or p >= 100:
+        return f"{p:.0f}%"
+    if p >= 1:  # never "100%" for a share below one
+        s = f"{p:.3g}"
+        return f"{s if float(s) < 100 else f'{p:.6g}'}%"
+    return f"{p:.2g}%" if p >= 0.001 else "<0.001%"
+
+
+def bias_text(b) -> str:
+    """The mean signed error toward zero (measure.Bias, in ulps: (exact - kernel)·sign(exact)),
+    its sign said in words -- positive: the kernel's values lie nearer zero than the exact ones
+    on average (truncation's sign); negative: farther from zero -- with 3 significant digits."""
+    if b is None:
+        return "-"
+    b = float(b)
+    if not math.isfinite(b):
+        return f"bias {short(b)}"
+    return f"bias {abs(b):.3g} ulp {'toward' if b > 0 else 'away from'} 0" if b else "bias 0"
 
 
 def to_json(obj) -> str:

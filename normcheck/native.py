@@ -58,7 +58,8 @@ def load(part: Part) -> ctypes.CDLL:
 
             from normcheck import progress
 
-            with progress.step(f"building normcheck's {part.what} (g++, once per machine)"):
+            with progress.step(f"building normcheck's {part.what.removeprefix('building ')} "
+                               "(g++, once per machine)"):
                 path = confine.build_library(part.source, part.section, part.name,
                                              list(part.flags), part.what)
             lib = ctypes.CDLL(str(path))

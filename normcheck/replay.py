@@ -17,6 +17,8 @@ import dataclasses
 
 import numpy as np
 
+from normcheck.metrics import times_bound
+
 from normcheck import formats
 from normcheck.cases import EMBEDDED_FLAG, command, load_case, save_case
 from normcheck.errors import invalid
@@ -163,7 +165,8 @@ def replay(path, backend="cpu", variant=None, run_embedded=False) -> Replayed:
     lines.append(f"  summary    max {float(np.max(mm.ulp)) if mm.ulp.size else 0.0:.4g} ulp, "
                  f"p99 {float(np.percentile(finite, 99)) if finite.size else 0.0:.4g}, "
                  f"mean {float(finite.mean()) if finite.size else 0.0:.4g}, "
-                 f"{float(mm.ratio.max()) if mm.ratio.size else 0.0:.3g}x the sound bound, "
+                 f"{times_bound(float(mm.ratio.max()) if mm.ratio.size else 0.0)}x the sound "
+                 "bound, "
                  f"non-finite {int((~np.isfinite(mm.ulp)).sum())}")
     return Replayed("\n".join(lines), "fail" if fails else "pass")
 

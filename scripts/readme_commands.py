@@ -24,9 +24,12 @@ listed as such and not run.
     python3 scripts/readme_commands.py run 1|2|docs [--readme README.md] [--bin DIR]
 
 ``run 1`` and ``run 2`` run the setup commands in the repository's root; ``run docs`` runs the
-rest in a scratch folder holding a copy of ``cuda_src/`` (so nothing lands in the checkout),
-with ``--bin`` (the virtual environment's ``bin``) first on PATH.  Exit 1 if any command ends
-with another exit code or leaves a promised file missing.
+rest in a scratch folder holding a copy of ``cuda_src/`` (so nothing lands in the checkout) and
+``.venv``, a link to the virtual environment whose ``bin`` is ``--bin``.  The commands run as a
+reader's shell runs them: ``normcheck`` is on PATH only after a ``source .venv/bin/activate``
+line of the README (each later command runs after it, as in the reader's shell), else only as
+``.venv/bin/normcheck``.  Exit 1 if any command ends with another exit code or leaves a
+promised file missing.
 """
 
 from __future__ import annotations
@@ -47,12 +50,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["Command", "commands", "setup_commands", "doc_commands", "run"]
+__all__ = ["Command", "commands", "setup_commands", "doc_commands", "run", "ACTIVATE"]
 
 _BLOCK = re.compile(r"^```sh\n(.*?)^```", re.M | re.S)
 _EXIT = re.compile(r"\(exit (\d+)\)")
 _SETUP = re.compile(r"^(pip3?|python3? -m (pip|venv))\b")
 _GPU = re.compile(r"--backend\s+cuda\b|\bbench gpu\b|gpu_check\.sh")
+#: A line that activates the virtual environment: it holds for the commands after it.
+ACTIVATE = re.compile(r"^(?:source|\.)\s+\S*bin/activate$")
 
 
 @dataclass
@@ -170,13 +175,14 @@ def run(cmds, cwd: Path, env=None, timeout=900, echo=print, tail=25) -> bool:
     timeout); True when every one ended as it says it ends.  A command that did not: its last
     ``tail`` lines of output."""
     ok = True
+    session = ""  # what a reader's shell holds from earlier lines: an activated environment
     for c in cmds:
         where = f"README.md:{c.line}"
         if c.skip:
             echo(f"skip  {where}  {c.text}   ({c.skip})")
             continue
         t = time.monotonic()
-        p = subprocess.Popen(["bash", "-c", c.text], cwd=cwd, env=env, text=True,
+        p = subprocess.Popen(["bash", "-c", session + c.text], cwd=cwd, env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, errors="replace",
                              start_new_session=True)
         try:
@@ -195,6 +201,8 @@ def run(cmds, cwd: Path, env=None, timeout=900, echo=print, tail=25) -> bool:
             echo("      " + "\n      ".join(out.rstrip().splitlines()[-tail:]))
         else:
             echo(f"ok    {where}  {c.text}   (exit {rc}, {dt:.1f} s)")
+            if ACTIVATE.match(c.text):
+                session = c.text + " && "
     return ok
 
 
@@ -206,7 +214,8 @@ def main(argv=None) -> int:
     rn = sub.add_parser("run", help="run the main job (1), the tests (2) or the rest (docs)")
     rn.add_argument("which", choices=("1", "2", "docs"))
     rn.add_argument("--readme", default=str(ROOT / "README.md"))
-    rn.add_argument("--bin", help="a virtual environment's bin folder, first on PATH (docs)")
+    rn.add_argument("--bin", help="a virtual environment's bin folder: the reader's .venv/bin "
+                                  "(docs)")
     a = ap.parse_args(argv)
     readme_path = Path(a.readme if a.what == "run" else a.readme).resolve()
     text = readme_path.read_text()
@@ -221,10 +230,11 @@ def main(argv=None) -> int:
         # the whole suite, or the whole sweep: an hour at most, and pytest's summary when not
         return 0 if run([cmd], root, timeout=3600, tail=80) else 1
     env = dict(os.environ)
-    if a.bin:
-        env["PATH"] = str(Path(a.bin).resolve()) + os.pathsep + env.get("PATH", "")
+    env.pop("VIRTUAL_ENV", None)
     with tempfile.TemporaryDirectory(prefix="normcheck-readme-") as d:
         shutil.copytree(root / "cuda_src", Path(d) / "cuda_src")
+        if a.bin:  # the reader's .venv, beside the copy: `source .venv/bin/activate` works
+            (Path(d) / ".venv").symlink_to(Path(a.bin).resolve().parent)
         ok = run(doc_commands(text), Path(d), env=env)
     return 0 if ok else 1
 

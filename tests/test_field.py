@@ -370,11 +370,33 @@ def test_a_stood_in_decorator_leaves_the_kernel_as_written(tmp_path, monkeypatch
     assert r.verdict == "pass", r.render()
 
 
+def test_a_fault_or_a_non_finite_output_stands_in_place_of_the_figures():
+    """A family failed by a fault or a non-finite output shows that, never a finite × bound
+    beside it (the table read `FAIL | tails | inf | 0.499`); failures lead."""
+    outs = [_outcome(name="k1", verdict="fail", expect="fail", families=[
+                ["gaussian", 0.5, 0.49, 0.0, "pass", []],
+                ["tails", 0.5, 0.499, 0.0, "fail", ["misaligned"]]]),
+            _outcome(name="k2", verdict="fail", expect="fail", families=[
+                ["offset", float("inf"), 0.347, None, "fail", ["nonfinite"]]]),
+            _outcome(name="k3", verdict="fail", expect="fail", families=[
+                ["gaussian", 3.0, 1.0004, 0.0, "fail", ["accuracy"]]])]
+    md = section.markdown([o.as_dict() for o in outs])
+    rows = {}
+    for ln in md.splitlines():  # the main table's row (the families' table comes after)
+        if ln.startswith("| k"):
+            rows.setdefault(ln.split("|")[1].strip(), ln)
+    cells = [c.strip() for c in rows["k1"].split("|")]
+    assert cells[7:11] == ["tails", "misaligned", "-", "-"], cells
+    assert "non-finite" in rows["k2"] and "0.347" not in rows["k2"]
+    assert "| 1.0004 |" in rows["k3"]  # enough digits to show why it fails
+
+
 def test_field_json_renders_again(tmp_path):
     outs = [_outcome(verdict="pass", families=[["gaussian", 0.5, 0.25, None]]).as_dict()]
     p = tmp_path / "field.json"
     p.write_text(json.dumps(outs))
-    assert "gaussian 0.5 / 0.25 / -" in section.markdown(json.loads(p.read_text()))
+    # × bound first, then max ulp and bias
+    assert "gaussian 0.25 / 0.5 / -" in section.markdown(json.loads(p.read_text()))
 
 
 CUTE_SRC = '''

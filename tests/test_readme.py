@@ -47,6 +47,35 @@ def test_every_file_a_readme_command_names_exists():
                 assert (ROOT / word).is_file(), f"README.md:{c.line}: {word}"
 
 
+def test_every_normcheck_command_runs_as_a_newcomer_types_it():
+    """Both set-up commands leave normcheck in .venv/bin: a command that says `normcheck ...`
+    comes after the README's `source .venv/bin/activate` (the runner holds it for the lines
+    after it, as a shell does), or names .venv/bin/normcheck (`bash: normcheck: command not
+    found` was a newcomer's first line)."""
+    active = False
+    for c in readme_commands.doc_commands(README):
+        if readme_commands.ACTIVATE.match(c.text):
+            active = True
+        elif not c.skip and c.text.split()[0] == "normcheck":
+            assert active, f"README.md:{c.line}: {c.text} before `source .venv/bin/activate`"
+    assert active
+
+
+def test_an_activated_environment_holds_for_the_lines_after_it(tmp_path):
+    venv = tmp_path / "v"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text(f'export PATH="{venv / "bin"}:$PATH"\n')
+    tool = venv / "bin" / "nc-probe"
+    tool.write_text("#!/bin/sh\necho probed\n")
+    tool.chmod(0o755)
+    cmds = readme_commands.doc_commands(
+        "```sh\na\n```\n```sh\nb\n```\n```sh\nnc-probe   # (exit 127)\n"
+        f"source {venv}/bin/activate\nnc-probe > out.txt\n```\n")
+    said = []
+    assert readme_commands.run(cmds, tmp_path, echo=said.append), said
+    assert (tmp_path / "out.txt").read_text() == "probed\n"
+
+
 def test_the_reader_takes_exit_codes_and_promised_files_from_the_commands():
     text = ("```sh\npython3 -m venv v && v/bin/normcheck report --quick --out r\n```\n"
             "```sh\npytest\n```\n```sh\n# a note\npip install torch\n"

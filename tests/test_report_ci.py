@@ -32,7 +32,7 @@ def test_the_report_opens_with_its_findings(user_report):
     md = (out / "report.md").read_text()
     heads = re.findall(r"^## (.+)$", md, re.M)
     assert heads[0] == "Findings" and heads[-1] == "Provenance"
-    assert heads.index("Plots") < heads.index("Max ULP by family")
+    assert heads.index("Plots") < heads.index("× bound and max ULP by family")
     assert "**Contents:**" in md.split("## Findings")[0]
     page = (out / "index.html").read_text()
     h2 = re.findall(r"<h2 id='([^']+)'>", page)

@@ -90,7 +90,7 @@ def compare_role(plan: Plan, role, ref, got, E, case, fam, scale):
                     f"produce; worst " + measure_mod.mismatch(
                         f"at {tuple(int(v) for v in k)} of {where}", a[k], t[k]) +
                     f", {float(m.ulp[k]):.4g} ulp where the sound bound allows {lim_ulp:.4g} "
-                    f"({m.max_ratio:.3g}x)",
+                    f"({metrics.times_bound(m.max_ratio)}x)",
                     cause=cause, output=role), st)
 
 
@@ -313,7 +313,7 @@ class BackwardJudge(engine.Judge):
                     f"is {d['max_scaled'] / max(d['baseline']['max_scaled'], 1e-300):.3g}x the "
                     f"built-in strategies' ({d['baseline']['name']}: "
                     f"{d['baseline']['max_scaled']:.4g}) and above the warn level "
-                    f"{d['warn_at']:.4g}; within the sound bound ({d['of_bound']:.3g} of it)",
+                    f"{d['warn_at']:.4g}; within the sound bound ({metrics.times_bound(d['of_bound'])} of it)",
                     cause=cause, output=role))
         return st.fails, warnings
 

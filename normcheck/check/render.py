@@ -4,7 +4,7 @@ causes, the worst row, how to replay it."""
 from __future__ import annotations
 
 from normcheck.measure import mismatch
-from normcheck.metrics import StreamStats
+from normcheck.metrics import StreamStats, percent, times_bound
 from normcheck.metrics import short as _fmt
 
 __all__ = ["render", "explain"]
@@ -98,15 +98,20 @@ def _forward(r):
         if f.unbounded_rows:
             bound += f" ({f.unbounded_rows} rows inf)"
         b = f.mean_signed_ulp
-        bias = "-" if b is None else (f"{b:+.2f}" if abs(b) < 10 else _fmt(b))
+        bias = "-" if b is None else (f"{b:+.2f}" if abs(b) < 10 else f"{b:+.3g}")
+        # a family with non-finite or unwritten outputs: said so, never a finite x bound
+        # beside it (that is the finite elements' figure, not the verdict's)
         nonfinite = bool(f.failures.get("nonfinite") or f.failures.get("unwritten"))
-        ratio = "non-finite" if nonfinite and not f.max_of_bound else _fmt(f.max_of_bound)
+        ratio = "non-finite" if nonfinite else times_bound(f.max_of_bound)
         table.append([f.family, str(f.rows), ",".join(map(str, f.cols)), _verdict(f), ratio,
                       _fmt(f.max_scaled), base, _fmt(f.max_ulp), _fmt(f.p99_ulp), bias, bound])
     if r.search:
-        table.append(["search", str(r.search["examples"]), "-",
-                      "FAIL" if r.search["failed"] else "pass",
-                      _fmt(r.search.get("max_of_bound")), "-", "-", "-", "-", "-", "-"])
+        s = r.search
+        ratio = ("non-finite" if s.get("failure_nonfinite") else
+                 times_bound(s.get("failure_of_bound"))) if s["failed"] else \
+            times_bound(s.get("max_of_bound"))
+        table.append(["search", str(s["examples"]), "-", "FAIL" if s["failed"] else "pass",
+                      ratio, "-", "-", "-", "-", "-", "-"])
     worst = []
     if r.worst:
         wst = r.worst
@@ -118,7 +123,7 @@ def _forward(r):
         else:
             worst.append(f"worst row: family {wst.family}, width {wst.cols}, row "
                          f"{wst.row_index}: {_fmt(wst.ulp)} ulp ({_fmt(wst.scaled_ulp)} of "
-                         f"max(|γx̂|,|β|), {_fmt(wst.of_bound)}x the sound bound)")
+                         f"max(|γx̂|,|β|), {times_bound(wst.of_bound)}x the sound bound)")
         worst += ["  " + mismatch(f"col {e['col']}", e["kernel"], e["exact"], x=e["x"],
                                   ulp=e["ulp"]) for e in wst.first]
     tail = []
@@ -217,15 +222,18 @@ _RAN_BY = {
 #: The table's columns, under it.
 _LEGEND = {
     "forward": ("x bound: the largest error over the sound bound (above 1: no sound kernel "
-                "gives it: fail); max scaled: the largest error in ulps of max(|γx̂|,|β|), "
-                "against the best built-in order's on the same rows (warn above the level); "
-                "raw max ulp / p99 ulp: in ulps of each exact value; bias: the mean signed "
-                "error toward zero, in ulps; bound ulp: the sound bound at the worst element"),
+                "gives it: fail; non-finite: an output NaN or inf where the exact value is "
+                "finite, or never written); max scaled: the largest error in ulps of "
+                "max(|γx̂|,|β|), against the best built-in order's on the same rows (warn above "
+                "the level); raw max ulp / p99 ulp: in ulps of each exact value (large near "
+                "zero for a sound kernel too); bias: the mean signed error toward zero, in ulps "
+                "(+: the kernel's values lie nearer zero than the exact ones, as truncation's; "
+                "-: farther); bound ulp: the sound bound at the worst element"),
 }
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.3g}%"
+    return percent(x)
 
 
 def explain() -> str:

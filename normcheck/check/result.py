@@ -106,15 +106,42 @@ class CheckResult:
         """True for pass and warn (a warn is within what a sound kernel can produce)."""
         return self.verdict != "fail"
 
+    @property
+    def of_bound(self) -> float | None:
+        """The verdict's own measure: the largest error over the sound bound on any family
+        (above 1 fails; inf where an output is non-finite or unwritten); None for a check
+        without one (quantised)."""
+        vals = []
+        for f in self.families:
+            fails = getattr(f, "failures", {}) or {}
+            if fails.get("nonfinite") or fails.get("unwritten"):
+                return float("inf")
+            ob = getattr(f, "max_of_bound", None)
+            outs = getattr(f, "outputs", None) or {}
+            vals += [ob] if ob is not None and not outs else \
+                [d.get("of_bound") for d in outs.values() if d and d.get("of_bound") is not None]
+        s = self.search or {}
+        if s.get("failed"):
+            vals.append(float("inf") if s.get("failure_nonfinite") else s.get("failure_of_bound"))
+        vals = [float(v) for v in vals if v is not None]
+        return max(vals) if vals else None
+
     def exit_code(self, strict: bool = False) -> int:
         """0 pass and warn, 1 fail (``strict``: warn too)."""
         return 1 if self.verdict == "fail" or (strict and self.verdict == "warn") else 0
 
     def as_dict(self) -> dict:
         t = self.tolerance
-        return {"verdict": self.verdict, "kernel": self.kernel, "norm": self.norm,
+        return {"verdict": self.verdict,
+                # the verdict's measure first: the largest error over the sound bound (above
+                # 1 fails); max_ulp is in ulps of each element's own exact value, which a sound
+                # kernel makes large where the exact value is near zero
+                "of_bound": self.of_bound, "kernel": self.kernel, "norm": self.norm,
                 "reference": self.reference, "dtype": self.dtype, "out_dtype": self.out_dtype,
                 "backend": self.backend, "max_ulp": self.max_ulp,
+                "max_ulp_is": "the largest error in ulps of each element's own exact value "
+                              "(large near zero for a sound kernel too): of_bound is the "
+                              "verdict's measure",
                 "rows_checked": self.rows_checked, "cause": self.cause,
                 "cause_key": getattr(self.cause, "key", None),
                 "failures": [f.as_dict() for f in self.failures],

@@ -43,7 +43,8 @@ class Outcome:
     cause_text: str | None = None
     norm: str | None = None
     formats: str | None = None      # "bf16 -> bf16"
-    families: list = field(default_factory=list)  # [family, max ulp, × bound, bias, verdict]
+    # [family, max ulp, × bound, bias, verdict, [the kinds of its failures]]
+    families: list = field(default_factory=list)
     max_ulp: float | None = None
     error: str | None = None
     skipped: str | None = None
@@ -127,7 +128,9 @@ def judge_one(k: corpus_mod.Kernel, src: corpus_mod.Source, save_dir=None,
     out.max_ulp = float(r.max_ulp)
     out.families = [[f.family, float(getattr(f, "max_ulp", 0.0)),
                      float(getattr(f, "max_of_bound", 0.0)),
-                     getattr(f, "mean_signed_ulp", None), str(f.verdict)] for f in r.families]
+                     getattr(f, "mean_signed_ulp", None), str(f.verdict),
+                     sorted(str(k) for k in (getattr(f, "failures", None) or {}))]
+                    for f in r.families]
     return out
 
 

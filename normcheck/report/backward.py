@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from normcheck import bounds, formats, kernels, oracle
+from normcheck import bounds, formats, kernels, oracle, progress
 from normcheck.backends import get_backend
 from normcheck.oracle import backward as oracle_backward
 
@@ -27,7 +27,9 @@ def _dx_table(backend, seed, cols):
     from normcheck import families
 
     out = []
-    for v in kernels.variants(kind="dx"):
+    vs = kernels.variants(kind="dx")
+    for k, v in enumerate(vs):
+        progress.advance(k, len(vs))
         for fam, _ in DX_FAMILIES:
             x, dy = families.backward_rows(fam, v.storage, 15, cols, seed=[seed, 3])
             g = formats.get(v.storage).cast(1 + 0.3 * np.random.default_rng(
@@ -47,7 +49,9 @@ def _dx_table(backend, seed, cols):
 
 def _dgamma_sweep(backend, seed, cols, rows_sweep, orders):
     out = []
-    for v in kernels.variants(kind="dparams", norm="rmsnorm"):
+    vs = kernels.variants(kind="dparams", norm="rmsnorm")
+    for k, v in enumerate(vs):
+        progress.advance(k, len(vs))
         for R in rows_sweep:
             f = v.fmt
             rng = np.random.default_rng([seed, R, f.bits])
@@ -86,5 +90,8 @@ def measure(backend="cpu", seed=0, mode="quick", orders=8) -> dict:
     be = backend if isinstance(backend, str) else backend.name
     cols = 768 if mode == "quick" else 4096
     rows_sweep = ROWS_SWEEP if mode != "quick" else ROWS_SWEEP[:-1]
-    return {"dx": _dx_table(be, seed, cols),
-            "dgamma": _dgamma_sweep(be, seed, 64, rows_sweep, orders)}
+    with progress.step("the backward section: dx of each built-in dx kernel"):
+        dx = _dx_table(be, seed, cols)
+    with progress.step(f"the backward section: dγ of each built-in kernel over {rows_sweep} rows"):
+        dg = _dgamma_sweep(be, seed, 64, rows_sweep, orders)
+    return {"dx": dx, "dgamma": dg}

@@ -8,6 +8,8 @@ Its input is what :func:`normcheck.field.judge.judge_field` returns, as dicts
 
 from __future__ import annotations
 
+from normcheck.metrics import times_bound
+
 __all__ = ["markdown", "summary_line", "TITLE"]
 
 TITLE = "The field"
@@ -17,6 +19,12 @@ def _cell(text) -> str:
     from normcheck.report.findings import md_cell
 
     return md_cell(str(text))
+
+
+def _figure(f, i) -> str:
+    """A family's raw figure (max ulp, bias), or "-" where a fault or a non-finite output makes
+    it no measurement."""
+    return "-" if _spoilt(f) else _num(f[i])
 
 
 def _num(v) -> str:
@@ -33,6 +41,28 @@ def _num(v) -> str:
 _RANK = {"fail": 2, "warn": 1}
 
 
+#: The kinds of failure that make a family's accuracy figures no evidence (a fault: what the
+#: kernel computed after it is not a measurement of its arithmetic).
+_FAULTS = ("crash", "timeout", "deadlock", "out_of_bounds", "misaligned", "stack_overflow",
+           "sandbox", "error")
+
+
+def _spoilt(f) -> str | None:
+    """What makes a family's figures no measurement -- the fault that failed it ("out of
+    bounds"), "non-finite" -- or None."""
+    kinds = f[5] if len(f) > 5 else []
+    fault = next((k for k in kinds if k in _FAULTS), None)
+    if fault:
+        return fault.replace("_", " ")
+    return "non-finite" if "nonfinite" in kinds or "unwritten" in kinds else None
+
+
+def _bound_cell(f) -> str:
+    """A family's × bound as the table shows it: the fault or the non-finite output that
+    failed it, else the ratio -- never a finite ratio beside a fault or a non-finite output."""
+    return _spoilt(f) or times_bound(f[2])
+
+
 def _worst(o: dict):
     """The worst family: a failed one first (a fault or a non-finite output fails a family
     whatever its × bound), then a warned one, then by × bound and ulp: (family, ulp, × bound,
@@ -41,6 +71,7 @@ def _worst(o: dict):
     if not fams:
         return None
     return max(fams, key=lambda f: (_RANK.get(f[4] if len(f) > 4 else "", 0),
+                                    _spoilt(f) is not None,
                                     float(f[2] or 0.0), float(f[1] or 0.0)))
 
 
@@ -83,12 +114,15 @@ def markdown(outs: list) -> str:
         "nothing of the package built or imported), each launched as its own launcher does "
         "(normcheck/field/specs/) and checked on the cpu backend like `normcheck check`: "
         "16 rows a family, seed 0.  Verdicts beside the ones recorded; the worst family is the "
-        "one furthest beyond (or nearest to) its sound bound.  Rerun: `normcheck field`.",
+        "one furthest beyond (or nearest to) its sound bound; a fault or a non-finite output "
+        "stands in place of its figures.  A kernel whose file needs torch (its headers, or its "
+        "import as a Triton file loads) is skipped where torch cannot be used, saying so.  "
+        "Rerun: `normcheck field`.",
         "",
         summary_line(outs) + ".",
         "",
         "| kernel | project | version | language | norm, formats | verdict | worst family | "
-        "max ulp | × bound | bias | cause |",
+        "× bound | max ulp | bias | cause |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for o in outs:
@@ -99,16 +133,17 @@ def markdown(outs: list) -> str:
         lines.append(
             f"| {_cell(o['name'])} | {_cell(o['project'])} | {_cell(o['version'])} | "
             f"{o['language']} | {_cell(', '.join(x for x in (o.get('norm'), o.get('formats')) if x))} | "
-            f"{_verdict(o)} | {_cell(w[0]) if w else '-'} | {_num(w[1]) if w else '-'} | "
-            f"{_num(w[2]) if w else '-'} | {_num(w[3]) if w else '-'} | {_cell(cause)} |")
-    lines += ["", "Each kernel's families (max ulp / × bound / bias, in ulps of the output "
-              "format, for a backward kernel of dx; a family that failed or warned says so):", "",
+            f"{_verdict(o)} | {_cell(w[0]) if w else '-'} | {_bound_cell(w) if w else '-'} | "
+            f"{_figure(w, 1) if w else '-'} | {_figure(w, 3) if w else '-'} | {_cell(cause)} |")
+    lines += ["", "Each kernel's families (× bound / max ulp / bias, in ulps of the output "
+              "format, for a backward kernel of dx; a family that failed or warned says so; a "
+              "fault or a non-finite output stands in place of its figures):", "",
               "| kernel | families |", "|---|---|"]
     for o in outs:
         fams = [f for f in o.get("families") or [] if f]
         if not fams:
             continue
-        cells = "; ".join(f"{f[0]} {_num(f[1])} / {_num(f[2])} / {_num(f[3])}"
+        cells = "; ".join(f"{f[0]} {_bound_cell(f)} / {_figure(f, 1)} / {_figure(f, 3)}"
                           + (f" {f[4].upper()}" if len(f) > 4 and f[4] != "pass" else "")
                           for f in fams)
         lines.append(f"| {_cell(o['name'])} | {_cell(cells)} |")

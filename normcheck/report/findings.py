@@ -20,9 +20,9 @@ from pathlib import Path
 
 from normcheck import escape
 from normcheck.measure import mismatch
-from normcheck.metrics import short
+from normcheck.metrics import short, times_bound
 
-__all__ = ["Finding", "findings", "by_kernel", "kernel_label", "worst_records",
+__all__ = ["Finding", "findings", "by_kernel", "kernel_label", "worst_records", "bound_of",
            "findings_markdown", "ORDER_NAMES", "md_cell"]
 
 ORDER_NAMES = {None: "", "upcast_square": "upcast-then-square",
@@ -74,6 +74,19 @@ class Finding:
     user: bool = False
     worst: dict = field(default_factory=dict)
     spec: str | None = None     # a kernel of the user's: its spec's path
+    nonfinite: int = 0          # outputs non-finite where the exact value is finite
+    error: bool = False         # a launch failed
+
+    @property
+    def bound_text(self) -> str:
+        """The verdict's measure as a table shows it: the largest error over the sound bound
+        (enough digits to be on the right side of 1), or what makes it meaningless -- a
+        non-finite output, a failed launch -- never a finite ratio beside those."""
+        if self.error:
+            return "launch failed"
+        if self.nonfinite:
+            return f"non-finite ({self.nonfinite})"
+        return times_bound(self.of_bound) if self.of_bound is not None else "-"
 
     @property
     def replay(self) -> str:
@@ -100,7 +113,7 @@ def _unsafe(r) -> str:
         return f"{nf} non-finite outputs for finite exact values"
     ob = r.of_bound
     if ob is not None and ob > 1:
-        return f"beyond the sound bound ({short(ob)}x)"
+        return f"beyond the sound bound ({times_bound(ob)}x)"
     return ""
 
 
@@ -127,7 +140,8 @@ def findings(records) -> list[Finding]:
         out.append(Finding(k, kernel_label(worst), worst.norm, worst.storage, fam,
                            not why, why, float(worst.max_ulp), worst.of_bound,
                            int(worst.cols), bool(worst.user),
-                           dict(worst.worst or {}), worst.spec))
+                           dict(worst.worst or {}), worst.spec,
+                           int(sum((worst.nonfinite or {}).values())), bool(worst.error)))
     return out
 
 
@@ -151,7 +165,7 @@ def by_kernel(fs) -> list[tuple]:
                          key=lambda f: (f.of_bound if f.of_bound is not None else -1,
                                         f.max_ulp), reverse=True)
             ks.append((label, kern, bad, user))
-        ks.sort(key=lambda t: (not t[3], bool(t[2]), t[0]))  # yours first
+        ks.sort(key=lambda t: (not t[3], not t[2], t[0]))  # yours first, then the unsafe
         out.append((norm, st, ks))
     # the norms and formats that hold a kernel of the user's come first
     out.sort(key=lambda blk: not any(k[3] for k in blk[2]))
@@ -159,23 +173,34 @@ def by_kernel(fs) -> list[tuple]:
 
 
 def worst_records(records, n=8) -> list[dict]:
-    """The n grid records furthest beyond the sound bound (then by max ULP)."""
+    """The n grid records furthest beyond the sound bound -- a non-finite output first -- then
+    by max ULP."""
     from normcheck.check.judge import CHECK_FAMILIES
 
     grid = [r for r in records if not r.param and not r.error
             and r.family in CHECK_FAMILIES]
-    grid.sort(key=lambda r: (r.of_bound if r.of_bound is not None else -1,
+    grid.sort(key=lambda r: (bound_of(r)[0],
                              r.max_ulp if not math.isnan(r.max_ulp) else math.inf),
               reverse=True)
     return grid[:n]
+
+
+def bound_of(r) -> tuple[float, str]:
+    """A record's place against the sound bound, to sort by and to show: (inf, "non-finite
+    (n)") where an output is non-finite for a finite exact value, else (× bound, its text)."""
+    nf = int(sum((r.nonfinite or {}).values()))
+    if nf:
+        return math.inf, f"non-finite ({nf})"
+    ob = r.of_bound
+    return (ob, times_bound(ob)) if ob is not None else (-1.0, "-")
 
 
 def findings_markdown(records, audit, out_dir=None) -> str:
     """The findings as markdown: the per-norm/format table, the audit's verdicts, the worst
     rows (what a job summary shows, and the report opens with)."""
     fs = findings(records)
-    lines = ["| norm | format | kernel | safe on every family | breaks on (worst) | max ulp | "
-             "× bound | replay |", "|---|---|---|---|---|---:|---:|---|"]
+    lines = ["| norm | format | kernel | safe on every family | breaks on (worst) | × bound | "
+             "max ulp | replay |", "|---|---|---|---|---|---:|---:|---|"]
     for norm, st, ks in by_kernel(fs):
         for label, kern, bad, user in ks:
             label = md_cell(label)
@@ -186,8 +211,8 @@ def findings_markdown(records, audit, out_dir=None) -> str:
             fams = md_cell(", ".join(b.family for b in bad))
             rp = f.replay.replace("{dir}", str(out_dir)) if out_dir else f.replay
             lines.append(f"| {md_cell(norm)} | {md_cell(st)} | {label} | no: {fams} | "
-                         f"{md_cell(f.family)} ({md_cell(f.why)}) | {short(f.max_ulp)} | "
-                         f"{short(f.of_bound) if f.of_bound is not None else '-'} | "
+                         f"{md_cell(f.family)} ({md_cell(f.why)}) | {md_cell(f.bound_text)} | "
+                         f"{short(f.max_ulp)} | "
                          f"{escape.code_span(rp).replace('|', chr(92) + '|') if rp else ''} |")
     if audit:
         lines.append("\n**The seed articles, measured:**\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from normcheck import kernels, norms
+from normcheck import kernels, norms, progress
 
 from normcheck.quant import contract as qcontract
 from normcheck.quant import families as qfamilies
@@ -51,9 +51,10 @@ def measure(backend="cpu", seed=0, mode="quick", pattern=None) -> dict:
     examples = 4 if mode == "quick" else 32
     storages = ("bf16",) if mode == "quick" else kernels.QUANT_STORAGES
     out = {"builtins": [], "matrix": [], "saturation": [], "audit": audit_lines(seed)}
-    for v in kernels.variants(kind="quantised"):
-        if v.storage not in storages or not _selected(v, pattern):
-            continue
+    vs = [v for v in kernels.variants(kind="quantised")
+          if v.storage in storages and _selected(v, pattern)]
+    for k, v in enumerate(vs):
+        progress.advance(k, len(vs))
         c = v.contract
         fams = [f for f in qfamilies.QUANT_FAMILIES if f != "saturation" or not c.dynamic]
         res, fails, _, _ = _judge(v, c, backend, seed).run(fams, examples)

@@ -2,8 +2,8 @@
 
 Tables in the manner of the CUDA Math API and Zimmermann's max-ULP tables: for each input
 family, the variants down the side and the storage format / precision order across, each cell
-the largest ULP error measured, linked to the file holding its worst row (with the command that
-replays it)."""
+the verdict's measure (× the sound bound) and the largest ULP error measured, linked to the file
+holding its worst row (with the command that replays it)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,30 @@ import numpy as np
 from normcheck import escape, families
 from normcheck.backends import capabilities_of
 from normcheck.measure import mismatch
-from normcheck.metrics import short
+from normcheck.metrics import bias_text, short
 from normcheck.report import findings as fnd, folder, plots
 from normcheck.report.sweep import HIST_BINS
 
-__all__ = ["render", "COLUMNS"]
+__all__ = ["render", "COLUMNS", "FAMILY_TABLES"]
+
+#: The terms the report uses, defined where a reader first meets them (its Findings' opening).
+TERMS = ("**Terms.**  A *family* is a kind of input row built to hurt a norm kernel (gaussian, "
+         "offset rows like [1000, 1001], constant rows, fp16_large, tiny subnormal scales, "
+         "outliers, bimodal ±a, tails: widths off the block; `normcheck.families`).  The "
+         "*precision order* says where a 16-bit kernel widens to float: upcast-then-square, "
+         "square-then-upcast, accumulate-in-storage.  A fused add's convention: *stored* "
+         "normalises the sum h as rounded to storage, *exact* the unrounded x + residual.  "
+         "*κ* is a row's conditioning, |mean| / standard deviation: the cancellation a one-pass "
+         "variance suffers grows as κ².  *× bound*: the largest error over the sound bound -- "
+         "what a float-accumulating two-pass, Welford or RMS kernel with the worst summation "
+         "order and one final rounding can be off by; above 1 no sound kernel writes it.  "
+         "*Bias*: the mean signed error in ulps, toward 0 (the kernel's values nearer zero than "
+         "the exact ones, as truncation) or away from 0.  In the quantised section, an *order "
+         "flip* is a code a sound float pipeline may round either way (allowed, counted) and a "
+         "*contract flip* one no sound kernel of the contract writes.")
+
+#: The section of the per-family tables.
+FAMILY_TABLES = "× bound and max ULP by family"
 
 COLUMNS = [("fp32", None), ("fp16", "upcast_square"), ("fp16", "square_upcast"),
            ("fp16", "storage_accumulate"), ("bf16", "upcast_square"), ("bf16", "square_upcast"),
@@ -46,21 +65,24 @@ def _num(v):
 
 
 def _cell(recs):
-    """The worst record of a cell and its text."""
+    """The worst record of a cell and its text: the verdict's measure first -- × bound (the
+    largest error over the sound bound; "non-finite (n)" where an output is) -- then the
+    largest raw error in ulps of each element's exact value, then a rounding bias that shows."""
     if not recs:
         return None, "-"
-    worst = max(recs, key=lambda r: (r.max_ulp if not math.isnan(r.max_ulp) else -1))
-    nf = sum(sum(r.nonfinite.values()) for r in recs)
     err = [r for r in recs if r.error]
-    text = _num(worst.max_ulp)
+    if err:
+        return err[0], str(err[0].error.get("kind", "error"))
+    worst = max(recs, key=lambda r: (fnd.bound_of(r)[0],
+                                     r.max_ulp if not math.isnan(r.max_ulp) else -1))
+    ob, text = fnd.bound_of(worst)
+    if ob == math.inf:  # non-finite outputs: their count is the figure
+        return worst, text
+    text += f" · {_num(max(r.max_ulp for r in recs))} ulp"
     bias = max((r.mean_signed_ulp for r in recs if r.mean_signed_ulp is not None),
                key=abs, default=None)
-    if err:
-        text = str(err[0].error.get("kind", "error"))
-    elif nf:
-        text += f" ({nf} nf)"
-    elif bias is not None and abs(bias) >= 0.1:  # the mean signed error, where it shows
-        text += f" (bias {bias:+.2f} toward 0)"
+    if bias is not None and abs(bias) >= 0.1:  # the mean signed error, where it shows
+        text += f" · {bias_text(bias)}"
     return worst, text
 
 
@@ -123,16 +145,11 @@ def _html_table(rows, out_dir, names=_COL_NAMES):
     for lab, cells in rows:
         tds = []
         for rec, text in cells:
-            cls = ""
-            if rec is not None:
-                m = rec.max_ulp
-                ob = rec.of_bound
-                cls = "ok" if m <= 1 else ("warn" if m <= 16 else "bad")
-                if ob is not None:
-                    cls = "bad" if ob > 1 else ("ok" if m <= 1 else "warn")
-                if rec.error or sum(rec.nonfinite.values()):
-                    cls = "bad"
-            v = f' data-v="{rec.max_ulp}"' if rec is not None else ' data-v="-1"'
+            cls, v = "", ' data-v="-1"'
+            if rec is not None:  # the class and the sort key: the verdict's measure
+                ob = fnd.bound_of(rec)[0]
+                cls = "bad" if rec.error or ob > 1 else ("ok" if rec.max_ulp <= 1 else "warn")
+                v = f' data-v="{"Infinity" if rec.error or ob == math.inf else ob}"'
             link = escape.worst_link(rec.worst.get("file")) if rec is not None and rec.worst \
                 else None
             if link is None:  # links only to the report's own worst/*.npz
@@ -304,8 +321,8 @@ def _findings_html(records, audit, out_dir):
 
     fs = fnd.findings(records)
     h = ["<table class='sortable findings'><tr><th>norm</th><th>format</th><th>kernel</th>"
-         "<th>safe</th><th>breaks on</th><th>worst family</th><th>max ulp</th>"
-         "<th>&times; bound</th><th>replay</th></tr>"]
+         "<th>safe</th><th>breaks on</th><th>worst family</th><th>&times; bound</th>"
+         "<th>max ulp</th><th>replay</th></tr>"]
     for norm, st, ks in fnd.by_kernel(fs):
         for label, kern, bad, user in ks:
             cls = " class='user'" if user else ""
@@ -322,8 +339,9 @@ def _findings_html(records, audit, out_dir):
                      f"<td class='lab'>{html.escape(label)}</td><td class='bad'>no</td>"
                      f"<td>{html.escape(', '.join(b.family for b in bad))}</td>"
                      f"<td>{html.escape(f.family)}: {html.escape(f.why)}</td>"
+                     f"<td data-v='{'Infinity' if f.nonfinite or f.error else ob}'>"
+                     f"{html.escape(f.bound_text)}</td>"
                      f"<td data-v='{f.max_ulp}'>{html.escape(_num(f.max_ulp))}</td>"
-                     f"<td data-v='{ob}'>{html.escape(_num(ob)) if ob >= 0 else '-'}</td>"
                      f"<td><code>{html.escape(rp)}</code></td></tr>")
     h.append("</table>")
     if audit:
@@ -334,15 +352,14 @@ def _findings_html(records, audit, out_dir):
     if worst:
         h.append("<p><b>The worst rows</b> (furthest beyond the sound bound):</p>"
                  "<table class='sortable'><tr><th>kernel</th><th>family</th><th>width</th>"
-                 "<th>max ulp</th><th>&times; bound</th><th>replay</th></tr>")
+                 "<th>&times; bound</th><th>max ulp</th><th>replay</th></tr>")
         for r in worst:
             w = r.worst or {}
-            ob = r.of_bound
+            ob, text = fnd.bound_of(r)
             h.append(f"<tr><td class='lab'>{html.escape(r.kernel)}</td>"
                      f"<td>{html.escape(r.family)}</td><td>{r.cols}</td>"
+                     f"<td data-v='{ob if ob != math.inf else 'Infinity'}'>{html.escape(text)}</td>"
                      f"<td data-v='{r.max_ulp}'>{html.escape(_num(r.max_ulp))}</td>"
-                     f"<td data-v='{ob if ob is not None else -1}'>"
-                     f"{html.escape(_num(ob)) if ob is not None else '-'}</td>"
                      f"<td><code>{html.escape((w.get('replay') or '').replace('{dir}', str(out_dir)))}"
                      "</code></td></tr>")
         h.append("</table>")
@@ -356,15 +373,14 @@ def _worst_md(records, out_dir):
     if not worst:
         return ""
     lines = ["\n**The worst rows** (furthest beyond the sound bound):\n",
-             "| kernel | family | width | max ulp | × bound | replay |",
+             "| kernel | family | width | × bound | max ulp | replay |",
              "|---|---|---:|---:|---:|---|"]
     for r in worst:
         w = r.worst or {}
-        ob = r.of_bound
         rp = (w.get("replay") or "").replace("{dir}", str(out_dir))
         lines.append(f"| {fnd.md_cell(r.kernel)} | {r.family} | {r.cols} | "
-                     f"{_num(r.max_ulp)} | "
-                     f"{_num(ob) if ob is not None else '-'} | {'`' + rp + '`' if rp else ''} |")
+                     f"{fnd.bound_of(r)[1]} | {_num(r.max_ulp)} | "
+                     f"{'`' + rp + '`' if rp else ''} |")
     return "\n".join(lines) + "\n"
 
 
@@ -388,14 +404,17 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
     title = f"normcheck accuracy report ({prov.get('mode')}, {prov.get('backend')} backend)"
     intro = (f"{len(recs)} measurements of {n_built} built-in kernels"
              + (f" and {n_user} of yours" if n_user else "") +
-             "; every number is an error in units in the last place (ULP) of the output format "
-             "against the exact result of the stored rows (normcheck's oracle), and "
-             "× bound is the largest error over the sound bound (above 1: no sound kernel "
-             f"writes that; normcheck check fails it); {n_err} launches failed.")
+             "; × bound, the verdict's measure, leads every table: the largest error over "
+             "the sound bound (above 1: no sound kernel writes that; normcheck check fails it), "
+             "or the count of non-finite outputs where the exact result is finite; max ulp is "
+             "the largest error in units in the last place (ULP) of each element's own exact "
+             "value (normcheck's oracle, from the stored rows) -- large near zero for a sound "
+             f"kernel too; {n_err} launches failed.")
     sections = []  # (title, markdown, html)
 
     # 1. findings
-    md_f = ["A kernel is safe on a family when no element of any width is beyond the sound "
+    md_f = [TERMS + "\n",
+            "A kernel is safe on a family when no element of any width is beyond the sound "
             "bound and no output is non-finite where the exact result is finite (the check's "
             "fail rule; the extremes family, where x² overflows float itself, is not judged).  "
             "For each unsafe one: the families where it breaks, the worst, its error and the "
@@ -411,7 +430,8 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
               "launch that failed; <span class='user'>highlighted rows</span>: your kernels."
               "</p>")
     sections.append(("Findings", "\n".join(md_f),
-                     "<p>" + html.escape(md_f[0]) + "</p>" + legend +
+                     "<p>" + html.escape(md_f[0]) + "</p><p>" + html.escape(md_f[1]) + "</p>"
+                     + legend +
                      _findings_html(recs, audit, out_dir)))
     if compare is not None:
         sections.append(("Changes", compare.markdown(),
@@ -440,8 +460,14 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
     # 3. tables
     note = ("Columns: storage format and precision order (up = upcast_square, sq = "
             "square_upcast, acc = storage_accumulate; a kernel of yours sits in its format's "
-            "column).  `nf` counts non-finite outputs for finite exact values (or numbers for "
-            "NaN).  A cell links to its worst row; `normcheck replay FILE --variant NAME` "
+            "column).  Each cell: first **× bound**, the largest error over the sound bound "
+            "(the verdict's measure: above 1, no sound kernel writes that), or `non-finite (n)` "
+            "-- n outputs non-finite for finite exact values (or numbers for NaN); then the "
+            "largest error in ulps of each element's own exact value (where the exact value is "
+            "near zero a sound kernel's error, which is relative to the row's scale, is many "
+            "such ulps: that is why the bound, not this number, decides); then the rounding "
+            "bias where it is at least 0.1 ulp -- the mean signed error, toward 0 or away "
+            "from 0.  A cell links to its worst row; `normcheck replay FILE --variant NAME` "
             "reruns it.\n")
     md_t, h_t = [note], [f"<p>{html.escape(note)}</p>"]
     for fam, fnote, widths, rows, names in tables:
@@ -449,7 +475,7 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
         md_t.append(_md_table(rows, names) + "\n")
         h_t.append(f"<h3>{html.escape(fam)}: {html.escape(fnote)}</h3><p>widths "
                    f"{', '.join(map(str, widths))}</p>" + _html_table(rows, out_dir, names))
-    sections.append(("Max ULP by family", "\n".join(md_t), "".join(h_t)))
+    sections.append((FAMILY_TABLES, "\n".join(md_t), "".join(h_t)))
 
     bw_md = _backward_md(results.get("backward"))
     if bw_md:

@@ -241,8 +241,13 @@ def _measure_user(task: Task, seed: int, backend) -> tuple[Record, dict | None]:
     y = m.y
     mm = m.full()
     extra = {"unwritten": int(mm.unwritten)}
-    desc = {"source": str(sp.source), "entries": sp.entries, "norm": n.name,
-            "dtype": fmt.name, "spec": task.spec}
+    from normcheck.check.resolve import sha256
+
+    # the files by their SHA-256 too: the case replays from any folder while they are unchanged
+    # (without them it replayed only from a folder above the kernel's source)
+    desc = {"source": str(sp.source), "sha256": sha256(sp.source), "entries": sp.entries,
+            "norm": n.name, "dtype": fmt.name, "spec": task.spec,
+            "spec_sha256": sha256(task.spec)}
     return _record(rec, task, fmt, x, y, case.gamma, case.beta, case.residual, m.ref, mm,
                    t0, desc, "normcheck replay {dir}/worst/{file}", extra)
 
