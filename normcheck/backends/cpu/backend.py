@@ -340,7 +340,7 @@ def _preprocess(src, entries, defines, extra_flags, arch, hosts, torch):
             raise CompileError(f"g++ could not preprocess {src.origin} for the cpu backend",
                                _explain(r.stderr, str(tu_path)))
         text = r.stdout.replace(str(tu_path), "<normcheck wrapper>")
-    _entries_present(src, text, entries)
+    _entries_present(src, text, entries, arch, defines)
     deps = sorted({m for m in _LINE_MARKER.findall(text) if m.startswith("/")})
     shim = str(SHIM_DIR)
     cuda = tuple(str(Path(d).resolve()) + "/" for d in incs)
@@ -378,7 +378,7 @@ def _own_code(text: str) -> str:
     return "".join(out)
 
 
-def _entries_present(src: base.Source, text: str, entries) -> None:
+def _entries_present(src: base.Source, text: str, entries, arch, defines) -> None:
     """Every entry's name is in the preprocessed code (macros expanded, headers included),
     before the launch wrappers that call it -- else a CompileError naming the file's kernels,
     before anything is compiled (a misspelt --entry cost a compile and six lines of g++)."""
@@ -389,6 +389,9 @@ def _entries_present(src: base.Source, text: str, entries) -> None:
         base_name = e.split("<", 1)[0].split("::")[-1].strip()
         if re.search(rf"\b{re.escape(base_name)}\b", code):
             continue
+        hint = guard_hint(src.text, e, arch, defines)
+        if hint:  # defined, under a condition this build leaves out
+            raise CompileError(f"entry {e!r} is not a kernel of {src.origin} as built" + hint)
         names = skeleton.kernel_names(_own_code(code))
         close = difflib.get_close_matches(base_name, names, n=1)
         raise CompileError(
