@@ -52,6 +52,11 @@ FAULTS = {
     "deadlock": "a deadlock (threads waiting at barriers that never complete)",
     "timeout": "the kernel never finished",
     "sandbox": "a forbidden system call",
+    "race": "a race on shared memory (two threads of a block, unordered by any barrier or warp "
+            "collective: compute-sanitizer's racecheck reports it)",
+    "barrier": "a divergent barrier (a __syncthreads() not every thread of the block reaches "
+               "alike: compute-sanitizer's synccheck reports it)",
+    "launch_limit": "a launch a GPU refuses",
 }
 
 

@@ -19,6 +19,9 @@ __all__ = [
     "KernelError",
     "KernelCrash",
     "KernelDeadlock",
+    "KernelRace",
+    "BarrierDivergence",
+    "LaunchRefused",
     "KernelTimeout",
     "OutOfBounds",
     "MisalignedAccess",
@@ -58,6 +61,9 @@ class FailureKind(StrEnum):
     MISALIGNED = "misaligned"
     STACK_OVERFLOW = "stack_overflow"
     SANDBOX = "sandbox"
+    RACE = "race"                    # two threads of a block touch one shared byte unordered
+    BARRIER = "barrier"              # a __syncthreads() not every thread reaches, or two of them
+    LAUNCH_LIMIT = "launch_limit"    # a launch a GPU refuses (shared memory, block or grid size)
 
     @property
     def fatal(self) -> bool:
@@ -68,7 +74,8 @@ class FailureKind(StrEnum):
 #: The failures after which a kernel is not launched again in the same phase.
 FATAL = frozenset({FailureKind.CRASH, FailureKind.TIMEOUT, FailureKind.DEADLOCK,
                    FailureKind.OUT_OF_BOUNDS, FailureKind.MISALIGNED,
-                   FailureKind.STACK_OVERFLOW, FailureKind.SANDBOX})
+                   FailureKind.STACK_OVERFLOW, FailureKind.SANDBOX, FailureKind.RACE,
+                   FailureKind.BARRIER, FailureKind.LAUNCH_LIMIT})
 
 
 class NormcheckError(Exception):
@@ -131,6 +138,29 @@ class KernelDeadlock(KernelError):
     """A barrier or warp collective that some live threads can never reach."""
 
     kind = FailureKind.DEADLOCK
+
+
+class KernelRace(KernelError):
+    """Two threads of a block touch one byte of shared memory, at least one writing, with no
+    barrier or warp-synchronous operation ordering them (racecheck's hazard), whatever order
+    the emulation ran them in."""
+
+    kind = FailureKind.RACE
+
+
+class BarrierDivergence(KernelError):
+    """A __syncthreads() that not every thread of the block reaches, or threads waiting at two
+    different barriers (synccheck's finding)."""
+
+    kind = FailureKind.BARRIER
+
+
+class LaunchRefused(KernelError):
+    """A launch a GPU refuses before a block runs: dynamic shared memory above what the
+    launcher opted in to, or above the architecture's maximum; a block or grid past its
+    limits."""
+
+    kind = FailureKind.LAUNCH_LIMIT
 
 
 class KernelTimeout(KernelError):

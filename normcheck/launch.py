@@ -26,7 +26,7 @@ import numpy as np
 from normcheck import formats, norms, spec as specs
 from normcheck.formats import Format
 from normcheck.backends.base import StructArg
-from normcheck.errors import KernelRaised, SpecError, invalid
+from normcheck.errors import KernelRaised, LaunchRefused, SpecError, invalid
 
 __all__ = ["Case", "KernelTarget", "CallableTarget", "Outputs", "bind", "buffer_formats",
            "poisoned", "unwritten"]
@@ -466,8 +466,24 @@ class KernelTarget:
                     if ln.num_warps is None else \
                     (32 * specs.evaluate(ln.num_warps, rows, cols, "launch.num_warps"),)
                 shm = specs.evaluate(ln.shared_mem, rows, cols, "launch.shared_mem")
-            note = kern(grid, block, args, shared_mem=shm, names=names, timeout=self.timeout,
-                        guard=guard, **launch)
+            more = dict(launch)
+            if self.capabilities.hazards and not ln.host:  # the launcher's opt-in, enforced
+                more["max_dyn_smem"] = 0 if ln.shared_mem_opt_in is None else specs.evaluate(
+                    ln.shared_mem_opt_in, rows, cols, "launch.shared_mem_opt_in")
+            if not self.capabilities.hazards:
+                more.pop("hazards", None)
+            try:
+                note = kern(grid, block, args, shared_mem=shm, names=names,
+                            timeout=self.timeout, guard=guard, **more)
+            except LaunchRefused as e:  # the spec's launch line is what the launcher does
+                if ln.host:
+                    raise
+                raise LaunchRefused(
+                    f"{e}; the spec's launch: grid = \"{ln.grid}\", block = \"{ln.block}\", "
+                    f"shared_mem = \"{ln.shared_mem}\" ({shm} bytes at {cols} columns)"
+                    + (f", shared_mem_opt_in = \"{ln.shared_mem_opt_in}\"" if
+                       ln.shared_mem_opt_in else ", no shared_mem_opt_in (the launcher's "
+                       "cudaFuncSetAttribute, if it calls it)")) from None
             if isinstance(note, str):  # the cpu backend's (its launches return their note)
                 notes.append(note if len(self.spec.launches) == 1 else f"{ln.entry}: {note}")
         out = Outputs(notes=notes)

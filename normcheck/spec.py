@@ -23,6 +23,9 @@ how to launch -- one launch::
     grid = "rows"
     block = "min(1024, cols)"             # or "32, 4" for a 2-D block
     shared_mem = "0"
+    shared_mem_opt_in = "shared_mem"      # what the launcher gives cudaFuncSetAttribute(kernel,
+                                          # cudaFuncAttributeMaxDynamicSharedMemorySize, n):
+                                          # without it a launch may have 48 KiB, as on a GPU
 
     [[args]]                              # one table per kernel parameter, in order
     role = "output"                       # y
@@ -146,7 +149,8 @@ _SCALAR_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": 
 FLOAT_TYPES = ("float32", "float", "float64", "float16", "half", "bfloat16")
 _ARG_KEYS = {"role", "dtype", "type", "value", "stride", "name", "size", "fill", "fields",
              "offset", "of"}
-_LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host", "num_warps"}
+_LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host", "num_warps",
+                "shared_mem_opt_in"}
 _TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "dtypes", "convention", "eps", "cols",
              "cols_multiple_of", "launch", "args", "source", "defines", "include", "reference",
              "backward", "stats", "arch", "quant", "deterministic", "max_elements"}
@@ -189,6 +193,10 @@ class LaunchSpec:
     block: str = "256"
     shared_mem: str = "0"
     host: bool = False    # the entry is a host function that launches the kernels itself
+    # the dynamic shared memory the launcher opts in to (cudaFuncSetAttribute's
+    # MaxDynamicSharedMemorySize; "shared_mem" for as much as it launches with); None: none,
+    # so a launch may have 48 KiB
+    shared_mem_opt_in: str | None = None
     num_warps: str | None = None  # a Triton kernel's warps (block = 32 * num_warps threads)
 
 
@@ -502,13 +510,17 @@ def _parse_launch(tab, where, entry=None) -> LaunchSpec:
         if not isinstance(tab["host"], bool):
             raise _err(where, "host", tab["host"], "true or false")
         ln.host = tab["host"]
-        if ln.host and any(k in tab for k in ("grid", "block", "shared_mem")):
+        if ln.host and any(k in tab for k in ("grid", "block", "shared_mem",
+                                             "shared_mem_opt_in")):
             raise _err(where, "grid", tab.get("grid", tab.get("block")), "no grid, block or "
-                       "shared_mem with host = true (the host function launches its kernels)")
-    for k in ("grid", "block", "shared_mem", "num_warps"):
+                       "shared_mem with host = true (the host function launches its kernels, "
+                       "and calls cudaFuncSetAttribute itself)")
+    for k in ("grid", "block", "shared_mem", "num_warps", "shared_mem_opt_in"):
         if k in tab:
-            check_expression(str(tab[k]), f"{where}: {k}", dims=k in ("grid", "block"))
-            setattr(ln, k, str(tab[k]))
+            expr = str(tab[k]).replace("shared_mem", f"({ln.shared_mem})") \
+                if k == "shared_mem_opt_in" else str(tab[k])
+            check_expression(expr, f"{where}: {k}", dims=k in ("grid", "block"))
+            setattr(ln, k, expr)
     if ln.entry is not None:
         if not isinstance(ln.entry, str):
             raise _err(where, "entry", ln.entry, "a kernel name")
@@ -552,9 +564,10 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
             raise _err(where, "launch", launch, "a [launch] table with grid, block, shared_mem, "
                        "or an array of [[launch]] tables")
         for k in launch:
-            if k not in ("grid", "block", "shared_mem", "host", "num_warps"):
-                raise _err(where, f"launch.{k}", launch[k], "grid, block, shared_mem, host or "
-                           "num_warps (a Triton kernel's)")
+            if k not in ("grid", "block", "shared_mem", "host", "num_warps",
+                         "shared_mem_opt_in"):
+                raise _err(where, f"launch.{k}", launch[k], "grid, block, shared_mem, "
+                           "shared_mem_opt_in, host or num_warps (a Triton kernel's)")
         launches = [_parse_launch({**launch, "args": data.get("args")}, where,
                                   entry=data.get("entry"))]
     spec = KernelSpec(launches=launches, norm=data.get("norm"), dtype=data.get("dtype"),
@@ -806,6 +819,8 @@ def check_launches(spec: KernelSpec) -> None:
                 else:
                     evaluate(ln.num_warps, rows, cols, f"{where}.num_warps")
                 evaluate(ln.shared_mem, rows, cols, f"{where}.shared_mem")
+                if ln.shared_mem_opt_in is not None:
+                    evaluate(ln.shared_mem_opt_in, rows, cols, f"{where}.shared_mem_opt_in")
                 for i, a in enumerate(ln.args):
                     if a.role == "const" and a.value is not None:
                         evaluate(a.value, rows, cols, f"args[{i}].value",

@@ -78,12 +78,20 @@ def test_static_shared_memory_starts_every_block_as_nan(k, workers):
     assert np.all(y[:, 32:].view(np.uint32) == 0xFFFFFFFF)
 
 
-@pytest.mark.parametrize("live", [256, 100, 1])
-def test_early_return_before_barrier(k, live):
+def test_early_return_before_barrier_of_the_whole_block_runs(k):
     y = np.full(256, -1.0, np.float32)
-    k["early_return"](1, 256, [y, np.int32(live)])
-    assert list(y[:live]) == [float(live - 1 - t) for t in range(live)]
-    assert np.all(y[live:] == -1)
+    k["early_return"](1, 256, [y, np.int32(256)])
+    assert list(y) == [float(255 - t) for t in range(256)]
+
+
+@pytest.mark.parametrize("live", [100, 1])
+def test_a_barrier_part_of_the_block_left_before_fails(k, live):
+    """Threads that return before a __syncthreads() the others wait at: synccheck's divergent
+    barrier, a failure naming the barrier's line and how many threads reached it."""
+    y = np.full(256, -1.0, np.float32)
+    with pytest.raises(errors.BarrierDivergence, match=rf"features\.cu:36 was reached by "
+                                                       rf"{live} of its 256 threads"):
+        k["early_return"](1, 256, [y, np.int32(live)])
 
 
 def test_dynamic_shared_memory(k):

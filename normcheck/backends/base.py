@@ -182,6 +182,9 @@ class Capabilities:
     device_timings: bool = False  # a launch's time is a device's (the report's bandwidth)
     hardware_rsqrt: bool = False  # rsqrtf is the hardware approximation, not 1/sqrtf
     threaded_builds: bool = False  # its kernels may be built on threads (ahead, in parallel)
+    # launches take hazards=True (the hazard build: races on shared memory by happens-before,
+    # its exact bounds) and max_dyn_smem= (the launcher's shared-memory opt-in, enforced)
+    hazards: bool = False
     language: str = "cuda"       # the kernels it runs: "cuda" (C) or "triton" (.py)
 
 

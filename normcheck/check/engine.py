@@ -196,7 +196,15 @@ class Judge:
 
     def run_target(self, family, case, cause=None, **call):
         """The target's outputs on the case (``call``: guard, the launch options), or the
-        Failure it raised (``cause(error, case)`` may name why); a timeout latches."""
+        Failure it raised (``cause(error, case)`` may name why); a timeout latches.  Where the
+        backend has a hazard build (its capabilities' ``hazards``) the launch runs on it --
+        races by happens-before, shared memory's exact bounds -- unless ``hazards=False``
+        (the long run, the large-index run: the bulk, on the plain build)."""
+        caps = getattr(self.target, "capabilities", None)
+        if caps is not None and caps.hazards:
+            call.setdefault("hazards", True)
+        else:
+            call.pop("hazards", None)
         try:
             return self.target(case, **{"guard": "both", **call})
         except KernelError as e:

@@ -8,6 +8,7 @@ Its input is what :func:`normcheck.field.judge.judge_field` returns, as dicts
 
 from __future__ import annotations
 
+from normcheck.causes import FAULTS
 from normcheck.metrics import times_bound
 
 __all__ = ["markdown", "summary_line", "TITLE"]
@@ -42,9 +43,8 @@ _RANK = {"fail": 2, "warn": 1}
 
 
 #: The kinds of failure that make a family's accuracy figures no evidence (a fault: what the
-#: kernel computed after it is not a measurement of its arithmetic).
-_FAULTS = ("crash", "timeout", "deadlock", "out_of_bounds", "misaligned", "stack_overflow",
-           "sandbox", "error")
+#: kernel computed after it is not a measurement of its arithmetic), and a callable that raised.
+_FAULTS = (*FAULTS, "error")
 
 
 def _spoilt(f) -> str | None:

@@ -60,9 +60,12 @@ from normcheck.backends import base, cache, confine, headers, isolation
 from normcheck.backends.cpu import sandbox, translate, wire
 from normcheck.errors import (
     BackendUnavailable,
+    BarrierDivergence,
     CompileError,
     KernelCrash,
     KernelDeadlock,
+    KernelRace,
+    LaunchRefused,
     KernelError,
     KernelTimeout,
     MisalignedAccess,
@@ -1155,10 +1158,11 @@ _REPORT_KEYS = {
     "block": r"\d{1,10},\d{1,10},\d{1,10}", "thread": r"\d{1,10},\d{1,10},\d{1,10}",
     "detail": r"[a-z_]{1,40}", "stack_bytes": _INT, "call": r"[A-Za-z_]\w{0,40}\(\)",
     "pc": r"0x[0-9a-f]{1,16}", "sym": r"[A-Za-z_.$][\w.$]{0,300}", "limit": _INT,
+    "shared": r"dynamic", "index": _INT, "extent": _INT,
 }
 _REPORT_INTS = {"signal", "bytes", "arg", "elem_offset_bytes", "past_end_bytes", "ptx",
                 "before_start_bytes", "size_bytes", "itemsize", "syscall", "stack_bytes",
-                "limit"}
+                "limit", "index", "extent"}
 
 
 #: What a kernel reached that the cpu backend does not run (the report's detail word).
@@ -1227,7 +1231,8 @@ def _launch_reply(rep):
         return wire.check(rep, {"ok": (True,), "seconds": float, "note?": _note},
                           "the launch reply")
     return wire.check(rep, {"ok": (False,), "kind": ("deadlock", "launch", "out_of_bounds",
-                                                           "threads"),
+                                                           "threads", "race", "barrier",
+                                                           "launch_limit"),
                             "message": str}, "the launch reply")
 
 
@@ -1413,17 +1418,44 @@ def sandbox_error(entry: str, info: dict, rep, where: str = "") -> SandboxViolat
     return None
 
 
+#: The hazard run's build (normcheck_hazards.h): GCC's ThreadSanitizer instrumentation, its
+#: calls answered by the shim (every load and store of shared memory checked for races and for
+#: dynamic shared memory's exact bounds), and -fsanitize=bounds (a static array indexed past its
+#: declared size).  Launches with hazards=True run it; the plain build runs the rest.
+HAZARD_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0",
+                "-fsanitize=bounds", "-fno-sanitize-recover=bounds")
+
+
+class _Once:
+    """A value made on first use, once, whichever thread asks first."""
+
+    def __init__(self, make):
+        self._make, self._value, self._lock = make, None, threading.Lock()
+
+    def __call__(self):
+        with self._lock:
+            if self._value is None:
+                self._value = self._make()
+            return self._value
+
+
 class CpuKernel(base.Kernel):
     """A compiled entry (the call of :class:`normcheck.backends.base.Kernel`, every launch option
-    honoured)."""
+    honoured).  ``hazards=True`` runs the launch on the hazard run's build of the same text
+    (:data:`HAZARD_FLAGS`): a race on shared memory, an access past dynamic shared memory's exact
+    size or a static array's declared size fails it, at its line."""
 
     @property
     def capabilities(self):
         return CpuBackend.capabilities
 
-    def __init__(self, module: Module, entry: str, options: dict):
+    def __init__(self, module: Module, entry: str, options: dict, instrumented=None):
         self.module = module
         self.entry = entry
+        self._instrumented = instrumented  # the hazard build's module, made on first use
+        self._hazard_kernel = None
+        self.hazard_run = False  # this is the hazard build's kernel: its launches check
+        self._max_dyn_smem = 0
         self.index = module.entries.index(entry)
         self.params = module.signatures[entry]
         self.options = options
@@ -1438,12 +1470,26 @@ class CpuKernel(base.Kernel):
         return f"<CpuKernel {self.entry}({', '.join(p.ctype for p in self.params)})>"
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
-                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
+                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None,
+                 hazards=False, max_dyn_smem=0):
         """Run the kernel; returns what the launch noted without failing (the first warp
         shuffle that read a lane not taking part), or None -- also kept as ``last_note``.
         ``fill``: the byte undefined values are made of -- shared memory before a block
         writes it, a shuffle from a lane not taking part -- 0xFF (NaN) unless a second run
-        asks for another, to see whether the outputs depend on them."""
+        asks for another, to see whether the outputs depend on them.  ``hazards``: run on the
+        hazard build (races, exact shared-memory bounds); ``max_dyn_smem``: the dynamic
+        shared memory the launcher opted in to (cudaFuncSetAttribute; 0: the 48 KiB a launch
+        has without it) -- a launch asking for more is refused, as a GPU refuses it."""
+        if hazards and not self.hazard_run:
+            k = self.hazard_kernel()
+            note = k(grid, block, args, shared_mem, names=names, timeout=timeout, guard=guard,
+                     schedule=schedule, workers=workers, seed=seed, fill=fill, blocks=blocks,
+                     max_dyn_smem=max_dyn_smem)
+            self.last_seconds, self.last_note = k.last_seconds, k.last_note
+            return note
+        if not isinstance(max_dyn_smem, (int, np.integer)) or max_dyn_smem < 0:
+            raise invalid("max_dyn_smem", max_dyn_smem, "a byte count")
+        self._max_dyn_smem = int(max_dyn_smem)
         g, b, shm = base.check_launch(grid, block, shared_mem)
         args = base.check_args(self.entry, self.params, args, names)
         self.last_note = None
@@ -1479,7 +1525,8 @@ class CpuKernel(base.Kernel):
             # copies with every array's start against it
             copies = [_copy(a) for a in args]
             note = self(g, b, args, shm, names=names, timeout=timeout, schedule=schedule,
-                        workers=workers, seed=seed, guard="end", fill=fill, blocks=blocks)
+                        workers=workers, seed=seed, guard="end", fill=fill, blocks=blocks,
+                        max_dyn_smem=max_dyn_smem)
             self._launch(g, b, shm, copies, names, float(timeout), schedule, workers, int(seed),
                          "start", fill)
             self.last_note = note
@@ -1508,7 +1555,7 @@ class CpuKernel(base.Kernel):
                "grid": list(g), "block": list(b), "shared_mem": shm, "args": records,
                "nparams": len(args),
                "workers": workers, "schedule": _SCHEDULES[schedule], "seed": seed,
-               "fill": fill}
+               "fill": fill, "hazards": self.hazard_run, "max_dyn_smem": self._max_dyn_smem}
         if self._blocks is not None:
             req["blocks"] = self._blocks
         worker = self.module.worker()
@@ -1525,6 +1572,18 @@ class CpuKernel(base.Kernel):
         self.last_seconds = rep["seconds"]
         self.last_note = rep.get("note")
         return self.last_note
+
+    def hazard_kernel(self) -> "CpuKernel":
+        """This entry in the hazard run's build (built on first use: a second g++ run)."""
+        if self._hazard_kernel is None:
+            if self._instrumented is None:
+                raise invalid("hazards", True, "a kernel compiled by compile_many (it has a "
+                              "hazard build)")
+            k = CpuKernel(self._instrumented(), self.entry, self.options)
+            k.hazard_run = True
+            k.needs_alignment = self.needs_alignment
+            self._hazard_kernel = k
+        return self._hazard_kernel
 
     # -- failures ---------------------------------------------------------------------------------
     def _name(self, i, names):
@@ -1548,6 +1607,26 @@ class CpuKernel(base.Kernel):
         return args[i]
 
     def _oob(self, info, args, names, where=""):
+        if info.get("detail") == "array_index" and "index" in info:
+            extent = info.get("extent")
+            return OutOfBounds(
+                f"{self.entry}: out-of-bounds index {info['index']} of an array declared with "
+                + (f"{extent} elements (valid indices 0..{extent - 1})" if extent is not None
+                   else "a fixed size") + f"{where} (a __shared__ or local array indexed past "
+                "its declared size)", access="access")
+        if info.get("shared") == "dynamic":
+            size = int(info.get("size_bytes", 0))
+            access = info.get("access", "access")
+            if "before_start_bytes" in info:
+                at = f"{info['before_start_bytes']} bytes before its start"
+            else:
+                start = info.get("elem_offset_bytes", size + int(info.get("past_end_bytes", 0)))
+                width = info.get("bytes")
+                at = (f"bytes {start}..{start + width - 1}" if width else f"byte {start}") + \
+                    f" of {size} (valid 0..{size - 1})"
+            return OutOfBounds(f"{self.entry}: out-of-bounds {access} of dynamic shared memory: "
+                               f"{at}{where} (the launch's shared_mem is {size} bytes, and a GPU "
+                               "gives a block exactly that)", access=access)
         if "arg" not in info or ("past_end_bytes" not in info and
                                  "before_start_bytes" not in info):
             return self._malformed("an out-of-bounds report without its argument and offset")
@@ -1666,11 +1745,17 @@ class CpuKernel(base.Kernel):
             raise SandboxViolation(f"{self.entry}: {rep['message'][:200]}; a kernel's threads "
                                    "must end before its launch returns (normcheck ended the "
                                    "worker, and them)", call="threads")
-        if rep["kind"] == "deadlock":
+        errors = {"deadlock": KernelDeadlock, "race": KernelRace, "barrier": BarrierDivergence,
+                  "launch_limit": LaunchRefused}
+        if rep["kind"] in errors:  # the runtime's sentence, each [pc 0x..] as its line
             msg = re.sub(r" \[pc (0x[0-9a-f]{1,16})\]",
                          lambda m: f" at {source_line(self.module, m.group(1)) or '?'}",
                          rep["message"][:2000])
-            raise KernelDeadlock(f"{self.entry}: {msg}")
+            # a barrier's own file:line (__builtin_FILE): the user's file by its name
+            msg = re.sub(r"\[file ([^\]\n]{1,500}):(\d{1,9})\]",
+                         lambda m: f"{Path(m.group(1)).name if m.group(1) == self.module.origin else m.group(1)}:{m.group(2)}",
+                         msg)
+            raise errors[rep["kind"]](f"{self.entry}: {msg}")
         if rep["kind"] == "out_of_bounds":
             # a canary around an array was overwritten: found after the launch, so which thread
             # wrote is not known -- the launch runs again (on copies) with that side of every
@@ -1702,6 +1787,7 @@ class CpuBackend(base.Backend):
 
     name = "cpu"
     capabilities = base.Capabilities(host_launches=True, block_orders=True, warp_orders=True,
+                                     hazards=True,
                                      fill=True, block_subsets=True, threaded_builds=True,
                                      sparse_rows=True)
 
@@ -1740,9 +1826,12 @@ class CpuBackend(base.Backend):
         src = base.load_source(source, include_dirs)
         canon = [base.parse_entry(e) for e in entries]
         arch = base.parse_arch(options.get("arch"))
-        mod = build(src, canon, defines, options.get("flags", ()), arch,
-                    options.get("hosts", ()))
-        return {e: CpuKernel(mod, c, options) for e, c in zip(entries, canon)}
+        flags = tuple(options.get("flags", ()))
+        mod = build(src, canon, defines, flags, arch, options.get("hosts", ()))
+        # the hazard run's build of the same text (HAZARD_FLAGS), made when a launch first asks
+        instrumented = _Once(lambda: build(src, canon, defines, flags + HAZARD_FLAGS, arch,
+                                           options.get("hosts", ())))
+        return {e: CpuKernel(mod, c, options, instrumented) for e, c in zip(entries, canon)}
 
     def provenance(self, options=None) -> dict:
         cxx, version = _compiler()

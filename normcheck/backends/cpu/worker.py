@@ -69,8 +69,14 @@ class LaunchParams(ctypes.Structure):
         ("buf_hi", ctypes.POINTER(ctypes.c_ulonglong)),
         ("block_mask", ctypes.c_ulonglong),
         ("block_val", ctypes.c_ulonglong),
+        ("hazards", ctypes.c_int),
+        ("max_dyn_smem", ctypes.c_ulonglong),
     ]
 
+
+#: A failed launch's kind, from the runtime's message (normcheck_runtime.h, normcheck_hazards.h).
+_FAILED = ((b"deadlock", "deadlock"), (b"race (", "race"), (b"barrier divergence", "barrier"),
+           (b"launch refused", "launch_limit"))
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -222,6 +228,8 @@ def launch(req):
         p.fill = int(req.get("fill", 0xFF)) & 0xFF
         sub = req.get("blocks")  # [mask, value]: a subset launch
         p.block_mask, p.block_val = (int(sub[0]), int(sub[1])) if sub else (0, 0)
+        p.hazards = 1 if req.get("hazards") else 0
+        p.max_dyn_smem = int(req.get("max_dyn_smem") or 0)
         p.err = ctypes.cast(err, ctypes.c_char_p)
         p.errlen = len(err)
         p.nbuffers = nb
@@ -249,7 +257,7 @@ def launch(req):
                     "message": f"{left} thread{'s' * (left != 1)} still running after the "
                                f"launch returned"}
         if rc != 0:
-            kind = "deadlock" if rc == 1 and err.value.startswith(b"deadlock") else "launch"
+            kind = next((k for prefix, k in _FAILED if err.value.startswith(prefix)), "launch")
             return {"ok": False, "kind": kind, "message": err.value.decode(errors="replace")}
         # writes into the canary bytes around an array (just before it, or after its end
         # within its pages) are out of bounds too: a report in the crash report's words, with

@@ -8,7 +8,9 @@ namespace cooperative_groups {
 
 class thread_block {
  public:
-  void sync() const { __syncthreads(); }
+  void sync(int line = __builtin_LINE(), const char* file = __builtin_FILE()) const {
+    __syncthreads(line, file);
+  }
   static unsigned long long thread_rank() {
     return threadIdx.x + (unsigned long long)blockDim.x * (threadIdx.y + (unsigned long long)blockDim.y * threadIdx.z);
   }

@@ -31,6 +31,8 @@ NC_TLS Fiber* tls_cur = nullptr;
 NC_TLS BlockCtx* tls_block = nullptr;
 NC_TLS unsigned char* tls_dyn_smem = nullptr;
 NC_TLS unsigned long long tls_dyn_smem_size = 0;
+NC_TLS uintptr_t tls_dyn_guard_lo = 0;  // the mapping around it, guard pages included
+NC_TLS uintptr_t tls_dyn_guard_hi = 0;
 
 typedef void (*Thunk)(void**);
 NC_TLS Thunk tls_thunk = nullptr;
@@ -91,6 +93,19 @@ unsigned char undefined_fill() { return tls_fill; }
 std::vector<SharedRegion>& shared_regions() {
   static thread_local std::vector<SharedRegion> regions;
   return regions;
+}
+
+// The hazard run (normcheck_hazards.h, included at the end of this file).
+static void hz_register(void* p, unsigned long size, const char* name);
+static void hz_block_start(void* dyn, unsigned long long size);
+static void hz_barrier();
+static void hz_collective(Fiber* base, unsigned need);
+static std::string hz_take();
+extern NC_TLS int hz_on;
+
+void register_shared(void* p, unsigned long size, const char* name) {
+  shared_regions().push_back(SharedRegion{p, size});
+  hz_register(p, size, name);
 }
 
 static std::mutex g_pool_mu;
@@ -292,6 +307,7 @@ static void complete(BlockCtx* B, int w, unsigned need) {
     }
   }
   if (reduce_op >= 0) reduce_group(B, w, need, reduce_op, reduce_width);
+  hz_collective(base, need);  // warp-synchronous: orders the lanes' accesses (hazard run)
   for (int l = 0; l < 32; ++l) {
     if (!(need >> l & 1)) continue;
     base[l].state = RUNNABLE;
@@ -331,12 +347,14 @@ static void on_lane_exit(BlockCtx* B, int w) {
 // ------------------------------------------------------------------------------------------------
 // Barriers
 // ------------------------------------------------------------------------------------------------
-void yield_barrier(int pred) {
+void yield_barrier(int pred, int line, const char* file) {
   Fiber* f = tls_cur;
   BlockCtx* B = tls_block;
   f->state = AT_BARRIER;
   f->bar_pred = pred;
   f->wait_at = (uintptr_t)__builtin_return_address(0);
+  f->wait_line = line;
+  f->wait_file = file;
   B->at_barrier++;
   to_scheduler(f);
 }
@@ -368,7 +386,10 @@ bool in_dynamic_smem(const void* p) {
 template <class F>
 static bool shared_window_walk(F f) {
   unsigned long long base = 16;
-  if (tls_dyn_smem && f((uintptr_t)tls_dyn_smem, (unsigned long long)tls_dyn_smem_size, base))
+  // (none where the launch has no dynamic shared memory: its end would be the first static
+  // variable's start, and a window address of that variable would come back as the other)
+  if (tls_dyn_smem && tls_dyn_smem_size &&
+      f((uintptr_t)tls_dyn_smem, (unsigned long long)tls_dyn_smem_size, base))
     return true;
   base = (base + tls_dyn_smem_size + 15) & ~15ull;
   for (const SharedRegion& r : shared_regions()) {
@@ -719,6 +740,18 @@ static void on_fatal(int sig, siginfo_t* info, void* ctx) {
         o.kv("stack_bytes", (long long)stack_size());
         finish_at(o, uc);
       }
+    // the pages around the block's dynamic shared memory: an access past its end (or before
+    // its start) -- the hazard run names the bytes between its end and the page exactly
+    if (tls_dyn_guard_lo && addr >= tls_dyn_guard_lo && addr < tls_dyn_guard_hi) {
+      const uintptr_t lo = (uintptr_t)tls_dyn_smem, hi = lo + tls_dyn_smem_size;
+      o.put("kind=out_of_bounds");
+      o.put(write ? " access=write" : " access=read");
+      o.put(" shared=dynamic");
+      if (addr >= hi) o.kv("past_end_bytes", (long long)(addr - hi));
+      else o.kv("before_start_bytes", (long long)(lo - addr));
+      o.kv("size_bytes", (long long)tls_dyn_smem_size);
+      finish_at(o, uc);
+    }
     // an address in the inaccessible reservation around an array (as large as the array, up
     // to 64 MiB, on each side): the array's own out-of-bounds access, near or far
     for (int i = 0; i < g_nbuffers; ++i) {
@@ -836,6 +869,11 @@ struct LaunchParams {
   unsigned long long* buf_hi;
   unsigned long long block_mask;  // 0: every block; else only the blocks whose linear index b
   unsigned long long block_val;   // has (b & block_mask) == block_val
+  int hazards;                    // the hazard run: races and shared-memory bounds checked
+                                  // (the instrumented build: normcheck_hazards.h)
+  unsigned long long max_dyn_smem;  // the dynamic shared memory the launcher opted in to
+                                  // (cudaFuncSetAttribute's MaxDynamicSharedMemorySize; 48 KiB
+                                  // without it): a launch asking for more is refused, as a GPU does
 };
 
 static void ranges(std::string& out, const std::vector<int>& ids) {
@@ -917,6 +955,153 @@ static std::string deadlock_message(BlockCtx* B) {
   return msg;
 }
 
+struct DeviceFacts {
+  const char* name;
+  int sms, smem_per_sm, smem_optin, l2, clock_khz, mem_clock_khz, bus_bits;
+  unsigned long long global_mem;
+};
+inline DeviceFacts device_facts() {
+#if NORMCHECK_CUDA_ARCH >= 1000
+  return {"NVIDIA B200 (normcheck cpu backend)", 148, 233472, 232448, 128 << 20, 1965000, 3996000, 8192, 192ull << 30};
+#elif NORMCHECK_CUDA_ARCH >= 900
+  return {"NVIDIA H100 (normcheck cpu backend)", 132, 233472, 232448, 50 << 20, 1980000, 2619000, 5120, 80ull << 30};
+#elif NORMCHECK_CUDA_ARCH >= 800
+  return {"NVIDIA A100 (normcheck cpu backend)", 108, 167936, 166912, 40 << 20, 1410000, 1593000, 5120, 80ull << 30};
+#else
+  return {"NVIDIA V100 (normcheck cpu backend)", 80, 98304, 98304, 6 << 20, 1530000, 877000, 4096, 32ull << 30};
+#endif
+}
+
+// What the CUDA runtime refuses before a block runs, as a GPU of the presented architecture
+// refuses it ("launch refused: ..."), or "": a block over 1024 threads or a block or grid
+// dimension past its limit (cudaErrorInvalidConfiguration / invalid argument), dynamic shared
+// memory above what the launcher opted in to with cudaFuncSetAttribute(...,
+// cudaFuncAttributeMaxDynamicSharedMemorySize, n) -- 48 KiB without it -- or above the
+// architecture's opt-in maximum, static and dynamic shared memory together above it (too many
+// resources requested for launch).
+static std::string launch_refused(const LaunchParams* p) {
+  char buf[480];
+  static const unsigned grid_max[3] = {2147483647u, 65535u, 65535u};
+  static const unsigned block_max[3] = {1024u, 1024u, 64u};
+  for (int a = 0; a < 3; ++a) {
+    if (p->grid[a] > grid_max[a] || p->block[a] > block_max[a]) {
+      snprintf(buf, sizeof buf, "launch refused: invalid configuration argument -- grid "
+               "(%u,%u,%u), block (%u,%u,%u): the %s's %c dimension is past its limit of %u",
+               p->grid[0], p->grid[1], p->grid[2], p->block[0], p->block[1], p->block[2],
+               p->grid[a] > grid_max[a] ? "grid" : "block", "xyz"[a],
+               p->grid[a] > grid_max[a] ? grid_max[a] : block_max[a]);
+      return buf;
+    }
+  }
+  const unsigned long long optin = (unsigned long long)device_facts().smem_optin;
+  const unsigned long long allowed = std::min(p->max_dyn_smem ? p->max_dyn_smem : 49152ull,
+                                              optin);
+  if (p->shared_mem > allowed) {
+    if (p->shared_mem > optin)
+      snprintf(buf, sizeof buf, "launch refused: too many resources requested for launch -- "
+               "%llu bytes of dynamic shared memory, above the %llu a block of sm_%d may have "
+               "at most", p->shared_mem, optin, NORMCHECK_CUDA_ARCH / 10);
+    else
+      snprintf(buf, sizeof buf, "launch refused: too many resources requested for launch -- "
+               "%llu bytes of dynamic shared memory, above the %llu the launch may have: more "
+               "than 48 KiB needs cudaFuncSetAttribute(kernel, "
+               "cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) before the launch (up to "
+               "%llu on sm_%d)", p->shared_mem, allowed, optin, NORMCHECK_CUDA_ARCH / 10);
+    return buf;
+  }
+  return "";
+}
+
+// The static shared memory a launch's blocks declared, with its dynamic shared memory: above the
+// architecture's maximum a GPU refuses the launch (and nvcc the kernel, above 48 KiB of static
+// shared memory alone).  Known once the blocks have reached the declarations.
+static std::string shared_total_refused(const LaunchParams* p) {
+  unsigned long long stat = 0;
+  for (const SharedRegion& r : shared_regions()) stat += r.size;
+  const unsigned long long optin = (unsigned long long)device_facts().smem_optin;
+  char buf[320];
+  if (stat > 49152) {
+    snprintf(buf, sizeof buf, "launch refused: %llu bytes of static __shared__ memory, above "
+             "the 48 KiB a kernel may declare (nvcc: \"uses too much shared data\"); take more "
+             "as dynamic shared memory", stat);
+    return buf;
+  }
+  if (stat + p->shared_mem > optin) {
+    snprintf(buf, sizeof buf, "launch refused: too many resources requested for launch -- "
+             "%llu bytes of static and %llu of dynamic shared memory, above the %llu a block of "
+             "sm_%d may have", stat, p->shared_mem, optin, NORMCHECK_CUDA_ARCH / 10);
+    return buf;
+  }
+  return "";
+}
+
+// A block's dynamic shared memory: `size` bytes ending (16-byte aligned) against an inaccessible
+// page, another below it; the OS thread's one mapping for the launch.
+struct DynSmem {
+  unsigned char* base = nullptr;
+  unsigned char* map = nullptr;
+  size_t total = 0;
+  explicit DynSmem(size_t size) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t body = (size + 15) / 16 * 16;
+    const size_t pages = (body + page - 1) / page;
+    total = (pages + 2) * page;
+    void* m = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return;
+    map = (unsigned char*)m;
+    if (pages && mprotect(map + page, pages * page, PROT_READ | PROT_WRITE) != 0) return;
+    base = map + page + pages * page - body;
+    tls_dyn_guard_lo = (uintptr_t)map;
+    tls_dyn_guard_hi = (uintptr_t)map + total;
+  }
+  ~DynSmem() {
+    if (map) munmap(map, total);
+    tls_dyn_guard_lo = tls_dyn_guard_hi = 0;
+  }
+};
+
+// A barrier that not every live thread of the block reached through the same __syncthreads():
+// part of the block exited before it, or threads wait at two different barriers (compute-
+// sanitizer's synccheck reports both; CUDA allows __syncthreads() in conditional code only where
+// the condition is the same for the whole block).  "" when the barrier is sound.
+static std::string barrier_divergence(BlockCtx* B) {
+  const Fiber *first = nullptr, *other = nullptr;
+  for (int t = 0; t < B->n; ++t) {
+    const Fiber& f = B->fibers[t];
+    if (f.state != AT_BARRIER) continue;
+    if (!first) first = &f;
+    else if (!other && f.wait_file && first->wait_file &&
+             (f.wait_line != first->wait_line || std::strcmp(f.wait_file, first->wait_file)))
+      other = &f;  // a barrier written elsewhere (the same one the compiler copied is not)
+  }
+  auto at = [](const Fiber* f) {
+    char b[600] = "";
+    if (f && f->wait_file)
+      snprintf(b, sizeof b, " at [file %s:%d]", f->wait_file, f->wait_line);
+    else if (f && f->wait_at && in_module(f->wait_at))
+      snprintf(b, sizeof b, " [pc 0x%llx]", (unsigned long long)(f->wait_at - 1 - g_mod_lo));
+    return std::string(b);
+  };
+  char buf[1400];
+  if (B->alive < B->n) {
+    snprintf(buf, sizeof buf, "barrier divergence in block (%u,%u,%u): __syncthreads()%s was "
+             "reached by %d of its %d threads; the other %d had exited (a barrier not every "
+             "thread of the block reaches: compute-sanitizer's synccheck reports it, and a GPU's "
+             "behaviour there is undefined)", ::blockIdx.x, ::blockIdx.y, ::blockIdx.z,
+             at(first).c_str(), B->alive, B->n, B->n - B->alive);
+    return buf;
+  }
+  if (other) {
+    snprintf(buf, sizeof buf, "barrier divergence in block (%u,%u,%u): its threads wait at two "
+             "different barriers, __syncthreads()%s and __syncthreads()%s (a barrier in code "
+             "whose condition differs across the block: compute-sanitizer's synccheck reports "
+             "it)", ::blockIdx.x, ::blockIdx.y, ::blockIdx.z, at(first).c_str(),
+             at(other).c_str());
+    return buf;
+  }
+  return "";
+}
+
 struct Shared {
   std::atomic<unsigned long long> next{0};
   std::atomic<bool> failed{false};
@@ -943,8 +1128,19 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
       return;
     }
   }
-  std::vector<unsigned char> smem((size_t)p->shared_mem + 16);
-  unsigned char* smem_al = (unsigned char*)(((uintptr_t)smem.data() + 15) & ~(uintptr_t)15);
+  // dynamic shared memory between inaccessible pages: its end against the upper one (16-byte
+  // aligned: the at most 15 bytes left before it are checked exactly in the hazard run), so an
+  // overrun faults as out of bounds at its line, never corrupting the heap
+  DynSmem dyn((size_t)p->shared_mem);
+  if (!dyn.base) {
+    std::lock_guard<std::mutex> lk(S->mu);
+    S->error = "could not map the dynamic shared memory";
+    S->failed = true;
+    for (int k = 0; k < n; ++k) give_stack(fibers[k].stack);
+    return;
+  }
+  unsigned char* smem_al = dyn.base;
+  hz_on = p->hazards;
   std::vector<int> order((size_t)n), runlist((size_t)n);
   int nwarps = (n + 31) / 32;
   std::vector<int> warp_order((size_t)nwarps);
@@ -1014,10 +1210,13 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
       f->warp = t >> 5;
       f->state = RUNNABLE;
       f->mask = 0;
+      std::memset(f->vc, 0, sizeof f->vc);
+      f->vc[f->lane] = 1;
       init_fiber_stack(f);
     }
     if (p->shared_mem) std::memset(smem_al, tls_fill, (size_t)p->shared_mem);  // poison: NaN
     for (const SharedRegion& r : shared_regions()) std::memset(r.p, tls_fill, r.size);  // static
+    hz_block_start(smem_al, p->shared_mem);
     // schedule
     bool dead = false;
     while (B.alive > 0) {
@@ -1033,16 +1232,15 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
         continue;
       }
       if (B.at_barrier == B.alive) {
-        if (B.alive < n && B.undefined && B.undefined->empty()) {
-          // a divergent barrier: part of the block exited before it (compute-sanitizer's
-          // synccheck names it; what a GPU does there is undefined)
-          char buf[320];
-          snprintf(buf, sizeof buf, "__syncthreads() in block (%u,%u,%u) was reached by %d of "
-                   "its %d threads: the other %d had exited (a divergent barrier, which "
-                   "compute-sanitizer's synccheck reports; a GPU's behaviour there is undefined)",
-                   ::blockIdx.x, ::blockIdx.y, ::blockIdx.z, B.alive, n, n - B.alive);
-          *B.undefined = buf;
+        std::string divergent = barrier_divergence(&B);
+        if (!divergent.empty()) {  // synccheck's finding: the launch fails with it
+          std::lock_guard<std::mutex> lk(S->mu);
+          if (!S->failed) S->error = divergent;
+          S->failed = true;
+          dead = true;
+          break;
         }
+        hz_barrier();
         int count = 0;
         for (int t = 0; t < n; ++t)
           if (fibers[t].state == AT_BARRIER) {
@@ -1064,6 +1262,13 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
       S->failed = true;
       break;
     }
+    std::string hazard = hz_take();
+    if (!hazard.empty()) {  // a race in this block: the launch fails with the first
+      std::lock_guard<std::mutex> lk(S->mu);
+      if (!S->failed) S->error = hazard;
+      S->failed = true;
+      break;
+    }
     if (!undefined.empty()) {
       if (b < first_block) { first_block = b; first_undefined = undefined; }
       undefined.clear();
@@ -1076,8 +1281,17 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
       S->undefined = first_undefined;
     }
   }
+  if (!S->failed) {
+    std::string refused = shared_total_refused(p);
+    if (!refused.empty()) {
+      std::lock_guard<std::mutex> lk(S->mu);
+      if (!S->failed) S->error = refused;
+      S->failed = true;
+    }
+  }
   tls_block = nullptr;
   tls_cur = nullptr;
+  hz_on = 0;
   for (int t = 0; t < n; ++t) give_stack(fibers[t].stack);
 }
 
@@ -1097,9 +1311,15 @@ static int launch(Thunk thunk, LaunchParams* p) {
     g_buffers[i].itemsize = p->buf_itemsize[i];
   }
   stack_size();
+  std::string refused = launch_refused(p);
+  if (!refused.empty()) {
+    snprintf(p->err, (size_t)p->errlen, "%s", refused.c_str());
+    return 2;
+  }
   int n = (int)(p->block[0] * p->block[1] * p->block[2]);
   if (n <= 0 || n > 1024) {
-    snprintf(p->err, (size_t)p->errlen, "block of %d threads: expected 1..1024", n);
+    snprintf(p->err, (size_t)p->errlen, "launch refused: invalid configuration argument -- a "
+             "block of %d threads (1 to 1024 a block)", n);
     return 2;
   }
   Shared S;
@@ -1131,7 +1351,27 @@ static int launch(Thunk thunk, LaunchParams* p) {
 static thread_local LaunchParams* tls_outer = nullptr;
 static thread_local std::string* tls_host_error = nullptr;
 
-int run_nested(Thunk thunk, void** args, dim3 grid, dim3 block, unsigned long long smem) {
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n) of the host
+// code: each kernel's opt-in (a launch of it may then ask for up to n bytes)
+static std::mutex g_attr_mu;
+static std::vector<std::pair<const void*, int>> g_max_dyn_smem;
+
+// A kernel launched with <<<...>>> is called through a lambda (its template arguments deduced
+// from the call's, as nvcc deduces them), so the shim does not know its address: such a launch
+// may have what the host code opted any kernel in to (none: 48 KiB).  A typed launch
+// (cudaLaunchKernelEx, cudaLaunchKernel) is held to its own kernel's opt-in.
+static unsigned long long opted_in(const void* fn) {
+  std::lock_guard<std::mutex> lk(g_attr_mu);
+  unsigned long long most = 0;
+  for (auto& a : g_max_dyn_smem) {
+    if (fn && a.first == fn) return (unsigned long long)a.second;
+    if ((unsigned long long)a.second > most) most = (unsigned long long)a.second;
+  }
+  return fn ? 0 : most;  // 0: never set, 48 KiB
+}
+
+int run_nested(Thunk thunk, void** args, dim3 grid, dim3 block, unsigned long long smem,
+               const void* fn) {
   LaunchParams* o = tls_outer;
   if (!o) {
     std::fprintf(stderr, "normcheck: the kernel's host code launched a kernel outside a host "
@@ -1144,10 +1384,19 @@ int run_nested(Thunk thunk, void** args, dim3 grid, dim3 block, unsigned long lo
   q.block[0] = block.x; q.block[1] = block.y; q.block[2] = block.z;
   q.shared_mem = smem;
   q.args = args;
+  q.max_dyn_smem = opted_in(fn);
   unsigned long long total = (unsigned long long)grid.x * grid.y * grid.z;
   if (total == 0) return 0;
   int rc = launch(thunk, &q);
-  if (rc != 0 && tls_host_error) *tls_host_error = q.err;
+  if (rc != 0 && tls_host_error) {
+    *tls_host_error = q.err;
+    const uintptr_t at = (uintptr_t)__builtin_return_address(0);
+    if (tls_host_error->rfind("launch refused", 0) == 0 && in_module(at)) {
+      char buf[64];  // the launch's line in the host code (the parent names it)
+      snprintf(buf, sizeof buf, "; launched [pc 0x%llx]", (unsigned long long)(at - 1 - g_mod_lo));
+      *tls_host_error += buf;
+    }
+  }
   return rc;
 }
 
@@ -1163,7 +1412,7 @@ static int host_entry(Thunk thunk, LaunchParams* p) {
   tls_host_error = nullptr;
   if (!error.empty()) {
     snprintf(p->err, (size_t)p->errlen, "%s", error.c_str());
-    return error.rfind("deadlock", 0) == 0 ? 1 : 2;
+    return error.rfind("launch refused", 0) == 0 ? 2 : 1;
   }
   return 0;
 }
@@ -1256,6 +1505,8 @@ extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_type_mismat
   nc_misaligned(d, ptr, (uintptr_t)__builtin_return_address(0));
 }
 
+#include "normcheck_hazards.h"
+
 NC_EXPORT int ncsimt_shim_version() { return NORMCHECK_SHIM_VERSION; }
 
 // Map [offset, offset+len) of the file fd (the caller's arrays) with an inaccessible page on
@@ -1304,24 +1555,6 @@ NC_EXPORT void ncsimt_free_guarded(unsigned long long map_base, unsigned long lo
 // memory operations.  Anything else a host function calls is declared by NVIDIA's headers and
 // not defined: calling it is a crash naming the symbol.
 // ------------------------------------------------------------------------------------------------
-namespace ncsimt {
-struct DeviceFacts {
-  const char* name;
-  int sms, smem_per_sm, smem_optin, l2, clock_khz, mem_clock_khz, bus_bits;
-  unsigned long long global_mem;
-};
-inline DeviceFacts device_facts() {
-#if NORMCHECK_CUDA_ARCH >= 1000
-  return {"NVIDIA B200 (normcheck cpu backend)", 148, 233472, 232448, 128 << 20, 1965000, 3996000, 8192, 192ull << 30};
-#elif NORMCHECK_CUDA_ARCH >= 900
-  return {"NVIDIA H100 (normcheck cpu backend)", 132, 233472, 232448, 50 << 20, 1980000, 2619000, 5120, 80ull << 30};
-#elif NORMCHECK_CUDA_ARCH >= 800
-  return {"NVIDIA A100 (normcheck cpu backend)", 108, 167936, 166912, 40 << 20, 1410000, 1593000, 5120, 80ull << 30};
-#else
-  return {"NVIDIA V100 (normcheck cpu backend)", 80, 98304, 98304, 6 << 20, 1530000, 877000, 4096, 32ull << 30};
-#endif
-}
-}  // namespace ncsimt
 
 extern "C" {
 cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
@@ -1379,7 +1612,15 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int) {
   p->memoryBusWidth = f.bus_bits;
   return cudaSuccess;
 }
-cudaError_t cudaFuncSetAttribute(const void*, enum cudaFuncAttribute, int) { return cudaSuccess; }
+cudaError_t cudaFuncSetAttribute(const void* fn, enum cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+  if (value < 0 || value > ::ncsimt::device_facts().smem_optin) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lk(::ncsimt::g_attr_mu);
+  for (auto& a : ::ncsimt::g_max_dyn_smem)
+    if (a.first == fn) { a.second = value; return cudaSuccess; }
+  ::ncsimt::g_max_dyn_smem.push_back({fn, value});
+  return cudaSuccess;
+}
 cudaError_t cudaFuncSetCacheConfig(const void*, enum cudaFuncCache) { return cudaSuccess; }
 cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* a, const void*) {
   std::memset(a, 0, sizeof *a);

@@ -202,8 +202,13 @@ struct Fiber {
   // __syncthreads_count/and/or
   int bar_pred;
   uintptr_t wait_at;    // the barrier's caller (a deadlock's line), an address in the module
+  int wait_line;        // the barrier's source line and file as written (0, null: not known)
+  const char* wait_file;
   char* stack;
   size_t stack_size;
+  // the hazard run's vector clock of this lane's warp (normcheck_hazards.h): entry l is what
+  // this lane has seen of lane l's accesses through warp collectives
+  uint32_t vc[32];
 };
 
 struct BlockCtx;
@@ -216,7 +221,7 @@ extern NC_TLS BlockCtx* tls_block;
 extern NC_TLS unsigned char* tls_dyn_smem;
 extern NC_TLS unsigned long long tls_dyn_smem_size;
 
-void yield_barrier(int pred);
+void yield_barrier(int pred, int line = 0, const char* file = nullptr);
 [[noreturn]] void unsupported(const char* detail);
 [[noreturn]] void unsupported_ptx(int index);
 int barrier_result(int kind);
@@ -251,10 +256,11 @@ struct SharedRegion {
 };
 std::vector<SharedRegion>& shared_regions();  // this OS thread's, normcheck_runtime.h
 unsigned char undefined_fill();                // the launch's fill byte (0xFF), ditto
+void register_shared(void* p, unsigned long size, const char* name);  // ditto
 struct SharedPoison {
-  SharedPoison(void* p, unsigned long size) {
+  SharedPoison(void* p, unsigned long size, const char* name = nullptr) {
     std::memset(p, undefined_fill(), size);
-    shared_regions().push_back(SharedRegion{p, size});
+    register_shared(p, size, name);
   }
 };
 
@@ -265,7 +271,10 @@ struct SharedPoison {
 // launch's schedule, workers and guarded buffers.  A launch that fails makes the host entry fail
 // with its error.
 typedef void (*Thunk)(void**);
-int run_nested(Thunk thunk, void** args, dim3 grid, dim3 block, unsigned long long smem);
+// ``fn``: the kernel launched (the key of its cudaFuncSetAttribute values), or null where the
+// launch names it through an expression (a lambda stands for it)
+int run_nested(Thunk thunk, void** args, dim3 grid, dim3 block, unsigned long long smem,
+               const void* fn);
 template <class F, class Tup>
 void tuple_thunk(void** args) {
   std::apply(*reinterpret_cast<F*>(args[0]), *reinterpret_cast<Tup*>(args[1]));
@@ -276,7 +285,7 @@ inline int launch_from_host(void (*k)(P...), dim3 g, dim3 b, unsigned long long 
   std::tuple<typename std::decay<P>::type...> tup(std::forward<A>(a)...);
   F f = k;
   void* argv[2] = {(void*)&f, (void*)&tup};
-  return run_nested(&tuple_thunk<F, decltype(tup)>, argv, g, b, smem);
+  return run_nested(&tuple_thunk<F, decltype(tup)>, argv, g, b, smem, (const void*)k);
 }
 template <class K>
 struct HostLaunch {
@@ -307,7 +316,7 @@ struct HostLaunchAny {
     std::tuple<typename std::decay<A>::type...> tup(std::forward<A>(a)...);
     L f = l;
     void* argv[2] = {(void*)&f, (void*)&tup};
-    run_nested(&tuple_thunk<L, decltype(tup)>, argv, g, b, smem);
+    run_nested(&tuple_thunk<L, decltype(tup)>, argv, g, b, smem, nullptr);
   }
 };
 template <class L, class G, class B>
@@ -363,10 +372,14 @@ namespace ncsimt {
 // ------------------------------------------------------------------------------------------------
 // Synchronisation
 // ------------------------------------------------------------------------------------------------
-inline void __syncthreads() { ::ncsimt::yield_barrier(0); }
-inline int __syncthreads_count(int p) { ::ncsimt::yield_barrier(p != 0); return ::ncsimt::barrier_result(0); }
-inline int __syncthreads_and(int p) { ::ncsimt::yield_barrier(p != 0); return ::ncsimt::barrier_result(1); }
-inline int __syncthreads_or(int p) { ::ncsimt::yield_barrier(p != 0); return ::ncsimt::barrier_result(2); }
+// Each barrier knows the source line it was written at (GCC's __builtin_LINE/FILE as default
+// arguments: the call's, whatever the compiler duplicates or merges), so threads waiting at two
+// different barriers are told apart (normcheck_runtime.h: barrier_divergence).
+#define NC_AT int line = __builtin_LINE(), const char* file = __builtin_FILE()
+inline void __syncthreads(NC_AT) { ::ncsimt::yield_barrier(0, line, file); }
+inline int __syncthreads_count(int p, NC_AT) { ::ncsimt::yield_barrier(p != 0, line, file); return ::ncsimt::barrier_result(0); }
+inline int __syncthreads_and(int p, NC_AT) { ::ncsimt::yield_barrier(p != 0, line, file); return ::ncsimt::barrier_result(1); }
+inline int __syncthreads_or(int p, NC_AT) { ::ncsimt::yield_barrier(p != 0, line, file); return ::ncsimt::barrier_result(2); }
 
 namespace ncsimt {
 template <class T>

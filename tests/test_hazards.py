@@ -1,0 +1,149 @@
+"""A PASS a GPU sanitizer cannot refute (#54): each hazard compute-sanitizer reports -- a race on
+shared memory (racecheck), an access past dynamic shared memory or past a static array's size
+(memcheck), a launch a GPU refuses, a barrier not every thread reaches alike (synccheck) -- fails
+with its kind and its line(s), in several of the forms public kernels write, and each form's
+correct twin passes; races are found by happens-before, so the verdict does not depend on the
+order the emulation runs warps in (tests/cuda/hazards/)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normcheck import check
+from normcheck.backends import get_backend
+from normcheck.errors import KernelRace
+
+HERE = Path(__file__).parent / "cuda" / "hazards"
+SRC = HERE / "hazards.cu"
+
+
+def _check(entry=None, spec=None, **kw):
+    kw = {"search": 0, "examples": 4, **kw}
+    if spec is not None:
+        return check.check_kernel(spec=HERE / spec, entry=entry, **kw)
+    return check.check_kernel(SRC, entry, "rmsnorm", "fp32", **kw)
+
+
+def _failure(r, kind):
+    found = [f for f in r.failures if f.kind == kind]
+    assert r.verdict == "fail" and found, r.render()
+    return found[0]
+
+
+# the racy form, its twin, and the lines of both accesses of the race
+RACES = [
+    ("reduce_twice_no_barrier", "reduce_twice_barrier", None, "`partial`",
+     ("hazards.cu:20", "hazards.cu:18")),
+    ("cub_reuse_no_barrier", "cub_reuse_barrier", None, "`temp`", None),
+    ("persistent_no_barrier", "persistent_barrier", "persistent.toml", "`acc`",
+     ("hazards.cu:88", "hazards.cu:81")),
+    ("warp_sync_no_syncwarp", "warp_sync_syncwarp", None, "`red`", None),
+]
+
+
+@pytest.mark.parametrize("racy, twin, spec, array, lines", RACES, ids=[r[0] for r in RACES])
+def test_a_race_fails_with_both_lines_and_its_twin_passes(racy, twin, spec, array, lines):
+    f = _failure(_check(racy, spec), "race")
+    assert array in f.detail and "unordered" in f.detail, f.detail
+    assert " reads it at hazards.cu:" in f.detail and " writes it at hazards.cu:" in f.detail
+    for ln in lines or ():  # both accesses' lines (which came first is the schedule's)
+        assert f" at {ln} " in f.detail, f.detail
+    assert f.cause is not None and f.cause.key == "fault_race"
+    ok = _check(twin, spec)
+    assert ok.verdict in ("pass", "warn") and not [g for g in ok.failures], ok.render()
+
+
+def test_a_race_is_named_with_its_kind_threads_and_warps():
+    f = _failure(_check("reduce_twice_no_barrier"), "race")
+    assert "(write-after-read)" in f.detail or "(read-after-write)" in f.detail
+    assert "two warps, with no __syncthreads() between them" in f.detail
+    f = _failure(_check("warp_sync_no_syncwarp"), "race")
+    assert "the same warp, with no __syncwarp" in f.detail, f.detail
+
+
+@pytest.mark.parametrize("schedule", ["forward", "reverse", "random", "warps"])
+def test_the_race_is_found_whatever_order_the_warps_run_in(schedule):
+    """By happens-before: the order the emulation runs warps and lanes in changes nothing."""
+    k = get_backend("cpu").compile_many(SRC, ["reduce_twice_no_barrier",
+                                              "reduce_twice_barrier"])
+    rows, cols = 3, 768
+    x = np.random.default_rng(1).standard_normal((rows, cols)).astype(np.float32)
+    args = lambda: [np.zeros_like(x), x, np.ones(cols, np.float32), np.float32(1e-5),  # noqa: E731
+                    np.int32(rows), np.int32(cols)]
+    for seed in range(3):
+        with pytest.raises(KernelRace, match=r"`partial`"):
+            k["reduce_twice_no_barrier"]((rows,), (256,), args(), hazards=True,
+                                         schedule=schedule, seed=seed)
+        k["reduce_twice_barrier"]((rows,), (256,), args(), hazards=True, schedule=schedule,
+                                  seed=seed)
+    # the plain build, which the long runs use, does not look (the hazard build does)
+    k["reduce_twice_no_barrier"]((rows,), (256,), args())
+
+
+def test_a_write_past_dynamic_shared_memory_fails_at_its_line():
+    """The row at smem + ceil4(5 warps) in a buffer of 5 + cols floats: 12 bytes past the
+    launch's shared_mem, which the shim's 16 bytes of slack used to hide."""
+    r = _check(spec="smem_row.toml")
+    f = _failure(r, "out_of_bounds")
+    assert "dynamic shared memory" in f.detail and "hazards.cu:234" in f.detail, f.detail
+    assert "of 3092 (valid 0..3091)" in f.detail or "(valid 0.." in f.detail
+    ok = _check("smem_row_packed", spec="smem_row.toml")
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+
+
+def test_a_static_array_indexed_past_its_size_fails_at_its_line():
+    f = _failure(_check("static_too_small"), "out_of_bounds")
+    assert "index 4 of an array declared with 4 elements" in f.detail, f.detail
+    assert "hazards.cu:150" in f.detail, f.detail
+    ok = _check("static_sized")
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+
+
+def test_65k_of_shared_memory_without_the_opt_in_is_refused_as_a_gpu_refuses_it():
+    f = _failure(_check(spec="smem_65k.toml", examples=2), "launch_limit")
+    assert "too many resources requested for launch" in f.detail
+    assert "65568 bytes" in f.detail and "cudaFuncSetAttribute" in f.detail
+    assert 'shared_mem = "(8 + cols) * 4"' in f.detail  # the spec's launch, named
+    (HERE / "smem_65k_opt_in.toml").write_text(
+        (HERE / "smem_65k.toml").read_text().replace(
+            'shared_mem = "(8 + cols) * 4"',
+            'shared_mem = "(8 + cols) * 4"\nshared_mem_opt_in = "shared_mem"'))
+    try:
+        ok = _check(spec="smem_65k_opt_in.toml", examples=2)
+    finally:
+        (HERE / "smem_65k_opt_in.toml").unlink()
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+
+
+def test_a_host_launcher_without_cudaFuncSetAttribute_is_refused_at_its_launch_line(tmp_path):
+    f = _failure(_check(spec="host_65k.toml", examples=2), "launch_limit")
+    assert "65568 bytes of dynamic shared memory" in f.detail
+    assert "launched at hazards.cu:263" in f.detail, f.detail
+    spec = tmp_path / "host_ok.toml"
+    spec.write_text((HERE / "host_65k.toml").read_text().replace(
+        'source = "hazards.cu"', f'source = "{SRC}"').replace('value = "0"', 'value = "1"'))
+    ok = check.check_kernel(spec=spec, include=[str(HERE)], search=0, examples=2)
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+
+
+def test_a_block_past_1024_threads_is_refused():
+    spec = (HERE / "host_65k.toml").read_text().replace("launch_rms_row", "launch_rms_wide_block")
+    (HERE / "wide.toml").write_text(spec.replace("cols = [16384, 16384]", "cols = [64, 64]"))
+    try:
+        f = _failure(_check(spec="wide.toml", examples=2), "launch_limit")
+    finally:
+        (HERE / "wide.toml").unlink()
+    assert "invalid configuration argument" in f.detail and "block (2048,1,1)" in f.detail
+
+
+@pytest.mark.parametrize("bad, twin, words", [
+    ("early_return_barrier", "uniform_return_barrier", "the other"),
+    ("branch_barriers", "one_barrier", "two different barriers"),
+])
+def test_a_barrier_not_every_thread_reaches_alike_fails_with_its_line(bad, twin, words):
+    f = _failure(_check(bad), "barrier")
+    assert "barrier divergence" in f.detail and words in f.detail, f.detail
+    assert "hazards.cu:" in f.detail, f.detail
+    ok = _check(twin)
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
