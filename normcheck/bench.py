@@ -196,8 +196,10 @@ def backend_benchmark(cols=(1024, 4096), rows=2048, variant="layernorm_two_pass_
     target = kernels.target(v)  # its spec's ABI (kernels.Variant.spec)
     kern = target.kernels[v.name]
     out = []
-    echo(f"{variant} on the cpu backend, {workers} worker threads, block 256")
-    echo(f"{'D':>5} {'rows/s':>10} {'in launch':>10} {'numpy f32':>10} {'ratio':>7}")
+    echo(f"{variant} on the cpu backend, {workers} worker threads, block 256; the plain build "
+         "(the long runs) and the hazard build (the families: races, shared-memory bounds)")
+    echo(f"{'D':>5} {'rows/s':>10} {'in launch':>10} {'hazard':>10} {'of plain':>9} "
+         f"{'numpy f32':>10} {'ratio':>7}")
     for D in cols:
         x = rng.standard_normal((rows, D)).astype(np.float32)
         g = np.ones(D, np.float32)
@@ -211,6 +213,14 @@ def backend_benchmark(cols=(1024, 4096), rows=2048, variant="layernorm_two_pass_
             launch.append(kern.last_seconds)
 
         t = _best(once, 3)
+        target(case, workers=workers, hazards=True)  # warm up (and build) the hazard build
+        hz = []
+
+        def hazard():
+            target(case, workers=workers, hazards=True)
+            hz.append(kern.last_seconds)
+
+        _best(hazard, 3)
 
         def np_ln():
             mu = x.mean(axis=1, keepdims=True, dtype=np.float32)
@@ -220,9 +230,12 @@ def backend_benchmark(cols=(1024, 4096), rows=2048, variant="layernorm_two_pass_
 
         t_np = _best(np_ln, 3)
         row = {"cols": D, "rows_per_s": rows / t, "rows_per_s_in_launch": rows / min(launch),
+               "hazard_rows_per_s_in_launch": rows / min(hz),
                "numpy_rows_per_s": rows / t_np, "numpy_ratio": t / t_np, "workers": workers}
+        row["hazard_of_plain"] = row["hazard_rows_per_s_in_launch"] / row["rows_per_s_in_launch"]
         out.append(row)
         echo(f"{D:5d} {row['rows_per_s']:10,.0f} {row['rows_per_s_in_launch']:10,.0f} "
+             f"{row['hazard_rows_per_s_in_launch']:10,.0f} {row['hazard_of_plain']:8.2f}x "
              f"{row['numpy_rows_per_s']:10,.0f} {row['numpy_ratio']:6.1f}x")
     return out
 

@@ -38,7 +38,6 @@
 
 namespace ncsimt {
 
-#define NC_NOTSAN __attribute__((no_sanitize_thread))
 
 struct HzRec {      // one access
   uint32_t bar;     // the barrier interval it was made in (0: none yet)
@@ -88,6 +87,10 @@ NC_TLS int hz_on = 0;  // this launch checks hazards (LaunchParams::hazards)
 NC_TLS uint32_t hz_bar = 1;  // the current barrier interval of this OS thread's block
 NC_TLS HzState* hz_state = nullptr;
 NC_TLS int hz_in = 0;
+// The span every checked address lies in (dynamic shared memory with its margins, the static
+// variables): the hooks' one test before anything else; 0 wide while no hazard run is on
+NC_TLS uintptr_t hz_span_lo = 0;
+NC_TLS uintptr_t hz_span_len = 0;
 
 static constexpr size_t HZ_GUARD = 4096;  // dynamic shared memory's checked margin
 
@@ -106,6 +109,23 @@ NC_NOTSAN static void hz_cells_for(HzRegion* r) {
   r->ncells = r->cells ? r->size : 0;
 }
 
+// The hooks' span: dynamic shared memory with its checked margins and the static variables.
+NC_NOTSAN static void hz_span() {
+  HzState* st = hz_state;
+  if (!hz_on || !st) {
+    hz_span_lo = hz_span_len = 0;
+    return;
+  }
+  uintptr_t lo = st->lo, hi = st->hi;
+  if (st->dyn.lo) {
+    const uintptr_t dlo = st->dyn.lo - HZ_GUARD, dhi = st->dyn.lo + st->dyn.size + HZ_GUARD;
+    if (dlo < lo) lo = dlo;
+    if (dhi > hi) hi = dhi;
+  }
+  hz_span_lo = lo;
+  hz_span_len = hi > lo ? hi - lo : 0;
+}
+
 // Each shared variable has a name the translation gives it (SharedPoison's third argument).
 NC_NOTSAN static void hz_register(void* p, unsigned long size, const char* name) {
   hz_in++;
@@ -122,6 +142,7 @@ NC_NOTSAN static void hz_register(void* p, unsigned long size, const char* name)
   if (hz_on) hz_cells_for(r);
   if ((uintptr_t)p < st->lo) st->lo = (uintptr_t)p;
   if ((uintptr_t)p + size > st->hi) st->hi = (uintptr_t)p + size;
+  hz_span();
   hz_in--;
 }
 
@@ -136,6 +157,7 @@ NC_NOTSAN static void hz_block_start(void* dyn, unsigned long long size) {
   hz_cells_for(&st->dyn);
   for (int i = 0; i < st->nstatics; ++i) hz_cells_for(&st->statics[i]);
   st->first[0] = 0;
+  hz_span();
   hz_in--;
 }
 
@@ -279,10 +301,10 @@ NC_NOTSAN static void hz_cells(HzRegion& R, size_t off, int size, int write, uin
   }
 }
 
-NC_NOTSAN static void hz_access(uintptr_t a, int size, int write, uintptr_t ret) {
-  if (!hz_on || hz_in || !tls_cur) return;
+NC_NOTSAN __attribute__((noinline)) static void hz_shared(uintptr_t a, int size, int write,
+                                                          uintptr_t ret) {
+  if (hz_in || !tls_cur) return;
   HzState* st = hz_state;
-  if (!st) return;
   if (st->npend) hz_resolve();  // the write that made them is done by now
   HzRegion& D = st->dyn;
   if (D.lo && a + size > D.lo - HZ_GUARD && a < D.lo + D.size + HZ_GUARD) {
@@ -299,6 +321,13 @@ NC_NOTSAN static void hz_access(uintptr_t a, int size, int write, uintptr_t ret)
       return;
     }
   }
+}
+
+// Every load and store of the kernel's code: one subtraction and one comparison unless the
+// address lies in the span of shared memory.
+NC_NOTSAN static inline void hz_access(uintptr_t a, int size, int write, uintptr_t ret) {
+  if (__builtin_expect(a - hz_span_lo >= hz_span_len, 1)) return;
+  hz_shared(a, size, write, ret);
 }
 
 }  // namespace ncsimt

@@ -101,6 +101,7 @@ static void hz_block_start(void* dyn, unsigned long long size);
 static void hz_barrier();
 static void hz_collective(Fiber* base, unsigned need);
 static std::string hz_take();
+static void hz_span();
 extern NC_TLS int hz_on;
 
 void register_shared(void* p, unsigned long size, const char* name) {
@@ -162,7 +163,7 @@ static void init_fiber_stack(Fiber* f) {
 // Leave fiber f: straight to the next fiber of this pass, or back to the scheduler at its end.
 // Fibers released during a pass run in the next one; a fiber on the run list can only stop
 // being runnable by running, so each is still runnable when its turn comes.
-static inline void to_scheduler(Fiber* f) {
+NC_NOTSAN static inline void to_scheduler(Fiber* f) {
   BlockCtx* B = tls_block;
   if (++B->runpos < B->runlen) {
     Fiber* g = B->fibers + B->runlist[B->runpos];
@@ -184,7 +185,7 @@ static T load_slot(const unsigned char* p) {
   return v;
 }
 
-static void reduce_group(BlockCtx* B, int w, unsigned need, int op, int width) {
+NC_NOTSAN static void reduce_group(BlockCtx* B, int w, unsigned need, int op, int width) {
   Fiber* base = B->fibers + 32 * w;
   int size = width & 0xff;
   bool is_signed = (width & 0x100) != 0;
@@ -223,7 +224,7 @@ static const char* op_name(int op);  // below, with the deadlock message
 // partial), exited, or outside the mask -- reads an undefined value on a GPU; here every byte of
 // the result is set (NaN as a float, -1 as an integer), so a kernel that uses it shows, and the
 // first such read of the launch is noted for the verdict to name.
-static void undefined_read(BlockCtx* B, int w, int l, int src, int op, unsigned mask) {
+NC_NOTSAN static void undefined_read(BlockCtx* B, int w, int l, int src, int op, unsigned mask) {
   std::memset(B->fibers[32 * w + l].result, undefined_fill(), 16);
   if (!B->undefined || !B->undefined->empty()) return;
   const int t = 32 * w + src;
@@ -243,7 +244,7 @@ static void undefined_read(BlockCtx* B, int w, int l, int src, int op, unsigned 
 }
 
 // Complete the collective of the lanes `need` (all arrived): each lane's result from its own op.
-static void complete(BlockCtx* B, int w, unsigned need) {
+NC_NOTSAN static void complete(BlockCtx* B, int w, unsigned need) {
   Fiber* base = B->fibers + 32 * w;
   unsigned ballot = 0;
   for (int l = 0; l < 32; ++l)
@@ -315,14 +316,14 @@ static void complete(BlockCtx* B, int w, unsigned need) {
   B->warp_waiting[w] &= ~need;
 }
 
-static bool try_complete(BlockCtx* B, int w, unsigned mask) {
+NC_NOTSAN static bool try_complete(BlockCtx* B, int w, unsigned mask) {
   unsigned need = mask & B->warp_alive[w];
   if (need == 0 || (B->warp_waiting[w] & need) != need) return false;
   complete(B, w, need);
   return true;
 }
 
-void warp_collective(Fiber* f) {
+NC_NOTSAN void warp_collective(Fiber* f) {
   BlockCtx* B = tls_block;
   int w = f->warp;
   f->state = AT_WARP;
@@ -338,7 +339,7 @@ unsigned warp_alive_mask() {
 }
 
 // A lane left: collectives that were waiting only for it may now complete.
-static void on_lane_exit(BlockCtx* B, int w) {
+NC_NOTSAN static void on_lane_exit(BlockCtx* B, int w) {
   Fiber* base = B->fibers + 32 * w;
   for (int l = 0; l < 32; ++l)
     if (B->warp_waiting[w] >> l & 1) try_complete(B, w, base[l].mask);
@@ -347,7 +348,7 @@ static void on_lane_exit(BlockCtx* B, int w) {
 // ------------------------------------------------------------------------------------------------
 // Barriers
 // ------------------------------------------------------------------------------------------------
-void yield_barrier(int pred, int line, const char* file) {
+NC_NOTSAN void yield_barrier(int pred, int line, const char* file) {
   Fiber* f = tls_cur;
   BlockCtx* B = tls_block;
   f->state = AT_BARRIER;
@@ -425,7 +426,7 @@ void* shared_from_window(size_t w) {
   return out;
 }
 
-extern "C" void ncsimt_fiber_main() {
+extern "C" NC_NOTSAN void ncsimt_fiber_main() {
   Fiber* f = tls_cur;
   tls_thunk(tls_args);
   BlockCtx* B = tls_block;
@@ -1064,7 +1065,7 @@ struct DynSmem {
 // part of the block exited before it, or threads wait at two different barriers (compute-
 // sanitizer's synccheck reports both; CUDA allows __syncthreads() in conditional code only where
 // the condition is the same for the whole block).  "" when the barrier is sound.
-static std::string barrier_divergence(BlockCtx* B) {
+NC_NOTSAN static std::string barrier_divergence(BlockCtx* B) {
   const Fiber *first = nullptr, *other = nullptr;
   for (int t = 0; t < B->n; ++t) {
     const Fiber& f = B->fibers[t];
@@ -1111,7 +1112,7 @@ struct Shared {
   unsigned long long undefined_block = ~0ull;
 };
 
-static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
+NC_NOTSAN static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
   alt_stack();
   tls_fill = (unsigned char)p->fill;
   unsigned long long total = (unsigned long long)p->grid[0] * p->grid[1] * p->grid[2];
@@ -1292,6 +1293,7 @@ static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
   tls_block = nullptr;
   tls_cur = nullptr;
   hz_on = 0;
+  hz_span();
   for (int t = 0; t < n; ++t) give_stack(fibers[t].stack);
 }
 

@@ -216,6 +216,8 @@ struct BlockCtx;
 // load, not a __tls_get_addr call per threadIdx); the worker process reserves static TLS for it
 // (GLIBC_TUNABLES=glibc.rtld.optional_static_tls).  __shared__ variables stay dynamic TLS.
 #define NC_TLS thread_local __attribute__((tls_model("initial-exec")))
+// normcheck's own runtime code, never instrumented in the hazard build (normcheck_hazards.h)
+#define NC_NOTSAN __attribute__((no_sanitize_thread))
 extern NC_TLS Fiber* tls_cur;
 extern NC_TLS BlockCtx* tls_block;
 extern NC_TLS unsigned char* tls_dyn_smem;
