@@ -467,9 +467,9 @@ class KernelTarget:
                     (32 * specs.evaluate(ln.num_warps, rows, cols, "launch.num_warps"),)
                 shm = specs.evaluate(ln.shared_mem, rows, cols, "launch.shared_mem")
             more = dict(launch)
-            if self.capabilities.hazards and not ln.host:  # the launcher's opt-in, enforced
-                more["max_dyn_smem"] = 0 if ln.shared_mem_opt_in is None else specs.evaluate(
-                    ln.shared_mem_opt_in, rows, cols, "launch.shared_mem_opt_in")
+            if ln.shared_mem_opt_in is not None and not ln.host:  # the launcher's opt-in
+                more["max_dyn_smem"] = specs.evaluate(ln.shared_mem_opt_in, rows, cols,
+                                                      "launch.shared_mem_opt_in")
             if not self.capabilities.hazards:
                 more.pop("hazards", None)
             try:

@@ -21,13 +21,14 @@ def test_both_backends_kernels_take_the_one_call():
 def test_a_launch_option_a_backend_lacks_is_refused_by_name():
     class Plain(base.Kernel):  # a backend with no launch options beyond the grid
         def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
-                     guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
-            self.refuse(schedule, workers, seed, fill, blocks)
+                     guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None,
+                     hazards=False, max_dyn_smem=0):
+            self.refuse(schedule, workers, seed, fill, blocks, hazards)
 
     k = Plain()
     k((1,), (1,), [])
     for kw, name in (({"fill": 0}, "fill"), ({"schedule": "random"}, "schedule"),
-                     ({"blocks": (1, 0)}, "blocks")):
+                     ({"blocks": (1, 0)}, "blocks"), ({"hazards": True}, "hazards")):
         with pytest.raises(errors.InvalidArgument, match=f"{name}="):
             k((1,), (1,), [], **kw)
 

@@ -210,8 +210,10 @@ def test_a_spec_entry_carrying_code_is_a_spec_error(tmp_path):
 
 
 def test_a_case_file_whose_entry_carries_code_is_refused(tmp_path):
+    src = tmp_path / CHECK_SRC.name  # beside the case: a source the case may name
+    src.write_text(CHECK_SRC.read_text())
     path = replay.save_case(tmp_path / "c.npz", kernel={
-        "source": str(CHECK_SRC), "entries": ["rms_good_fp16<int>\n__attribute__((constructor)) "
+        "source": str(src), "entries": ["rms_good_fp16<int>\n__attribute__((constructor)) "
                                               "static void f() {}"],
         "norm": "rmsnorm", "dtype": "fp16"}, x=np.ones((1, 4), np.float16))
     r = _cli("replay", str(path))
@@ -710,13 +712,14 @@ def test_a_report_holding_failed_launches_of_each_kind_renders(tmp_path):
 
     # every kind of failed launch, each the only record of its cell (a family and a format), as
     # the sweep writes them for built-ins and kernels of yours (the render used to die on them)
-    fams, fmts = list(families.FAMILIES), ["fp16", "bf16"]
+    fams, fmts = list(families.FAMILIES), ["fp16", "bf16", "fp32"]
     recs = []
     for i, kind in enumerate(k.value for k in FailureKind):
         st = fmts[i // len(fams)]
-        recs.append(Record(key=f"k{i}", kernel=f"rmsnorm_rms_{st}_upcast_square",
+        order = None if st == "fp32" else "upcast_square"
+        recs.append(Record(key=f"k{i}", kernel=f"rmsnorm_rms_{st}" + (f"_{order}" if order else ""),
                            family=fams[i % len(fams)], cols=8, rows=4, max_ulp=float("inf"),
-                           norm="rmsnorm", storage=st, order="upcast_square", algorithm="rms",
+                           norm="rmsnorm", storage=st, order=order, algorithm="rms",
                            error={"kind": kind, "detail": f"{kind} <b>here</b>"}))
     results = {"provenance": {"seed": 0, "backend": "cpu", "mode": "quick"}, "records": recs}
     render.render(results, tmp_path)

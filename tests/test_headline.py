@@ -21,9 +21,10 @@ SRC = Path(__file__).parent / "cuda" / "headline.cu"
     # the cross-warp step dropped: the partial reduction reproduces every element off
     ("rms_no_cross_warp_fp16", "rmsnorm", "fp16", "partial_reduction", "exact",
      "a block of 256 threads"),
-    # a __syncthreads() only warp 0 reaches: the others read partials not yet written
-    ("rms_sync_in_branch_fp32", "rmsnorm", "fp32", "undefined_values", "undefined",
-     "the output depends on undefined values"),
+    # a __syncthreads() only warp 0 reaches: synccheck's divergent barrier, at its line (the
+    # others then read partials not yet written; the barrier is the cause to fix)
+    ("rms_sync_in_branch_fp32", "rmsnorm", "fp32", "fault_barrier", "fault",
+     "reached by 32 of its 256 threads"),
     # TensorRT-LLM's diff of squares: the one-pass variance, emulated bit for bit
     ("ln_trt_one_pass_fp16", "layernorm", "fp16", "one_pass", None, "one-pass variance"),
     # a two-pass kernel reading 32 slots of partials: undefined values, not one-pass

@@ -52,8 +52,16 @@ def _our_processes():
     return out
 
 
+def test_a_read_only_probe_of_a_path_is_answered_not_there(k):
+    """fopen("/etc/passwd", "r") (no O_CLOEXEC: seccomp traps it) is answered ENOENT, as a
+    sound host probe of an optional file is (#53): the kernel reads nothing and goes on."""
+    y = np.zeros(1, np.float32)
+    k["read_passwd"](1, 1, [y])
+    assert y[0] == 0
+
+
 @pytest.mark.parametrize("entry,call,arg", [
-    ("write_file", "open", "file"), ("read_passwd", "open", None),
+    ("write_file", "open", "file"),
     ("run_command", "system()", "file"), ("fork_bomb", "clone", None),
     ("fork_abort", "clone", None), ("network", "socket", None),
     ("remove_file", "unlink", "existing"),

@@ -192,31 +192,37 @@ class Kernel(abc.ABC):
     """A compiled entry, the one call every backend's kernels take:
 
     ``kernel(grid, block, args, shared_mem=0, *, names=None, timeout=None, guard=None,
-    schedule=None, workers=None, seed=0, fill=0xFF, blocks=None)`` -> the launch's note (a
-    string it noted without failing) or None.  ``names`` label the arguments in errors,
-    ``timeout`` bounds the launch, ``guard`` which side of each array lies against an
-    inaccessible margin; ``schedule``/``workers``/``seed`` (the order blocks run in), ``fill``
-    (the byte undefined values are made of) and ``blocks`` (a part of the grid) are honoured
-    where the backend's :class:`Capabilities` say so, and refused (:meth:`refuse`) where they
-    do not."""
+    schedule=None, workers=None, seed=0, fill=0xFF, blocks=None, hazards=False,
+    max_dyn_smem=0)`` -> the launch's note (a string it noted without failing) or None.
+    ``names`` label the arguments in errors, ``timeout`` bounds the launch, ``guard`` which side
+    of each array lies against an inaccessible margin; ``schedule``/``workers``/``seed`` (the
+    order blocks run in), ``fill`` (the byte undefined values are made of), ``blocks`` (a part
+    of the grid) and ``hazards`` (the hazard build: races, exact shared-memory bounds) are
+    honoured where the backend's :class:`Capabilities` say so, and refused (:meth:`refuse`)
+    where they do not; ``max_dyn_smem`` is the dynamic shared memory the launcher opted in to
+    (cudaFuncSetAttribute's MaxDynamicSharedMemorySize; 0: none, 48 KiB)."""
 
     entry: str = "?"
     capabilities: Capabilities = Capabilities()
 
     @abc.abstractmethod
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
-                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
+                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None,
+                 hazards=False, max_dyn_smem=0):
         """Launch; the launch's note or None."""
 
-    def refuse(self, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
+    def refuse(self, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None,
+               hazards=False):
         """An InvalidArgument for a launch option this backend's capabilities lack."""
         caps = self.capabilities
         asked = (("schedule", schedule is not None, caps.block_orders),
                  ("fill", fill != 0xFF, caps.fill),
-                 ("blocks", blocks is not None, caps.block_subsets))
+                 ("blocks", blocks is not None, caps.block_subsets),
+                 ("hazards", bool(hazards), caps.hazards))
         for name, used, can in asked:
             if used and not can:
-                raise invalid(name, {"schedule": schedule, "fill": fill, "blocks": blocks}[name],
+                raise invalid(name, {"schedule": schedule, "fill": fill, "blocks": blocks,
+                                     "hazards": hazards}[name],
                               "a launch option this backend has", "run it on the cpu backend")
 
 

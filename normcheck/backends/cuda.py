@@ -158,8 +158,9 @@ class CudaKernel(base.Kernel):
         return out
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
-                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
-        self.refuse(schedule, workers, seed, fill, blocks)
+                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None,
+                 hazards=False, max_dyn_smem=0):
+        self.refuse(schedule, workers, seed, fill, blocks, hazards)
         drv = self.backend.drv
         g, b, shared_mem = base.check_launch(grid, block, shared_mem)
         args = self._check(list(args), names)
@@ -175,6 +176,9 @@ class CudaKernel(base.Kernel):
                     call.append(buf)
                 else:
                     call.append(a)
+            if max_dyn_smem:  # the launcher's opt-in (a spec's shared_mem_opt_in), as it is
+                self.function.set_attribute(
+                    drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(max_dyn_smem))
             start, end = drv.Event(), drv.Event()
             start.record()
             self.function(*call, block=b, grid=g, shared=int(shared_mem))

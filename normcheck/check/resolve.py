@@ -257,7 +257,7 @@ def resolve(o: CheckOptions) -> Resolved:
         n = n.with_affine(True, n.centred and (spec.has("dbeta") or spec.has("beta")))
         out = None
         target = launch.bind(spec, src, norm=n, dtype=fmt.name, backend=be, defines=defines,
-                             timeout=timeout, arch=arch)
+                             timeout=timeout, arch=arch, options=_hazard_build(be))
     else:
         if n.fused:
             missing = [r for r in ("residual", "h") if not spec.has(r)]
@@ -272,7 +272,7 @@ def resolve(o: CheckOptions) -> Resolved:
         target = launch.bind(spec, src, norm=n, dtype=fmt.name,
                              out_dtype=out.name if out is not None else None,
                              backend=be, defines=defines, timeout=timeout, arch=arch,
-                             quant=contract)
+                             quant=contract, options=_hazard_build(be))
     if default_abi and not is_triton(src):
         _check_order(spec, target, src)
     rows = target.formats.get("input", fmt)
@@ -304,6 +304,12 @@ def resolve(o: CheckOptions) -> Resolved:
         desc.update({"reference": n.reference,
                      "out_dtype": out.name if out is not None else contract.qformat.name})
     return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc, rows)
+
+
+def _hazard_build(be) -> dict | None:
+    """The compile options of a check's kernel: its hazard build made beside the plain one where
+    the backend has one (the check's families run on it)."""
+    return {"hazards": True} if be.capabilities.hazards else None
 
 
 def _triton_signature(source, entry):

@@ -129,7 +129,7 @@ _SCHEDULES = {"forward": 0, "reverse": 1, "random": 2, "warps": 3}
 _PAGE = mmap.PAGESIZE
 _REPORT_PAGE = _PAGE  # page 0 of the arena
 _REPORT_LINE = 1024  # the worker's REPORT_BYTES: the crash report's line
-OPTIONS = ("timeout", "workers", "schedule", "flags", "guard", "arch", "hosts")
+OPTIONS = ("timeout", "workers", "schedule", "flags", "guard", "arch", "hosts", "hazards")
 
 
 def cuda_include_dirs() -> list[Path]:
@@ -1426,6 +1426,15 @@ HAZARD_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0"
                 "-fsanitize=bounds", "-fno-sanitize-recover=bounds")
 
 
+def _quietly(make):
+    """Make a value ahead (a build beside another); an error is raised again when it is asked
+    for (the _Once makes it again then)."""
+    try:
+        make()
+    except Exception:  # noqa: BLE001 -- asked for later, where the caller sees it
+        pass
+
+
 class _Once:
     """A value made on first use, once, whichever thread asks first."""
 
@@ -1815,7 +1824,8 @@ class CpuBackend(base.Backend):
         timeout (s), workers (OS threads), schedule ("forward", "reverse", "random"), guard
         ("end", "start", "both"), flags (extra g++ flags), arch (the __CUDA_ARCH__ presented:
         sm_90 by default), hosts (entries that are host functions: a project's own launcher,
-        whose <<<...>>> and cudaLaunchKernelEx launches run in order)."""
+        whose <<<...>>> and cudaLaunchKernelEx launches run in order), hazards (the hazard
+        build made beside the plain one, not when a launch first asks for it)."""
         options = dict(options or {})
         for k in options:
             if k not in OPTIONS + ("fmad",):
@@ -1827,10 +1837,14 @@ class CpuBackend(base.Backend):
         canon = [base.parse_entry(e) for e in entries]
         arch = base.parse_arch(options.get("arch"))
         flags = tuple(options.get("flags", ()))
-        mod = build(src, canon, defines, flags, arch, options.get("hosts", ()))
-        # the hazard run's build of the same text (HAZARD_FLAGS), made when a launch first asks
+        # the hazard run's build of the same text (HAZARD_FLAGS): made when a launch first asks,
+        # or (hazards=True: a check, which will) beside the plain build, on another core
         instrumented = _Once(lambda: build(src, canon, defines, flags + HAZARD_FLAGS, arch,
                                            options.get("hosts", ())))
+        if options.get("hazards"):
+            threading.Thread(target=_quietly, args=(instrumented,), daemon=True,
+                             name="normcheck-hazard-build").start()
+        mod = build(src, canon, defines, flags, arch, options.get("hosts", ()))
         return {e: CpuKernel(mod, c, options, instrumented) for e, c in zip(entries, canon)}
 
     def provenance(self, options=None) -> dict:

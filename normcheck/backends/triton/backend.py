@@ -302,11 +302,12 @@ class TritonKernel(base.Kernel):
         return _workers().get(str(self.cached.parent), isolation.is_own(self.path))
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
-                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
+                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None,
+                 hazards=False, max_dyn_smem=0):
         from normcheck.backends.cpu import backend as cpu, wire
         from normcheck.formats import poison_bits
 
-        self.refuse(schedule, workers, seed, fill, blocks)
+        self.refuse(schedule, workers, seed, fill, blocks, hazards)
         g = base.dim3(grid, "grid")
         args = list(args)
         passed = self.sig.passed
@@ -539,10 +540,11 @@ class _GpuKernel(base.Kernel):
         self.last_seconds = None
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
-                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None):
+                 guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None,
+                 hazards=False, max_dyn_smem=0):
         from normcheck.backends.cpu import backend as cpu
 
-        self.refuse(schedule, workers, seed, fill, blocks)
+        self.refuse(schedule, workers, seed, fill, blocks, hazards)
         args = list(args)
         records, layout, size, _hidden = cpu.array_layout(args, "end")
         req = {"op": "launch", "module": str(self.cached), "filename": str(self.path),
