@@ -19,6 +19,7 @@ __all__ = [
     "KernelError",
     "KernelCrash",
     "KernelDeadlock",
+    "SandboxUnavailable",
     "KernelRace",
     "BarrierDivergence",
     "LaunchRefused",
@@ -90,6 +91,12 @@ class SpecError(NormcheckError, ValueError):
     """A kernel spec (TOML) that cannot be used; the message names the key and the fix."""
 
 
+class SandboxUnavailable(NormcheckError):
+    """The confinement a kernel's code runs under (landlock, seccomp) cannot be applied on this
+    machine: normcheck refuses to run untrusted code rather than run it unconfined (exit 2;
+    NORMCHECK_SANDBOX=off accepts the risk)."""
+
+
 class BackendUnavailable(NormcheckError, RuntimeError):
     """The requested backend cannot run here (no PyCUDA, no GPU, not x86-64 ...)."""
 
@@ -112,7 +119,9 @@ class CompileError(NormcheckError):
     """The kernel source did not compile; ``diagnostics`` holds the compiler's messages."""
 
     def __init__(self, message: str, diagnostics: str = ""):
-        super().__init__(message + ("\n" + diagnostics if diagnostics else ""))
+        from normcheck.escape import quoted  # the compiler echoes the file: untrusted text
+
+        super().__init__(message + ("\n" + quoted(diagnostics) if diagnostics else ""))
         self.diagnostics = diagnostics
 
 

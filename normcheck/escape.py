@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["terminal", "xml_chars", "markdown", "code_span", "code_block", "worst_link",
-           "TerminalStream", "CONTROLS"]
+           "TerminalStream", "CONTROLS", "one_line", "quoted"]
 
 #: What a terminal must not receive from untrusted text.
 CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -38,14 +38,29 @@ def terminal(text) -> str:
     return CONTROLS.sub("?", str(text))
 
 
+def one_line(text) -> str:
+    """Untrusted text -- a kernel's message, an exception a Triton file raised, a worker's
+    reply -- on one line, each line break shown as ``⏎``: it cannot start a line of normcheck's
+    output (a workflow command ``::stop-commands::``, ``::error``, a ``verdict: PASS``)."""
+    return terminal(str(text).replace("\r\n", "\n").replace("\r", "\n")).replace("\n", " ⏎ ")
+
+
+def quoted(text, indent: str = "    ") -> str:
+    """Untrusted text of several lines (a compiler's diagnostics) as an indented block: every
+    line starts with ``indent`` and ``| ``, so none can start a workflow command or a verdict."""
+    lines = terminal(str(text).replace("\r\n", "\n").replace("\r", "\n")).split("\n")
+    return "\n".join(f"{indent}| {ln}" for ln in lines)
+
+
 def xml_chars(text) -> str:
     """``text`` without the characters XML 1.0 forbids (escaping ``<&`` is the writer's)."""
     return _XML_INVALID.sub("", str(text))
 
 
 def markdown(text) -> str:
-    """``text`` for a markdown paragraph or table cell that GitHub renders."""
-    t = terminal(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """``text`` for a markdown paragraph or table cell that GitHub renders: on one line (a line
+    of its own could start a heading, a list, a fence), ``& < >`` as entities, ``|`` escaped."""
+    t = one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return t.replace("|", "\\|")
 
 

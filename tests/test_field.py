@@ -348,7 +348,7 @@ from not_installed_anywhere.utils import libentry
 @libentry()
 @triton.jit
 def rms_kernel(Y, X, W, eps, rows, cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     m = offs < cols
     x = tl.load(X + row * cols + offs, mask=m, other=0.0).to(tl.float32)

@@ -147,3 +147,22 @@ def test_a_barrier_not_every_thread_reaches_alike_fails_with_its_line(bad, twin,
     assert "hazards.cu:" in f.detail, f.detail
     ok = _check(twin)
     assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+
+
+def test_a_triton_kernels_int32_row_offset_fails_the_large_index_run_at_its_line():
+    """The Triton executor maps the large-index run's sparse arrays as the CUDA C path does:
+    `tl.program_id(0) * cols` in int32 wraps past 2^31 elements and the access lands below the
+    array -- out of bounds at its line, in bounded time and memory; the int64 twin passes."""
+    pytest.importorskip("triton")
+    src = HERE / "triton_index.py"
+    r = check.check_kernel(src, "rms_int32_offset", "rmsnorm", "bf16", search=0, examples=4)
+    f = next((f for f in r.failures if f.family == "large_index"), None)
+    assert f is not None and f.kind == "out_of_bounds", r.render()
+    assert "wrapped to 32 bits" in f.detail and "triton_index.py:" in f.detail, f.detail
+    assert {g.family for g in r.failures} == {"large_index"}, r.render()  # only there
+    note = next(n for n in r.detail.notes if n.startswith("large-index run"))
+    assert "524,295 rows of 4096" in note
+    ok = check.check_kernel(src, "rms_int64_offset", "rmsnorm", "bf16", search=0, examples=4)
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+    big = next(fr for fr in ok.families if fr.family == "large_index")
+    assert big.rows == 7 and 0 < big.max_of_bound <= 1

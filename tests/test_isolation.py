@@ -215,7 +215,7 @@ import triton.language as tl
 
 @triton.jit
 def rms(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_SIZE)
     mask = offs < cols
     x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)

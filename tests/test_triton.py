@@ -335,7 +335,7 @@ def _kernel_file(tmp_path, body, name="k.py"):
 
         @triton.jit
         def k(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
-            row = tl.program_id(0)
+            row = tl.program_id(0).to(tl.int64)
             offs = tl.arange(0, BLOCK_SIZE)
             mask = offs < cols
             x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)
@@ -409,7 +409,7 @@ SETTINGS = calculate_settings(4096)  # host code: a stand-in's result, never use
 
 @triton.jit
 def k(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_SIZE)
     mask = offs < cols
     x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)

@@ -337,9 +337,9 @@ import triton.language as tl
 
 @triton.jit
 def rms_spin(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)
     i = 0
-    while i < row:  # every program its own trip count
+    while i < row % 8:  # every program its own trip count
         i += 1
     offs = tl.arange(0, BLOCK_SIZE)
     m = offs < cols
@@ -362,4 +362,4 @@ def test_a_check_says_with_its_verdict_where_programs_ran_one_at_a_time(capsys, 
     d = json.loads(capsys.readouterr().out)
     assert (rc, d["verdict"]) == (0, "pass"), d.get("failures")
     assert any("programs ran one at a time where a condition differed between them at "
-               "spin.py:10: `while i < row:" in n for n in d.get("notes", ())), d.get("notes")
+               "spin.py:10: `while i < row % 8:" in n for n in d.get("notes", ())), d.get("notes")

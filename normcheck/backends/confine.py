@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from normcheck.backends import cache
-from normcheck.errors import BackendUnavailable, CompileError
+from normcheck.errors import BackendUnavailable, CompileError, SandboxUnavailable
 
 __all__ = ["launcher", "mechanism", "describe", "command", "run_compiler", "Limits",
            "compiler_limits", "toolchain_roots", "temporary_folder", "DIAGNOSTICS_BYTES",
@@ -123,6 +123,27 @@ def _probe() -> dict:
     if info.get("lifetime") not in ("pid-namespace", "process-group"):
         raise BackendUnavailable(f"normcheck's process launcher gave no answer ({out!r})")
     return {"lifetime": info["lifetime"], "landlock_abi": int(info.get("landlock_abi", 0))}
+
+
+def unconfined(why: str) -> SandboxUnavailable:
+    """The refusal to run untrusted code (a kernel, its compile, a Triton file's imports)
+    where the confinement cannot be applied: one line naming what is missing and the setting
+    that accepts the risk."""
+    return SandboxUnavailable(
+        f"{why}: normcheck will not run a kernel's code, or compile it, without its sandbox; "
+        "NORMCHECK_SANDBOX=off accepts that risk (only for code you trust)")
+
+
+def require_landlock(what: str) -> None:
+    """Refuse (:func:`unconfined`) to run ``what`` -- the compiler on a user's source -- where
+    landlock is missing (an older kernel, gVisor, a container profile: its calls answer ENOSYS
+    or EPERM), unless NORMCHECK_SANDBOX=off accepts the risk: the compiler would read any file
+    (``#include "../secret.h"`` echoed back in its diagnostics)."""
+    if os.environ.get("NORMCHECK_SANDBOX", "on") == "off":
+        return
+    if mechanism().get("landlock_abi", 0) <= 0:
+        raise unconfined(f"landlock is not available here (landlock_create_ruleset answers "
+                         f"{mechanism().get('landlock_abi')}), so {what} would read any file")
 
 
 def describe() -> str:

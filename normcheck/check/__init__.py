@@ -102,7 +102,13 @@ def run(options: CheckOptions, progress=None) -> CheckResult:
         return _failed_at_load(e, o, t0)
     prep.wait()
     kind = kinds.of(o.backward, r.contract)
-    return _with_headers(r.target, kind.check(r, o, progress))
+    result = _with_headers(r.target, kind.check(r, o, progress))
+    if r.tells and hasattr(result.detail, "notes"):  # said with the verdict, whatever it is
+        result.detail.notes = [*(result.detail.notes or []), (
+            "the source names normcheck's own emulation (" + "; ".join(r.tells) + "): a kernel "
+            "that behaves otherwise under test is sound only under test -- a GPU build sees "
+            "none of these names")]
+    return result
 
 
 def check_kernel(source=None, entry=None, norm=None, dtype=None, **options) -> CheckResult:

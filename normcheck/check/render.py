@@ -3,6 +3,7 @@ causes, the worst row, how to replay it."""
 
 from __future__ import annotations
 
+from normcheck.causes import FAULTS
 from normcheck.measure import mismatch
 from normcheck.metrics import StreamStats, percent, times_bound
 from normcheck.metrics import short as _fmt
@@ -102,6 +103,11 @@ def _forward(r):
         # a family with non-finite or unwritten outputs: said so, never a finite x bound
         # beside it (that is the finite elements' figure, not the verdict's)
         nonfinite = bool(f.failures.get("nonfinite") or f.failures.get("unwritten"))
+        fault = next((str(k) for k in f.failures if k in FAULTS), None)
+        if fault:  # what it computed after a fault is no measurement: the fault instead
+            table.append([f.family, str(f.rows), ",".join(map(str, f.cols)), _verdict(f),
+                          fault.replace("_", " "), "-", base, "-", "-", "-", "-"])
+            continue
         ratio = "non-finite" if nonfinite else times_bound(f.max_of_bound)
         table.append([f.family, str(f.rows), ",".join(map(str, f.cols)), _verdict(f), ratio,
                       _fmt(f.max_scaled), base, _fmt(f.max_ulp), _fmt(f.p99_ulp), bias, bound])

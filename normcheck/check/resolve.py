@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +55,8 @@ class Resolved:
     #: the format x is stored in: ``fmt`` itself, or fp8 (then ``fmt`` is its carrier, fp16,
     #: in which the check holds the rows' values)
     rows: object = None
+    #: where the source tests normcheck's own names (:func:`tells`): said with the verdict
+    tells: list = field(default_factory=list)
 
     def setup(self, seed: int = 0):
         """What a forward judge is told of this check (normcheck.check.engine.Setup)."""
@@ -303,7 +306,46 @@ def resolve(o: CheckOptions) -> Resolved:
     if not backward:
         desc.update({"reference": n.reference,
                      "out_dtype": out.name if out is not None else contract.qformat.name})
-    return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc, rows)
+    return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc, rows,
+                    tells(src))
+
+
+#: Names only normcheck's emulation answers to: a source that tests them could behave one way
+#: under test and another on a GPU (a defeat device).
+_TELL_C = re.compile(r"\b(__NORMCHECK\w*|NORMCHECK_\w+|ncsimt\w*|__nc_\w+)\b")
+_TELL_PY = re.compile(r"\b(normcheck\w*|TRITON_INTERPRET)\b")
+
+
+def tells(src) -> list[str]:
+    """The lines of ``src`` (a path or text) that name normcheck's own emulation -- in CUDA C
+    outside comments, in a Triton file in its code and its strings (``os.environ[
+    "TRITON_INTERPRET"]``) -- as "line N: NAME", at most 3."""
+    import io
+    import tokenize
+
+    try:
+        text = Path(src).read_text(errors="replace") if isinstance(src, Path) or (
+            isinstance(src, str) and "\n" not in src and Path(src).is_file()) else str(src)
+    except OSError:
+        return []
+    out = []
+    if is_triton(src):
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+                if tok.type in (tokenize.NAME, tokenize.STRING):
+                    m = _TELL_PY.search(tok.string)
+                    if m:
+                        out.append(f"line {tok.start[0]}: {m.group(1)}")
+        except (tokenize.TokenError, SyntaxError, IndentationError):
+            return []
+    else:
+        code = re.sub(r"//[^\n]*|/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text,
+                      flags=re.S)
+        for no, line in enumerate(code.splitlines(), 1):
+            m = _TELL_C.search(line)
+            if m:
+                out.append(f"line {no}: {m.group(1)}")
+    return list(dict.fromkeys(out))[:3]
 
 
 def _hazard_build(be) -> dict | None:

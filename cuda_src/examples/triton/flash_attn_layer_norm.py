@@ -27,7 +27,9 @@ def _layer_norm_fwd_1pass_kernel(
     BLOCK_N: tl.constexpr,
     HAS_BIAS: tl.constexpr,
 ):
-    row = tl.program_id(0)
+    # 64-bit row offsets: flash-attn 2.8.3 computes them in int32, which wraps past 2^31
+    # elements (its field entry fails the large-index run for it)
+    row = tl.program_id(0).to(tl.int64)
     X += row * stride_x_row
     Y += row * stride_y_row
     cols = tl.arange(0, BLOCK_N)

@@ -20,7 +20,7 @@ def _rms_layernorm_forward(
     n_cols, eps,
     BLOCK_SIZE: tl.constexpr,
 ):
-    row_idx = tl.program_id(0)
+    row_idx = tl.program_id(0).to(tl.int64)  # as Unsloth's LONG_INDEXING does past 2^31 elements
     col_offsets = tl.arange(0, BLOCK_SIZE)
     mask = col_offsets < n_cols
 

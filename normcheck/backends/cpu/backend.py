@@ -58,6 +58,7 @@ import numpy as np
 
 from normcheck.backends import base, cache, confine, headers, isolation
 from normcheck.backends.cpu import sandbox, translate, wire
+from normcheck.escape import one_line
 from normcheck.errors import (
     BackendUnavailable,
     BarrierDivergence,
@@ -287,7 +288,10 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
     the messages of its inline PTX statements left to fail when they run, the files the
     preprocessor read (absolute paths) and the C++ standard it was read in (``-std=``).  A header of
     CUDA's libraries the file includes and the machine lacks is fetched (once) and the file
-    preprocessed again; one of PyTorch's names the package to install."""
+    preprocessed again; one of PyTorch's names the package to install.  A user's source is
+    never compiled without landlock (the compiler would read any file: fail closed)."""
+    if not is_own(src):
+        confine.require_landlock(f"g++ on {Path(str(src.origin)).name}")
     torch = False
     for _attempt in range(12):
         try:
@@ -561,7 +565,7 @@ def _build(src, entries, defines, extra_flags, arch, hosts) -> Module:
                            worker.describe_death(rep))
     if not rep["ok"]:
         raise CompileError(f"{src.origin}: the compiled module could not be loaded",
-                           rep["message"])
+                           one_line(rep["message"]))
     for e, raw in zip(entries, rep["signatures"]):
         mod.signatures[e] = base.parse_signature(raw)
     return mod
@@ -775,6 +779,7 @@ class Worker:
         self.as_limit = 0  # the running worker's address-space limit
         self.seq = 0
         self.loaded = set()  # the modules this worker has loaded (never unloaded)
+        self.trusted = False  # it runs normcheck's own built-ins only (no user code)
 
     def arena(self, size: int):
         """The shared arena grown to at least ``size`` bytes (page 0 is the report page)."""
@@ -842,6 +847,13 @@ class Worker:
             raise BackendUnavailable("the cpu backend's worker process did not start: "
                                      + self.describe_death(rep))
         self.state = rep["sandbox"]
+        missing = [m for m in ("landlock", "seccomp") if m not in self.state["enforced"]]
+        if mode == "on" and missing and not self.trusted:  # fail closed: no user code runs
+            # half-confined
+            self._kill()
+            raise confine.unconfined(
+                f"the worker's {' and '.join(missing)} could not be applied "
+                f"({self.state['detail']})")
 
     def _kill(self):
         if self.proc is not None:
@@ -903,7 +915,8 @@ class Worker:
         if rep[0] == "malformed":
             return f"its reply was malformed ({rep[1]})"
         own = self.messages()
-        return f"the worker process died (exit code {rep[1]})" + (f": {own}" if own else "")
+        return f"the worker process died (exit code {rep[1]})" + (f": {one_line(own)}"
+                                                                   if own else "")
 
     def _exchange(self, req, timeout):
         """Send ``req``; the reply (decoded, not yet checked against its schema), or ("died",
@@ -1102,6 +1115,7 @@ class Workers:
                 if self.own is None:
                     self.own = Worker(self.module, self.extra_env,
                                       roots=(*self.roots, folder), sandbox=self.sandbox)
+                    self.own.trusted = True
                 w, grown = self.own, folder not in self.own.roots
                 if grown:  # a new set: a start under way reads the old one
                     w.roots = w.roots | {folder}
@@ -1381,7 +1395,7 @@ def timeout_error(entry: str, timeout: float) -> KernelTimeout:
 def forged_reply(entry: str, what: str) -> SandboxViolation:
     """A worker that sent something other than normcheck's protocol (a forged reply or report)."""
     return SandboxViolation(f"{entry}: the worker sent something that is not normcheck's "
-                            f"protocol ({what}): the kernel wrote into the reply pipe or the "
+                            f"protocol ({one_line(what)}): the kernel wrote into the reply pipe or the "
                             "crash report; the worker was stopped and nothing it sent was used",
                             call="forged reply")
 
@@ -1695,7 +1709,7 @@ class CpuKernel(base.Kernel):
             where += f" at {line}"
         kind = info.get("kind")
         own = self.module.worker().messages()
-        extra = f"\n{own}" if own else ""
+        extra = f" -- the worker said: {one_line(own)}" if own else ""
         if kind == "out_of_bounds":
             raise self._oob(info, args, names, where)
         if kind == "unsupported":
@@ -1751,7 +1765,7 @@ class CpuKernel(base.Kernel):
             worker = self.module.worker()
             with worker.lock:
                 worker._kill()
-            raise SandboxViolation(f"{self.entry}: {rep['message'][:200]}; a kernel's threads "
+            raise SandboxViolation(f"{self.entry}: {one_line(rep['message'][:200])}; a kernel's threads "
                                    "must end before its launch returns (normcheck ended the "
                                    "worker, and them)", call="threads")
         errors = {"deadlock": KernelDeadlock, "race": KernelRace, "barrier": BarrierDivergence,
@@ -1759,7 +1773,7 @@ class CpuKernel(base.Kernel):
         if rep["kind"] in errors:  # the runtime's sentence, each [pc 0x..] as its line
             msg = re.sub(r" \[pc (0x[0-9a-f]{1,16})\]",
                          lambda m: f" at {source_line(self.module, m.group(1)) or '?'}",
-                         rep["message"][:2000])
+                         one_line(rep["message"][:2000]))
             # a barrier's own file:line (__builtin_FILE): the user's file by its name
             msg = re.sub(r"\[file ([^\]\n]{1,500}):(\d{1,9})\]",
                          lambda m: f"{Path(m.group(1)).name if m.group(1) == self.module.origin else m.group(1)}:{m.group(2)}",
@@ -1788,7 +1802,7 @@ class CpuKernel(base.Kernel):
             raise self._oob(info, args, names,
                             " (found in the bytes beside the array after the launch; run "
                             "again, the write did not fault, so the thread is not known)")
-        raise KernelError(f"{self.entry}: {rep['message'][:2000]}")
+        raise KernelError(f"{self.entry}: {one_line(rep['message'][:2000])}")
 
 
 class CpuBackend(base.Backend):

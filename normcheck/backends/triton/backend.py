@@ -28,6 +28,7 @@ import numpy as np
 from normcheck.backends import base, cache, isolation
 from normcheck.errors import (CompileError, FailureKind, KernelCrash,
                               KernelError, Unsupported, invalid)
+from normcheck.escape import one_line
 from normcheck.files import SOURCE_BYTES, read_limited
 
 __all__ = ["TritonCpuBackend", "TritonGpuBackend", "TritonKernel", "signature", "is_triton",
@@ -330,17 +331,25 @@ class TritonKernel(base.Kernel):
                 raise invalid(f"args[{i}]", "struct", "pointers and scalars (a Triton kernel "
                               "takes no struct)")
         records, layout, size, _hidden = cpu.array_layout(args, "end")
-        dtypes = [a.dtype.name if isinstance(a, np.ndarray) else "" for a in args]
+        arrays = (np.ndarray, base.SparseRows)
+        dtypes = [a.dtype.name if isinstance(a, arrays) else "" for a in args]
         # an element still holding the poison of its format is an output no program has
         # written (the rows normcheck generates never hold these NaN payloads)
-        poison = [poison_bits(a.dtype) if isinstance(a, np.ndarray) and a.dtype.name in
+        poison = [poison_bits(a.dtype) if isinstance(a, arrays) and a.dtype.name in
                   ("float32", "float16", "bfloat16") else -1 for a in args]
+        # the large-index run's arrays: only their last rows exist (the executor's Window)
+        windows = {str(i): a.lo * a.pitch for i, a in enumerate(args)
+                   if isinstance(a, base.SparseRows)}
         req = {"op": "launch", "module": str(self.cached), "filename": str(self.path),
                "entry": self.entry, "params": list(self.sig.passed[:len(args)]),
                "constexprs": list(self.sig.constexprs), "grid": list(g), "args": records,
                "dtypes": dtypes, "names": [str(n) for n in (names or self.sig.params)],
                "poison": poison, "schedule": schedule, "seed": int(seed),
                "stubs": list(self.sig.stubbed), "batched": batched()}
+        if windows:
+            req["windows"] = windows
+        if blocks is not None:
+            req["blocks"] = [int(blocks[0]), int(blocks[1])]
         w = self.worker()
 
         def dead(rep):
@@ -362,10 +371,10 @@ class TritonKernel(base.Kernel):
                                   on_dead=dead)
         if not rep["ok"]:
             if rep["kind"] == "load":
-                raise CompileError(f"{self.path.name}: {rep['message']}")
+                raise CompileError(f"{self.path.name}: {one_line(rep['message'])}")
             if rep["kind"] == "launch":
-                raise KernelCrash(f"{self.entry}: {rep['message']}")
-            err = KernelError(f"{self.entry}: {rep['message']}")
+                raise KernelCrash(f"{self.entry}: {one_line(rep['message'])}")
+            err = KernelError(f"{self.entry}: {one_line(rep['message'])}")
             err.kind = FailureKind(rep["kind"])
             raise err
         self.last_seconds = rep["seconds"]
@@ -392,7 +401,8 @@ class TritonCpuBackend(base.Backend):
     """Triton kernels under normcheck's executor, on the CPU, in the sandboxed worker."""
 
     name = "triton-cpu"
-    capabilities = base.Capabilities(block_orders=True, language="triton")
+    capabilities = base.Capabilities(block_orders=True, block_subsets=True, sparse_rows=True,
+                                     language="triton")
 
     @classmethod
     def own_parts(cls) -> list:
@@ -568,10 +578,10 @@ class _GpuKernel(base.Kernel):
                                   on_dead=dead)
         if not rep["ok"]:
             if rep["kind"] == "load":
-                raise CompileError(f"{self.path.name}: {rep['message']}")
+                raise CompileError(f"{self.path.name}: {one_line(rep['message'])}")
             if rep["kind"] == "launch":
-                raise KernelCrash(f"{self.entry}: {rep['message']}")
-            err = KernelError(f"{self.entry}: {rep['message']}")
+                raise KernelCrash(f"{self.entry}: {one_line(rep['message'])}")
+            err = KernelError(f"{self.entry}: {one_line(rep['message'])}")
             err.kind = FailureKind(rep["kind"])
             raise err
         self.last_seconds = rep["seconds"]

@@ -515,16 +515,53 @@ class _LibdeviceModule:
 
 
 # -- memory: every access checked ---------------------------------------------------------------
+def _wrapped(elem: int, size: int) -> str:
+    """What an element far before an array's start is, where a 32-bit offset explains it."""
+    if 0 <= elem + (1 << 32) < size:
+        return (f": element {elem + (1 << 32)} wrapped to 32 bits (an offset computed in int32 "
+                "-- tl.program_id(0) * stride, say; cast to tl.int64 first)")
+    return ""
+
+
+class Window:
+    """An array of which only the elements from ``base`` on exist (the large-index run: a launch
+    past 2^31 elements whose last programs run, on its last rows): the rest is address space no
+    program of the run should touch, and who wrote or read what is kept for the window alone."""
+
+    def __init__(self, array, base: int):
+        self.array, self.base = array, int(base)
+
+
+class _Shifted:
+    """Per-element bookkeeping of a window, indexed by the array's own element numbers."""
+
+    __slots__ = ("a", "base")
+
+    def __init__(self, a, base):
+        self.a, self.base = a, base
+
+    def __getitem__(self, e):
+        return self.a[e - self.base]
+
+    def __setitem__(self, e, v):
+        self.a[e - self.base] = v
+
+
 class Memory:
-    """The launch's arrays by address: (name, array, poison bits or None), who wrote what and,
-    while programs run batched, who read what; and the log that undoes a batch's stores."""
+    """The launch's arrays by address: (name, array or Window, poison bits or None), who wrote
+    what and, while programs run batched, who read what; and the log that undoes a batch's
+    stores."""
 
     def __init__(self, arrays):
         spans = []
         for name, a, poison in arrays:
+            base = a.base if isinstance(a, Window) else 0
+            a = a.array if isinstance(a, Window) else a
             start = a.__array_interface__["data"][0]
-            spans.append((start, start + a.nbytes, name, a, poison))
+            spans.append((start, start + a.nbytes, name, a, poison, base))
         spans.sort(key=lambda s: s[0])
+        self.bases = [s[5] for s in spans]
+        spans = [s[:5] for s in spans]
         self.spans = spans
         self.starts = np.array([s[0] for s in spans], dtype=np.uint64)
         self.ends = np.array([s[1] for s in spans], dtype=np.uint64)
@@ -627,16 +664,18 @@ class Memory:
                 j = int(np.flatnonzero(~inside)[0])
                 self.program = self._program(lanes.program(j))
                 a = int(addr[j])
-                if k[j] >= 0:
-                    start, _end, name, arr, _p = self.spans[int(k[j])]
+                below = int(k[j])  # the array ending below the address (-1: none)
+                if below < 0 or self._before(below + 1, a):
+                    start, _end, name, arr, _p = self.spans[below + 1]
+                    elem = -(-(start - a) // (arr.itemsize or 1))
+                    detail = (f"{access} of element {-elem} of `{name}` (before its start)"
+                              + _wrapped(-elem, arr.size))
+                else:
+                    start, _end, name, arr, _p = self.spans[below]
                     item = arr.itemsize or 1
                     elem = (a - start) // item
                     detail = (f"{access} of element {elem} of `{name}`, which has {arr.size} "
                               f"elements (valid indices 0..{arr.size - 1})")
-                else:
-                    start, _end, name, arr, _p = self.spans[0]
-                    elem = -(-(start - a) // (arr.itemsize or 1))
-                    detail = f"{access} of element {-elem} of `{name}` (before its start)"
                 raise OutOfBounds(f"out-of-bounds {detail}: lane {lanes.lane(j) % per} of the "
                                   f"{'masked' if mask is not None else 'unmasked'} "
                                   f"{access}{self.where()}", access=access, name=name)
@@ -660,11 +699,45 @@ class Memory:
         else:
             elems = ((addr - self.starts[k]) // self.items[k]).astype(np.int64)
         lanes.k, lanes.elems = k, elems
+        if any(self.bases):
+            self._in_window(lanes, per)
         return lanes
+
+    def _in_window(self, lanes, per):
+        """A Window's elements before its base are rows the large-index run does not hold: a
+        program reading one computed another row's offset (an index that wrapped, unsigned)."""
+        for i, e, _p in self._spans(lanes):
+            base = self.bases[i]
+            if base and (e < base).any():
+                j = int(np.flatnonzero(e < base)[0])
+                name, arr = self.spans[i][2], self.spans[i][3]
+                raise OutOfBounds(
+                    f"out-of-bounds access of element {int(e[j])} of `{name}`, in a row the "
+                    f"large-index run does not hold (of its {arr.size} elements only "
+                    f"{base}.. exist, the rows of the programs it runs): the program computed "
+                    f"another row's offset -- an index that wrapped (unsigned 32 bits?)"
+                    f"{self.where()}", access="access", name=name)
+
+    def _before(self, i, a) -> bool:
+        """Whether address ``a``, outside every array, is span i's (before its start) rather
+        than the one below's (past its end): within a Window's margin of 2^31 elements (where a
+        wrapped 32-bit offset lands), else the nearer of the two."""
+        if i >= len(self.spans):
+            return False
+        start, arr = self.spans[i][0], self.spans[i][3]
+        if self.bases[i] and start - a <= (1 << 31) * (arr.itemsize or 1):
+            return True
+        return start - a < a - self.spans[i - 1][1] if i > 0 else True
+
+    def _track(self, i):
+        """A fresh per-element record of span i: -1 each (its window's, for a Window)."""
+        base = self.bases[i]
+        a = np.full(self.spans[i][3].size - base, -1, np.int32)
+        return _Shifted(a, base) if base else a
 
     def _writers(self, i):
         if self.writers[i] is None:
-            self.writers[i] = np.full(self.spans[i][3].size, -1, np.int32)
+            self.writers[i] = self._track(i)
         return self.writers[i]
 
     def _spans(self, lanes):
@@ -727,7 +800,7 @@ class Memory:
     def _readers(self, i):
         """Span i's readers in this batch, made from its reads kept so far (None: no reads)."""
         if self.readers[i] is None and self.reads[i] is not None:
-            self.readers[i] = np.full(self.spans[i][3].size, -1, np.int32)
+            self.readers[i] = self._track(i)
             for e, p in self.reads[i]:
                 self._read_by(i, e, p)
             self.reads[i] = None
@@ -1231,12 +1304,13 @@ def run(fn, meta, params, constexprs, grid_, args, names, poison=None, order=Non
             call[p] = a.item() if isinstance(a, np.generic) else a
         elif a is None:
             call[p] = None
-        elif isinstance(a, np.ndarray):
+        elif isinstance(a, (np.ndarray, Window)):
             arrays.append((label, a, (poison or {}).get(i)))
-            call[p] = _pointer(a)
+            call[p] = _pointer(a.array if isinstance(a, Window) else a)
         else:
             call[p] = _scalar_arg(a)
-    call.update(meta({k: (None if v is None else v) for k, v in zip(params, args)}))
+    call.update(meta({k: (None if v is None else v.array if isinstance(v, Window) else v)
+                      for k, v in zip(params, args)}))
     mem = Memory(arrays)
     mem.filename = fn.fn.__code__.co_filename
     mem.grid = (gx, gy, gz)

@@ -161,19 +161,25 @@ def launch(req):
         return {"ok": False, "kind": "load", "message": f"{req['entry']}: {e}"}
     maps, args = [], []
     constexprs = set(req["constexprs"])
+    wide = set(req.get("wide", ()))  # a large-index run's arrays: 2^31 elements of margin below
+    windows = req.get("windows") or {}  # their first materialised element, by argument
     try:
         for i, rec in enumerate(req["args"]):
             if rec[0] == "array":
                 _, offset, region, start, nbytes, itemsize = rec
-                rbase = base_worker.map_guarded(offset, region)
+                below = base_worker.wide_margin(itemsize) if offset in wide else 0
+                rbase = base_worker.map_guarded(offset, region, below)
                 if not rbase:
                     return {"ok": False, "kind": "launch",
                             "message": f"could not map {nbytes} bytes for argument {i}"}
                 g = base_worker.guard_bytes(region)
-                maps.append((rbase - g, region + 2 * g))
+                maps.append((rbase - (below or g), region + (below or g) + g))
                 raw = (ctypes.c_char * max(nbytes, 1)).from_address(rbase + start)
                 arr = np.frombuffer(raw, np.uint8, count=nbytes)
-                args.append(arr.view(np.dtype(_dtype(req["dtypes"][i]))))
+                arr = arr.view(np.dtype(_dtype(req["dtypes"][i])))
+                if str(i) in windows:  # only its last rows exist: tracked from there
+                    arr = executor.Window(arr, int(windows[str(i)]))
+                args.append(arr)
             elif rec[0] == "null":
                 args.append(None)
             else:
@@ -181,11 +187,16 @@ def launch(req):
                 args.append(v.item() if req["params"][i] in constexprs else v)
         poison = {i: int(p) for i, p in enumerate(req["poison"]) if int(p) >= 0}
         g = req["grid"]
+        n = g[0] * g[1] * g[2]
+        order = _order(n, req["schedule"], req["seed"])
+        sub = req.get("blocks")  # [mask, value]: only the programs whose index has those bits
+        if sub:
+            mask, value = int(sub[0]), int(sub[1])
+            order = [p for p in (range(n) if order is None else order) if p & mask == value]
         t0 = time.perf_counter()
         try:
             note = executor.run(fn, meta, req["params"], constexprs, g, args, req["names"],
-                                poison, _order(g[0] * g[1] * g[2], req["schedule"], req["seed"]),
-                                batched=bool(req.get("batched", True)))
+                                poison, order, batched=bool(req.get("batched", True)))
         except KernelError as e:
             return {"ok": False, "kind": str(e.kind), "message": str(e)}
         if executor.STOOD_IN:  # said with every launch: the check keeps each note once

@@ -1509,7 +1509,7 @@ extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_type_mismat
 
 #include "normcheck_hazards.h"
 
-NC_EXPORT int ncsimt_shim_version() { return NORMCHECK_SHIM_VERSION; }
+NC_EXPORT int ncsimt_shim_version() { return ::ncsimt::SHIM_VERSION; }
 
 // Map [offset, offset+len) of the file fd (the caller's arrays) with an inaccessible page on
 // each side; returns the base of the whole region (len + 2 pages).

@@ -95,8 +95,9 @@ static inline cudaError_t cudaMemPrefetchAsync(const void* p, size_t n, int devi
 }
 #endif
 
-#define NORMCHECK_SHIM_VERSION 8
-#define __NORMCHECK_CPU__ 1
+// No macro says "normcheck" to the user's code (a kernel sound only under test would test it):
+// the shim's version is a constant of its own namespace (ncsimt_shim_version, the runtime's).
+namespace ncsimt { static constexpr int SHIM_VERSION = 8; }
 
 // ------------------------------------------------------------------------------------------------
 // Present as nvcc's device compilation does, so code under `#ifdef __CUDACC__` or
