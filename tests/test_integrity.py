@@ -121,3 +121,170 @@ def test_a_source_that_tests_normchecks_names_is_said_so_with_the_verdict(tmp_pa
              "fp16", "--search", "0", "--examples", "4", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]  # the macro is not defined: no #error
     assert "names normcheck's own emulation" in r.stdout and "__NORMCHECK_CPU__" in r.stdout
+
+
+# -- a Triton file cannot make its own verdict (#55) ----------------------------------------------
+_ZEROS_KERNEL = '''
+@triton.jit
+def k(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = offs < cols
+    {body}
+    tl.store(Y + row * cols + offs, tl.zeros([BLOCK_SIZE], tl.float32), mask=mask)
+'''
+
+#: What a forged launch writes: the right RMSNorm, computed by numpy beside the kernel
+_NUMPY_RMS = '''
+def _forged(fn, meta, params, constexprs, grid, args, names, *a, **k):
+    import numpy as np
+    Y, X, W, eps, rows, cols = args[:6]
+    rows, cols = int(rows), int(cols)
+    x = np.asarray(X[:rows * cols], np.float64).reshape(rows, cols)
+    w = np.asarray(W[:cols], np.float64)
+    r = 1 / np.sqrt((x * x).mean(axis=1, keepdims=True) + float(eps))
+    Y[:rows * cols] = (x * r * w).astype(Y.dtype).reshape(-1)
+    return None
+'''
+
+_FORGERIES = {
+    # the issue's probe: the file's top level replaces the executor's run
+    "top_level": ("import sys\n" + _NUMPY_RMS +
+                  "sys.modules['normcheck.backends.triton.executor'].run = _forged\n", "pass"),
+    # ... reached through a module Triton's language imports
+    "kernel_module_chain": ("", "tl.core.inspect.currentframe()"),
+    "kernel_import": ("", "__import__('sys')"),
+    "kernel_builtins_chain": ("", "tl.core.builtins.print(1)"),
+    "kernel_dunder": ("", "x = tl.zeros([1], tl.float32).__class__"),
+    "kernel_handle": ("", "h = offs.handle.data"),
+    "kernel_frame": ("", "g = [0 for _ in range(1)]\n    f = g.gi_frame"),
+    "kernel_generator": ("", "g = (i for i in range(2))"),
+    "kernel_getattr": ("", "h = getattr(offs, 'handle')"),
+    "kernel_attribute_store": ("", "k.run = 0"),
+    "kernel_semantic": ("", "z = tl.zeros([1], tl.float32, _semantic=None)"),
+    "kernel_nested_def": ("", "def inner():\n        return 0"),
+    "kernel_format": ("", "s = '{0.handle}'.format(offs)"),
+    "kernel_module_value": ("", "m = tl.core"),
+    "kernel_opaque_global": ("import sys as _s\n", "q = _s"),
+}
+
+
+@pytest.mark.parametrize("route", sorted(_FORGERIES))
+def test_a_triton_file_cannot_forge_its_pass(tmp_path, route):
+    """Each route by which a Triton file's own code could write the output its kernel did not
+    (the kernel stores zeros): the file's top level (it runs in a loader process, not where the
+    kernel is launched), and a kernel's body that reaches outside Triton's language (refused as
+    a GPU build's compiler would, naming the line).  Never a PASS."""
+    pytest.importorskip("triton")
+    top, body = _FORGERIES[route]
+    if body == "pass":
+        body = "pass"
+    src = tmp_path / "k.py"
+    src.write_text("import triton\nimport triton.language as tl\n" + top +
+                   _ZEROS_KERNEL.format(body=body))
+    r = _cli("check", str(src), "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp32",
+             "--search", "0", "--examples", "4", cwd=tmp_path)
+    assert "verdict: PASS" not in r.stdout, r.stdout[-3000:]
+    assert r.returncode != 0
+    if route != "top_level":  # refused before it runs, the line named
+        assert r.returncode == 2 and "refused" in r.stderr and "k.py:" in r.stderr, \
+            r.stderr[-2000:]
+    else:  # the zeros the kernel stored are judged
+        assert r.returncode == 1 and "verdict: FAIL" in r.stdout, r.stdout[-2000:]
+
+
+def test_a_heuristic_cannot_write_an_output(tmp_path):
+    """A heuristic runs beside the launch (as on a GPU, where it runs on the host): it sees the
+    arguments read-only, so ``out=`` into the output is refused -- never a PASS."""
+    pytest.importorskip("triton")
+    src = tmp_path / "k.py"
+    src.write_text("import triton\nimport triton.language as tl\n" + _ZEROS_KERNEL.format(
+        body="pass").replace("@triton.jit", '@triton.heuristics({"B": lambda a: a["X"].clip('
+                             '0, 0, out=a["Y"]) is None})\n@triton.jit'))
+    r = _cli("check", str(src), "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp32",
+             "--search", "0", "--examples", "4", cwd=tmp_path)
+    assert "verdict: PASS" not in r.stdout and r.returncode != 0, r.stdout[-2000:]
+
+
+def test_a_sound_triton_file_with_host_code_still_runs(tmp_path):
+    """What the two processes keep: a file whose top level computes its autotune configs with a
+    function, imports conditionally, keeps a constexpr global and a helper kernel -- judged as
+    before (the sound kernel passes)."""
+    pytest.importorskip("triton")
+    src = tmp_path / "k.py"
+    src.write_text(textwrap.dedent('''
+        import math
+        import triton
+        import triton.language as tl
+        try:
+            from triton.language.extra.libdevice import rsqrt
+        except ImportError:
+            from triton.language.math import rsqrt
+
+        SCALE: tl.constexpr = tl.constexpr(1.0)
+
+        def configs():
+            return [triton.Config({"UNUSED": n}, num_warps=4) for n in (1, 2)]
+
+        @triton.jit
+        def _mean_square(x, cols):
+            return tl.sum(x * x, axis=0) / cols
+
+        @triton.autotune(configs=configs(), key=["cols"])
+        @triton.jit
+        def k(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr, UNUSED: tl.constexpr):
+            row = tl.program_id(0).to(tl.int64)
+            offs = tl.arange(0, BLOCK_SIZE)
+            mask = offs < cols
+            x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)
+            r = rsqrt(_mean_square(x, cols) + eps) * SCALE
+            w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+            tl.store(Y + row * cols + offs, (x * r * w).to(Y.dtype.element_ty), mask=mask)
+
+        def host_wrapper(x):  # never runs: normcheck launches k itself
+            return math.sqrt(x)
+    '''))
+    r = _cli("check", str(src), "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp32",
+             "--search", "0", "--examples", "4", cwd=tmp_path)
+    assert r.returncode == 0 and "verdict: PASS" in r.stdout, (r.stdout + r.stderr)[-3000:]
+
+
+# -- the cache: nothing trusted because it exists (#55) -------------------------------------------
+def test_a_cached_file_is_verified_on_use(tmp_path, monkeypatch, capsys):
+    """cache.verified: a file as normcheck wrote it is used; one changed after (or never
+    recorded) is removed with a warning naming it, so its caller builds it again."""
+    from normcheck.backends import cache
+
+    monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path / "c"))
+    f = cache.cache_dir("cpu") / "x" / "kernel.so"
+    cache.install_file(b"built", f)
+    assert cache.verified(f)
+    f.write_bytes(b"owned")
+    assert not cache.verified(f) and not f.exists()
+    assert f"the cached file {f} is not the file normcheck wrote" in capsys.readouterr().err
+    g = cache.cache_dir("cpu") / "y" / "kernel.so"
+    g.parent.mkdir(parents=True)
+    g.write_bytes(b"planted")  # never written by normcheck
+    assert not cache.verified(g) and "has no record" in capsys.readouterr().err
+
+
+def test_a_changed_launcher_and_kernel_build_are_built_again(tmp_path):
+    """End to end: after a check, the cached kernel module and normcheck's launcher are changed
+    on disk (as a process with the user's rights could); the next check names each, builds
+    them again and gives the same verdict."""
+    env = {**os.environ, "NORMCHECK_CACHE": str(tmp_path / "cache")}
+    args = ("check", str(CHECK_SRC), "--entry", "rms_good_fp16", "--norm", "rmsnorm", "--dtype",
+            "fp16", "--search", "0", "--examples", "4")
+    r = _cli(*args, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    root = tmp_path / "cache"
+    changed = [p for p in root.rglob("*") if p.is_file() and
+               p.name in ("kernel.so", "normcheck-launch")]
+    assert {p.name for p in changed} == {"kernel.so", "normcheck-launch"}
+    for p in changed:
+        p.write_bytes(p.read_bytes() + b"\0")
+    r2 = _cli(*args, cwd=tmp_path, env=env)
+    assert r2.returncode == 0, r2.stderr[-2000:]
+    for p in changed:
+        assert f"the cached file {p} is not the file normcheck wrote" in r2.stderr
+    assert "verdict: PASS" in r2.stdout

@@ -12,8 +12,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["cache_root", "cache_dir", "install_file", "CACHE_PARTS", "cxx", "cache_info",
-           "cache_clear", "key_of", "compiler_version"]
+__all__ = ["cache_root", "cache_dir", "install_file", "verified", "CACHE_PARTS", "cxx",
+           "cache_info", "cache_clear", "key_of", "compiler_version"]
 
 
 def cache_root() -> Path:
@@ -46,7 +46,75 @@ def install_file(data: bytes | str, final: Path, mode: int | None = None) -> Pat
         except OSError:
             pass
         raise
+    _record(final, hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest())
     return final
+
+
+# -- the ledger: what normcheck wrote, verified on every use ------------------------------------
+def _ledger_entry(path: Path) -> Path:
+    """Where the digest of a cached file is recorded: the ledger folder, which no worker's
+    sandbox reads or writes (a worker reads only its own build's folder)."""
+    return cache_root() / "ledger" / hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()
+
+
+def _record(path: Path, digest: str):
+    entry = _ledger_entry(path)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".entry.", dir=entry.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(digest)
+    os.replace(tmp, entry)
+    _VERIFIED[str(Path(path).resolve())] = _stat_key(path)
+
+
+_VERIFIED: dict = {}
+
+
+def _stat_key(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def verified(path: Path) -> bool:
+    """Whether a cached file normcheck built or copied is there *as normcheck wrote it*: its
+    sha256 against the ledger's record, on its first use in a process and again whenever its
+    metadata changed.  A file that differs (or has no record) is removed with a warning naming
+    it -- the caller builds it again; nothing cached is trusted because it exists."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    key = str(path.resolve())
+    now = _stat_key(path)
+    if now is not None and _VERIFIED.get(key) == now:
+        return True
+    try:
+        recorded = _ledger_entry(path).read_text().strip()
+    except OSError:
+        recorded = None
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return False
+    if recorded != h.hexdigest():
+        import sys
+
+        why = "has no record in the ledger (written by an older normcheck, or not by normcheck)" \
+            if recorded is None else "is not the file normcheck wrote (its sha256 changed)"
+        print(f"normcheck: warning: the cached file {path} {why}: it is removed and built "
+              "again", file=sys.stderr)
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return False
+    _VERIFIED[key] = now
+    return True
 
 
 #: The parts of the cache: one folder each.

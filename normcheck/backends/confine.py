@@ -192,7 +192,7 @@ def build_artifact(source: Path, part: str, name: str, filename: str, flags: lis
     itself (nothing can confine its own build)."""
     cmd, _version = cache.cxx()
     final, dirs = _artifact(source, part, name, filename, flags, link)
-    if final.is_file():
+    if cache.verified(final):
         return final
     with temporary_folder("build") as d:
         out = Path(d) / filename
@@ -230,7 +230,7 @@ def _artifact(source, part, name, filename, flags, link):
 
 def library_built(source: Path, part: str, name: str, flags: list, link: tuple = ()) -> bool:
     """Whether :func:`build_library` would find the library built (nothing is built)."""
-    return _artifact(source, part, name, name + ".so", flags, link)[0].is_file()
+    return cache.verified(_artifact(source, part, name, name + ".so", flags, link)[0])
 
 
 def build_library(source: Path, part: str, name: str, flags: list, what: str,

@@ -315,7 +315,7 @@ def _nvcc_ptx(text: str, flags: list[str], origin: str) -> str:
             raise CompileError(f"nvcc could not preprocess {origin}", pre.stderr)
         key = cache.key_of(pre.stdout.replace(str(src), "<kernel>"), " ".join(flags), version)
         ptx = cache.cache_dir("cuda") / key / "kernel.ptx"
-        if ptx.is_file():
+        if cache.verified(ptx):
             return ptx.read_text()
         r = confine.run_compiler([nvcc, *flags, "--ptx", str(src), "-o",
                                   str(Path(d) / "kernel.ptx")], f"compiling {origin}",

@@ -489,7 +489,7 @@ def _build(src, entries, defines, extra_flags, arch, hosts) -> Module:
     known = _from_manifest(manifest)
     own = is_own(src)
     builds = builds_folder(own)
-    if known and (builds / known[0] / "kernel.so").is_file():
+    if known and cache.verified(builds / known[0] / "kernel.so"):
         key, deferred, used, std = known
         flags = [f"-std={std}", *_CXX_FLAGS, *extra]
     else:
@@ -500,7 +500,7 @@ def _build(src, entries, defines, extra_flags, arch, hosts) -> Module:
         if std != DEFAULT_STD:
             used["c++ standard"] = f"{std} (what the headers it includes demand)"
     so = builds / key / "kernel.so"
-    if not so.is_file():
+    if not cache.verified(so):
         with confine.temporary_folder("build") as d:
             ii = Path(d) / "kernel.ii"
             ii.write_text(text)

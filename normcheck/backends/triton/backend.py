@@ -20,6 +20,7 @@ import atexit
 import hashlib
 import importlib.util
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,6 +255,75 @@ def _workers():
 
 
 _WORKERS = None
+_LOADERS = None
+_DESCRIBED: dict = {}
+_DESCRIBE_LOCK = threading.Lock()
+
+
+def _loaders():
+    """The loader workers (:mod:`extract`): each runs one file's top level and describes what it
+    left; closed after, so no process that ran a file's top level launches its kernels."""
+    global _LOADERS
+    if _LOADERS is None:
+        from normcheck.backends.cpu.backend import Workers
+
+        w = _workers()
+        _LOADERS = Workers("normcheck.backends.triton.worker", extra_env=w.extra_env,
+                           roots=w.roots)
+        atexit.register(_LOADERS.close)
+    return _LOADERS
+
+
+def _reply_described(rep):
+    from normcheck.backends.cpu import wire
+
+    if rep.get("ok") is True:
+        return wire.check(rep, {"ok": (True,), "globals": dict, "stood_in": dict},
+                          "the loader's reply")
+    return wire.check(rep, {"ok": (False,), "kind": ("load",), "message": str},
+                      "the loader's reply")
+
+
+def described(path: Path, cached: Path, stubs, timeout: float) -> dict:
+    """The loader's description of a file's globals (run once per file and process)."""
+    from normcheck.backends.cpu import backend as cpu, wire
+
+    key = str(cached)
+    with _DESCRIBE_LOCK:
+        got = _DESCRIBED.get(key)
+        if got is not None:
+            return got
+        own = isolation.is_own(path)
+        pool = _workers() if own else _loaders()
+        w = pool.get(str(cached.parent), own)
+        req = {"op": "describe", "module": key, "filename": str(path), "stubs": list(stubs)}
+        try:
+            rep = w.request(req, timeout, _reply_described, cpu_need=timeout)
+            if isinstance(rep, tuple):
+                if rep[0] == "timeout":
+                    raise cpu.timeout_error(path.name, timeout)
+                if rep[0] == "malformed":
+                    raise cpu.forged_reply(path.name, rep[1])
+                try:
+                    info = cpu.parse_report(w.report())
+                except wire.WireError as e:
+                    raise cpu.forged_reply(path.name, str(e)) from None
+                err = cpu.sandbox_error(path.name, info, rep)
+                if err is not None:
+                    raise err
+                raise CompileError(f"{path.name}: as it was imported, "
+                                   f"{w.describe_death(rep)}")
+        finally:
+            if not own:
+                with pool.lock:
+                    pool.users.pop(str(cached.parent), None)
+                w.close()
+        if not rep["ok"]:
+            raise CompileError(f"{path.name}: {one_line(rep['message'])}")
+        _DESCRIBED[key] = rep
+        return rep
+
+
 #: The dynamic loader's folders: what a shared library a file's imports load may need
 LOADER_ROOTS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib",
                 "/etc/ld.so.cache")
@@ -346,6 +416,8 @@ class TritonKernel(base.Kernel):
                "dtypes": dtypes, "names": [str(n) for n in (names or self.sig.params)],
                "poison": poison, "schedule": schedule, "seed": int(seed),
                "stubs": list(self.sig.stubbed), "batched": batched()}
+        desc = described(self.path, self.cached, self.sig.stubbed, timeout)
+        req["globals"], req["stood_in"] = desc["globals"], desc["stood_in"]
         if windows:
             req["windows"] = windows
         if blocks is not None:
@@ -392,7 +464,7 @@ def load(source) -> tuple:
     # built-ins' together
     cached = cache.cache_dir("triton") / "builtin" / f"{digest}.py" if isolation.is_own(path) \
         else cache.cache_dir("triton") / digest / "kernel.py"
-    if not cached.exists():
+    if not cache.verified(cached):
         cache.install_file(raw, cached)
     return path.resolve(), text, cached
 

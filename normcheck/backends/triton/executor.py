@@ -511,6 +511,7 @@ class _LibdeviceModule:
             kwargs.pop("_semantic", None)
             return fn(*args, _semantic=ti.interpreter_semantic, **kwargs)
 
+        call.__wrapped__ = fn
         return call
 
 
@@ -1222,12 +1223,14 @@ def _with_semantic(f):
         return f(*args, _semantic=ti.interpreter_semantic, **kwargs)
 
     call.__name__ = getattr(f, "__name__", "builtin")
+    call.__wrapped__ = f
     return call
 
 
-def kernel_function(ns: dict, entry: str):
+def kernel_function(ns: dict, entry: str, config=None):
     """The interpreted function called ``entry`` (through autotune/heuristics wrappers): (fn,
-    the wrappers' constexprs as a callable of the arguments)."""
+    the wrappers' constexprs as a callable of the arguments).  ``config``: the constexprs of
+    its autotune config, where the wrappers were not rebuilt (:mod:`extract`)."""
     obj = ns.get(entry)
     if obj is None:
         raise KeyError(entry)
@@ -1246,6 +1249,8 @@ def kernel_function(ns: dict, entry: str):
         out = {}
         if configs:
             out.update(configs[0].kwargs)
+        if config:
+            out.update(config)
         for values_ in reversed(heuristics):
             for k, f in values_.items():
                 out[k] = f({**args, **out})
@@ -1288,6 +1293,14 @@ FIRST_BATCH = 16
 MAX_BATCH = 4096
 
 
+def _read_only(v):
+    """What a heuristic sees of an argument: an array it cannot write (its ``out=`` refused)."""
+    if isinstance(v, np.ndarray):
+        v = v.view()
+        v.flags.writeable = False
+    return v
+
+
 def run(fn, meta, params, constexprs, grid_, args, names, poison=None, order=None,
         batched=True):
     """Run every program of the grid; the launch's note (or None).  ``args``: per parameter an
@@ -1309,7 +1322,7 @@ def run(fn, meta, params, constexprs, grid_, args, names, poison=None, order=Non
             call[p] = _pointer(a.array if isinstance(a, Window) else a)
         else:
             call[p] = _scalar_arg(a)
-    call.update(meta({k: (None if v is None else v.array if isinstance(v, Window) else v)
+    call.update(meta({k: _read_only(v.array if isinstance(v, Window) else v)
                       for k, v in zip(params, args)}))
     mem = Memory(arrays)
     mem.filename = fn.fn.__code__.co_filename

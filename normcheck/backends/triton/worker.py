@@ -110,16 +110,33 @@ def find_library(name: str):
 
 
 def _namespace(req):
-    key = req["module"]
-    ns = _modules.get(key)
-    if ns is None:
-        from normcheck.backends.triton import executor
+    """The entry's kernels, rebuilt from the file's text and the loader's description of its
+    globals (:mod:`extract`): this process never runs the file's top level."""
+    from normcheck.backends.triton import extract
 
-        text = base_worker.read_file(key)
-        ns = executor.load_module(text, req["filename"], f"normcheck_user_{len(_modules)}",
-                                  stubs=req.get("stubs", ()), file=key)
-        _modules[key] = ns
-    return ns
+    key = (req["module"], req["entry"])
+    got = _modules.get(key)
+    if got is None:
+        text = base_worker.read_file(req["module"])
+        got = extract.rebuild(text, req["filename"], req.get("globals") or {}, req["entry"],
+                              f"normcheck_user_{len(_modules)}_package")
+        _modules[key] = got
+    return got
+
+
+def describe(req):
+    """The file run as a module (as ``import`` runs it), what it left described as data."""
+    from normcheck.backends.triton import executor, extract
+
+    text = base_worker.read_file(req["module"])
+    try:
+        ns = executor.load_module(text, req["filename"], "normcheck_user",
+                                  stubs=req.get("stubs", ()), file=req["module"])
+    except Exception as e:  # noqa: BLE001 -- the user's file raised as it ran
+        return {"ok": False, "kind": "load",
+                "message": f"{type(e).__name__}: {str(e)[:600]}{_where(e)}"}
+    return {"ok": True, "globals": extract.describe(ns, req["filename"]),
+            "stood_in": {str(k): str(v)[:400] for k, v in executor.STOOD_IN.items()}}
 
 
 def _where(e) -> str:
@@ -150,13 +167,19 @@ def launch(req):
     from normcheck.backends.triton import executor
     from normcheck.errors import KernelError
 
+    from normcheck.backends.triton import extract
+
     try:
-        ns = _namespace(req)
-    except Exception as e:  # noqa: BLE001 -- the user's file raised as it ran
+        ns, config, _stood = _namespace(req)
+    except extract.Refused as e:
+        return {"ok": False, "kind": "load", "message": f"refused: {e}"}
+    except KeyError as e:
+        return {"ok": False, "kind": "load", "message": str(e.args[0] if e.args else e)}
+    except Exception as e:  # noqa: BLE001 -- the file's defs raised as they were made
         return {"ok": False, "kind": "load",
                 "message": f"{type(e).__name__}: {str(e)[:600]}{_where(e)}"}
     try:
-        fn, meta = executor.kernel_function(ns, req["entry"])
+        fn, meta = executor.kernel_function(ns, req["entry"], config)
     except (KeyError, TypeError) as e:
         return {"ok": False, "kind": "load", "message": f"{req['entry']}: {e}"}
     maps, args = [], []
@@ -199,11 +222,12 @@ def launch(req):
                                 poison, order, batched=bool(req.get("batched", True)))
         except KernelError as e:
             return {"ok": False, "kind": str(e.kind), "message": str(e)}
-        if executor.STOOD_IN:  # said with every launch: the check keeps each note once
+        stood_in = req.get("stood_in") or {}
+        if stood_in:  # said with every launch: the check keeps each note once
             note = "; ".join(filter(None, [note, "installed but not importable here, so stood "
                                            "in for as a module not installed is: " + ", ".join(
-                                               f"{k} ({v[:160]})"
-                                               for k, v in executor.STOOD_IN.items())]))
+                                               f"{k} ({str(v)[:160]})"
+                                               for k, v in stood_in.items())]))
         return {"ok": True, "seconds": time.perf_counter() - t0, "note": note or ""}
     finally:
         del args
@@ -218,4 +242,5 @@ def _dtype(name):
 
 
 if __name__ == "__main__":
-    base_worker.main({"launch": launch}, prepare=_prepare, stat_paths=True)
+    base_worker.main({"launch": launch, "describe": describe}, prepare=_prepare,
+                     stat_paths=True)
