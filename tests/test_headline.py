@@ -37,6 +37,10 @@ SRC = Path(__file__).parent / "cuda" / "headline.cu"
     # xFormers' in-place add: the float sum's statistics on the stored sum, bit for bit
     ("add_rms_mixed_sums_fp16", "add_rmsnorm", "fp16", "h_mixed", "exact",
      "applied to the sum as stored"),
+    # a total valid in thread 0 only: no model has it, and no variance fits a row whose columns
+    # are normalised by different values -- "unexplained", with what failed (#57)
+    ("rms_thread0_total_fp16", "rmsnorm", "fp16", "unexplained", "stat",
+     "no model of a cause reproduces the elements off"),
 ])
 def test_the_headline_names_what_the_evidence_shows(entry, norm, dtype, key, evidence, text,
                                                      tmp_path, monkeypatch):
@@ -92,3 +96,34 @@ def test_the_cli_verdict_line_json_junit_and_summary_share_the_headline(tmp_path
     assert "a partial reduction" in verdict and "storage format" not in verdict
     assert "a partial reduction" in junit.read_text()
     assert "a partial reduction" in summary.read_text()
+
+
+def test_a_fail_is_headed_by_evidence_never_by_one_element_or_a_sound_cause():
+    """#57: a model resting on fewer than MIN_EXPLAINED elements in all is no headline of a
+    FAIL (the caller says "unexplained", with it as a guess); a cause a sound kernel has
+    (constant_row_mean) never heads a FAIL; among models, the one explaining most elements
+    leads."""
+    from normcheck.causes import MIN_EXPLAINED, unexplained
+
+    one = Cause("tail (1/1)", "tail_dropped", "exact", "the tail dropped", explained=1)
+    assert headline([("gaussian", one)], failing=True) is None
+    assert headline([("gaussian", one)]).key == "tail_dropped"  # not failing: as before
+    enough = Cause("tail", "tail_dropped", "bit", "the tail dropped", explained=MIN_EXPLAINED)
+    assert headline([("gaussian", enough)], failing=True).key == "tail_dropped"
+    sound = Cause("constant mean", "constant_row_mean", "exact", "constant mean",
+                  explained=40, sound=True)
+    stat = Cause("storage sums", "storage_sums", "stat", "storage sums")
+    assert headline([("constant", sound), ("gaussian", stat)], failing=True).key == \
+        "storage_sums"
+    few = Cause("γ twice (2/2)", "gamma_twice", "exact", "γ applied twice", explained=2)
+    many = Cause("x̂ (90/100)", "xhat_storage", "bit", "x̂ rounded", explained=90)
+    h = headline([("a", few), ("b", many)], failing=True)
+    assert h.key == "xhat_storage"
+
+    class F:  # a failure as the engine keeps it
+        def __init__(self, fam, detail):
+            self.family, self.kind, self.detail = fam, "accuracy", detail
+
+    u = unexplained([F("gaussian", "row 3: 12 ulp; col 4"), F("tails", "row 0")], [one])
+    assert u.key == "unexplained" and "gaussian, tails" in u and "row 3: 12 ulp" in u
+    assert "a guess from 1 element(s) only, not evidence: the tail dropped" in u

@@ -29,7 +29,7 @@ import numpy as np
 
 from normcheck import formats, launch
 from normcheck.backends import get_backend
-from normcheck.causes import Cause, fault, headline
+from normcheck.causes import Cause, fault, headline, unexplained
 from normcheck.check.diagnose import CAUSES
 from normcheck.check.result import CheckResult
 from normcheck.check.tolerances import Verdict
@@ -159,7 +159,7 @@ def _h_cause(h, ref, wrong, fmt) -> Cause:
         what = ("h = x + residual rounded toward zero where it rounds to nearest (truncated: "
                 "__float2half_rz, or bits shifted off)")
         return Cause(f"{what} (reproduces h bit for bit on {hit}/{n} of the elements off)",
-                     "h_toward_zero", "exact" if hit == n else "bit", what)
+                     "h_toward_zero", "exact" if hit == n else "bit", what, explained=hit)
     what = "h = x + residual not correctly rounded (summed or stored otherwise)"
     return Cause(what, "h_rounding", "stat", what)
 
@@ -408,7 +408,23 @@ def assemble(f: Findings) -> CheckResult:
         if x.cause is None:
             x.cause = fault(x.kind, x.detail)
     verdict = Verdict.of(uniq, f.warnings)
-    cause = headline([(x.family, x.cause) for x in uniq + list(f.warnings)])
+    if uniq:  # a FAIL is headed by what failed; a warning's cause only where nothing that
+        # failed has one, said as such, and never one a sound kernel has (#57)
+        cause = headline([(x.family, x.cause) for x in uniq], failing=True)
+        if cause is None:
+            warned = headline([(x.family, x.cause) for x in f.warnings], failing=True)
+            if warned is not None:
+                fams = ", ".join(dict.fromkeys(x.family for x in uniq))
+                where = ", ".join(dict.fromkeys(x.family for x in f.warnings
+                                                if getattr(x.cause, "key", None) == warned.key))
+                cause = Cause(f"{warned} -- seen on {where} (a warning); what failed on {fams} "
+                              "has no model of its own", warned.key, warned.evidence,
+                              warned.title, warned.explained)
+            else:
+                cause = unexplained(uniq, [x.cause for x in uniq + list(f.warnings)
+                                           if x.cause])
+    else:
+        cause = headline([(x.family, x.cause) for x in f.warnings])
     ce = f.save(verdict) if f.save is not None else None
     be = get_backend(f.backend)
     n = f.norm

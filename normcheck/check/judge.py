@@ -543,7 +543,8 @@ class ForwardJudge(engine.Judge):
                     "__float2bfloat16_rz, cvt.rz, or a conversion that shifts the bits off")
             return diagnose.Cause(f"{what} (reproduces the kernel bit for bit on {hit}/{n} of "
                                   "the elements where the two roundings differ)",
-                                  "round_toward_zero", "exact" if hit == n else "bit", what)
+                                  "round_toward_zero", "exact" if hit == n else "bit", what,
+                                  explained=hit)
         return diagnose.Cause("a rounding bias: the mean signed error is beyond what round to "
                               f"nearest gives, but rounding toward zero reproduces only {hit}/{n}"
                               " of the elements where it differs", "rounding_bias", "stat")

@@ -173,7 +173,7 @@ def explain(judge, case, m) -> Cause | None:
         return None
     share, key, desc, hit = best
     return Cause(f"{desc} ({hit}/{n_off} of the values that break the contract match it bit "
-                 "for bit)", key, "exact" if hit == n_off else "bit", desc)
+                 "for bit)", key, "exact" if hit == n_off else "bit", desc, explained=hit)
 
 
 def _agree(a, b):

@@ -19,6 +19,8 @@
 //                              rounded to half (three roundings)
 //   add_rms_mixed_sums_fp16    xFormers-style fused add: the statistics of the float sum, x̂ of the
 //                              sum as stored in half (h, y, x, residual, γ, eps, rows, cols)
+//   rms_thread0_total_fp16     the block's total valid in thread 0 only (shfl_down, never
+//                              broadcast): every other thread normalises by a partial sum
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -193,4 +195,26 @@ extern "C" __global__ void add_rms_mixed_sums_fp16(__half* h, __half* y, const _
   const float r = rsqrtf(block_sum(ss) / cols + eps);
   for (int j = threadIdx.x; j < cols; j += blockDim.x)  // ... applied to the stored one
     y[o + j] = __float2half(__half2float(h[o + j]) * r * __half2float(g[j]));
+}
+
+// the block's total is valid in thread 0 only (a shfl_down reduction, never broadcast): every
+// other thread normalises by a partial sum -- its own lanes' (warp 0) or nothing (the rest)
+extern "C" __global__ void rms_thread0_total_fp16(__half* y, const __half* x, const __half* g,
+                                                  float eps, int rows, int cols) {
+  __shared__ float part[32];
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    float v = __half2float(xr[j]);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
+  if (threadIdx.x < 32)
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+  const float r = rsqrtf(t / cols + eps);  // thread 0's t only is the row's
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = __float2half(__half2float(xr[j]) * r * __half2float(g[j]));
 }
