@@ -249,6 +249,34 @@ def test_a_sound_triton_file_with_host_code_still_runs(tmp_path):
     assert r.returncode == 0 and "verdict: PASS" in r.stdout, (r.stdout + r.stderr)[-3000:]
 
 
+def test_a_language_function_the_interpreter_left_patched_is_described_by_name():
+    """Triton's interpreter patches the language's modules as it runs a device function and does
+    not always put them back: a file imported after that holds the patch (a lambda of the
+    interpreter's), which is still Triton's function -- described by its name, never refused as
+    a function the file made (the flaky refusal of liger_rms_norm.py's ``rsqrt``)."""
+    pytest.importorskip("triton")
+    code = textwrap.dedent('''
+        import os, json
+        os.environ["TRITON_INTERPRET"] = "1"
+        import triton.language as tl
+        from triton.runtime import interpreter as ti
+        from normcheck.backends.triton import extract
+        def f():
+            return tl
+        scope = ti._patch_lang(f)
+        assert "_patch_attr" in tl.math.sqrt.__qualname__
+        print(json.dumps(extract.describe({"sqrt": tl.math.sqrt, "where": tl.where}, "k.py")))
+        scope.restore()
+    ''')
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["sqrt"] == ["attr", "triton.language.math", "sqrt"], got
+    assert got["where"][0] == "attr" and got["where"][-1] == "where", got
+
+
 # -- the cache: nothing trusted because it exists (#55) -------------------------------------------
 def test_a_cached_file_is_verified_on_use(tmp_path, monkeypatch, capsys):
     """cache.verified: a file as normcheck wrote it is used; one changed after (or never

@@ -74,7 +74,7 @@ from normcheck.errors import (FailureKind, KernelError, KernelRaised,  # noqa: E
                               MisalignedAccess, OutOfBounds)
 
 __all__ = ["install", "load_module", "kernel_function", "run", "Memory", "RacyRead", "ReadUnwritten",
-           "OverlappingWrites"]
+           "OverlappingWrites", "LibdeviceModule", "with_semantic"]
 
 # -- failures -------------------------------------------------------------------------------------
 class RacyRead(KernelError):
@@ -498,7 +498,7 @@ def _patch_libdevice(scope):
             ti._patch_attr(stub, name, f, ti.interpreter_builder, scope)
 
 
-class _LibdeviceModule:
+class LibdeviceModule:
     """What ``triton.language.extra.libdevice`` resolves to under the executor: each name a
     builtin that lowers to :func:`_extern` (Triton's own stub has empty bodies on a CPU)."""
 
@@ -1209,15 +1209,15 @@ def load_module(text: str, filename: str, name: str, stubs=(), file=None) -> dic
     stub = sys.modules.get(_LIBDEVICE_STUB)
     for k, v in list(ns.items()):  # libdevice's stubs (empty on a CPU) -> the executor's
         if v is stub and stub is not None:
-            ns[k] = _LibdeviceModule()
+            ns[k] = LibdeviceModule()
         elif callable(v) and getattr(v, "__module__", None) == _LIBDEVICE_STUB:
-            ns[k] = getattr(_LibdeviceModule(), getattr(v, "__name__", k))
+            ns[k] = getattr(LibdeviceModule(), getattr(v, "__name__", k))
         elif tl.core.is_builtin(v):  # `from triton.language.math import rsqrt`: a builtin
-            ns[k] = _with_semantic(v)  # called by name, as the compiler would call it
+            ns[k] = with_semantic(v)  # called by name, as the compiler would call it
     return ns
 
 
-def _with_semantic(f):
+def with_semantic(f):
     def call(*args, **kwargs):
         kwargs.pop("_semantic", None)
         return f(*args, _semantic=ti.interpreter_semantic, **kwargs)

@@ -108,7 +108,7 @@ def _describe(v, filename):
         return ["opaque", f"tl.constexpr of {type(inner).__name__}"]
     if isinstance(v, tl.dtype) and not isinstance(v, (tl.pointer_type, tl.block_type)):
         return ["dtype", v.name]
-    if isinstance(v, executor._LibdeviceModule):
+    if isinstance(v, executor.LibdeviceModule):
         return ["libdevice"]
     if isinstance(v, types.ModuleType):
         if getattr(v, "_normcheck_stub", False):
@@ -138,12 +138,17 @@ def _describe(v, filename):
                 first = {str(k): _scalar_desc(x) for k, x in kw.items() if _plain(x)}
             return ["def", int(code.co_firstlineno), first]
         obj = obj.fn
+    kw = getattr(v, "__kwdefaults__", None)  # the interpreter's patch of a language function
+    if str(getattr(v, "__qualname__", "")).startswith("_patch_attr.") and \
+            isinstance(kw, dict) and "member" in kw:
+        v = kw["member"]
     wrapped = getattr(v, "__wrapped__", None)  # the executor's builtins given its semantic
     if getattr(v, "__module__", None) == executor.__name__ and wrapped is not None:
         v = wrapped
     mod = getattr(v, "__module__", None) or ""
     qual = getattr(v, "__qualname__", None) or getattr(v, "__name__", None)
-    if mod == stubs.__name__ or mod == "triton.language.extra.libdevice":
+    if mod in (stubs.__name__, "triton.language.extra.libdevice",
+               "triton.language.extra.cuda.libdevice"):
         if callable(v) and isinstance(qual, str):
             return ["libdevice_fn", qual.rsplit(".", 1)[-1]]
     if isinstance(qual, str) and (_module_allowed(mod) or mod.startswith("triton.runtime")):
@@ -155,13 +160,30 @@ def _describe(v, filename):
                 found = getattr(found, part)
         except (ImportError, AttributeError):
             found = None
-        if found is v:
+        # by name: the interpreter patches the language's modules as it runs (what the name
+        # holds now may wrap what the file took); the launch takes it by name from there alike
+        if found is not None and not isinstance(found, types.ModuleType):
             return ["attr", mod, qual]
         if mod == "triton" or any(getattr(triton, n, None) is v for n in dir(triton)):
             for n in dir(triton):
                 if not n.startswith("_") and getattr(triton, n, None) is v:
                     return ["attr", "triton", n]
-    return ["opaque", type(v).__name__]
+    # a language function as the interpreter left it patched (its wrapper in the module now):
+    # found by its name in Triton's language modules
+    name = getattr(v, "__name__", None)
+    if callable(v) and isinstance(name, str) and not name.startswith("_"):
+        import sys
+
+        for mname, m in list(sys.modules.items()):
+            if m is None or not _module_allowed(mname) or getattr(m, name, None) is not v:
+                continue
+            if mname.endswith("libdevice"):
+                return ["libdevice_fn", name]
+            return ["attr", mname, name]
+    what = type(v).__name__
+    if callable(v) and isinstance(qual, str):
+        what += f" {mod}.{qual}" if mod else f" {qual}"
+    return ["opaque", what[:200]]
 
 
 # -- 2. rebuild (the launch worker) ---------------------------------------------------------------
@@ -231,10 +253,10 @@ def _materialise(name, desc, stood):
         except (AssertionError, ValueError, KeyError, TypeError):
             raise Refused(f"{where}: no Triton dtype {desc[1]!r}") from None
     if kind == "libdevice":
-        return executor._LibdeviceModule()
+        return executor.LibdeviceModule()
     if kind == "libdevice_fn" and len(desc) == 2 and isinstance(desc[1], str) and \
             not desc[1].startswith("_"):
-        return getattr(executor._LibdeviceModule(), desc[1])
+        return getattr(executor.LibdeviceModule(), desc[1])
     if kind == "module" and len(desc) == 2 and isinstance(desc[1], str) and \
             _module_allowed(desc[1]):
         return importlib.import_module(desc[1])
@@ -255,7 +277,7 @@ def _materialise(name, desc, stood):
         if isinstance(obj, types.ModuleType):
             raise Refused(f"{where}: a module")
         if tl.core.is_builtin(obj):
-            return executor._with_semantic(obj)
+            return executor.with_semantic(obj)
         return obj
     if kind == "opaque":
         return _Opaque(name, str(desc[1]) if len(desc) > 1 else "?")
@@ -310,7 +332,7 @@ def _chain(node):
 def _modulish(v) -> bool:
     from normcheck.backends.triton import executor
 
-    return isinstance(v, (types.ModuleType, executor._LibdeviceModule))
+    return isinstance(v, (types.ModuleType, executor.LibdeviceModule))
 
 
 def verify(node, ns: dict, filename: str, lambdas: bool = False):
