@@ -163,8 +163,8 @@ def check_callable(fn, norm, dtype, **options) -> CheckResult:
     check_counts(o.examples, o.search, o.seed)
     if not callable(fn):
         raise invalid("fn", fn, "a callable")
-    if o.convention not in ("exact", "stored"):
-        raise invalid("convention", o.convention, '"exact" or "stored"')
+    if o.convention not in (None, "exact", "stored"):
+        raise invalid("convention", o.convention, '"exact", "stored" or None (either)')
     from normcheck.quant import contract as qcontract
 
     c = None if o.quant is None else qcontract.resolve(o.quant)

@@ -54,6 +54,9 @@ CAUSES = {
     "h_mixed": ("the statistics of the unrounded sum x + residual applied to the sum as "
                 "stored (rounded to h's format): the norm reads neither the exact nor the "
                 "stored sum", "bit"),
+    "convention_named": ("the kernel follows the other sound fused convention than the one the "
+                         "check names (the exact sum x + residual, or the sum as stored)",
+                         "exact"),
     "beta_twice": ("β added twice (y − exact = β on every element)", "bit"),
     "gamma_twice": ("γ applied twice (y = γ²·x̂ + β)", "bit"),
     "count_divisor": ("a wrong count or divisor: the statistics divided by another number than "
@@ -356,8 +359,10 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
     # a NaN matches any NaN: only finite answers tell one cause from another bit for bit
     fin = bad & np.isfinite(yk)
     rows = Rows(norm, fmt, x, g, b, mean, var, eps)
+    mixed = _h_mixed(norm, case, ref, g, b, eps)
     if int(fin.sum()) == 0:  # no finite element off to tell causes apart bit for bit
-        return _statistical(rows, yk, bad) or _nonfinite(rows, yk, ref, bad)
+        return _mixed_infinities(out, yk, bad, mixed) or _statistical(rows, yk, bad) or \
+            _nonfinite(rows, yk, ref, bad)
     few = int(fin.sum()) < 4  # a model must then reproduce every one of them
     d_exact = _distance(out, yk, ref.rounded.astype(np.float64))
     # bit for bit where the output has 16 bits or fewer: the float arithmetic of a kernel moves
@@ -368,15 +373,8 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
     low = out.precision < 24
     best, best_key = None, None
     models = _models(rows, out)
-    if norm.fused and case.residual is not None and getattr(ref, "h", None) is not None:
-        # a fused kernel that sums x + residual in float for its statistics, stores the sum
-        # rounded, and normalises what it stored (xFormers' in-place add)
-        xe = case.x.astype(np.float64) + case.residual.astype(np.float64)
-        hs = ref.h.rounded.astype(np.float64)
-        if np.any(hs != xe):
-            mu_e = xe.mean(axis=1, keepdims=True) if norm.centred else 0.0
-            var_e = ((xe - mu_e) ** 2).mean(axis=1, keepdims=True)
-            models["h_mixed"] = g * (hs - mu_e) / np.sqrt(var_e + eps) + b
+    if mixed is not None:
+        models["h_mixed"] = mixed
     keys = [k for k in CAUSES if k in models] + [k for k in models if isinstance(k, tuple)]
     e_mean = float(np.mean(np.where(np.isfinite(d_exact[fin]), d_exact[fin], 1e300)))
     scored = {}
@@ -430,6 +428,42 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
                      name, "exact" if hit == n else "bit", what, explained=hit,
                      sound=name in SOUND)
     return _statistical(rows, yk, bad) or _nonfinite(rows, yk, ref, bad)
+
+
+def _h_mixed(norm, case, ref, g, b, eps):
+    """The model of a fused kernel that sums x + residual in float for its statistics, stores
+    the sum rounded, and normalises what it stored (xFormers' in-place add): y unrounded, or
+    None where the norm is not fused or h's rounding changes nothing."""
+    if not (norm.fused and case.residual is not None and getattr(ref, "h", None) is not None):
+        return None
+    xe = case.x.astype(np.float64) + case.residual.astype(np.float64)
+    hs = ref.h.rounded.astype(np.float64)
+    if not np.any(hs != xe):
+        return None
+    mu_e = xe.mean(axis=1, keepdims=True) if norm.centred else 0.0
+    var_e = ((xe - mu_e) ** 2).mean(axis=1, keepdims=True)
+    return g * (hs - mu_e) / np.sqrt(var_e + eps) + b
+
+
+def _mixed_infinities(out, yk, bad, mixed):
+    """Where every element off is non-finite: the stored sum overflowed (h = ±inf) while the
+    statistics, of the float sum, stayed finite -- y = ±inf where a kernel normalising the
+    stored sum gives NaN and one normalising the exact sum a finite value.  Named where the
+    model gives the kernel's very infinities (sign included) on 90 % of them, two at least."""
+    if mixed is None:
+        return None
+    infs = bad & np.isinf(yk)
+    n = int(infs.sum())
+    if n < 2:
+        return None
+    pred = out.round_array(mixed)
+    hit = int((pred[infs] == yk[infs]).sum())
+    if hit < 0.9 * n:
+        return None
+    what = CAUSES["h_mixed"][0]
+    return Cause(f"{what} (where h overflowed to ±inf and the float sum did not: reproduces the "
+                 f"kernel's infinities bit for bit on {hit}/{n} of the elements off)",
+                 "h_mixed", "exact" if hit == n else "bit", what, explained=hit)
 
 
 def _sum(vals, rnd, order):

@@ -57,6 +57,9 @@ class Forward(kinds.Kind):
             if f is not None:
                 failures.append(f)
                 worst = _worse(worst, w)  # the worst of all, not the last found
+        note = judge.convention_note()
+        if note:
+            judge.notes.append(note)
         label = target.label
         return assemble(engine.Findings(
             kernel=label, norm=setup.norm, dtype=judge.rows.name, out_dtype=judge.out.name,

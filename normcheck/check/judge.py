@@ -94,11 +94,27 @@ class FamilyResult(engine.FamilyOutcome):
     outputs: dict = field(default_factory=dict)  # backward: per output (dx, dγ, dβ) figures
     mean_signed_ulp: float | None = None  # the mean signed error toward zero (measure.Bias)
     bias_stderr_ulp: float | None = None  # its standard error, from the rows' means
+    h_max_ulp: float | None = None   # a fused kernel's h = x + residual: its largest error
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["baseline"] = None if self.baseline is None else asdict(self.baseline)
         return d
+
+
+#: The two sound conventions of a fused norm, as the notes say them.
+_SUMS = {"exact": "exact sum x + residual", "stored": "sum as stored (h, rounded)"}
+
+
+def _off(measured, fails):
+    """(failures, elements) of y's accuracy off the sound bound on a case, or () where none is."""
+    acc = [f for f in fails if f.kind in ("accuracy", "nonfinite") and
+           f.output in (None, "output")]
+    if not acc or measured is None:
+        return ()
+    mm = measured.m
+    n = int(mm.over) + sum(int(mm.classes[k]) for k in metrics.FAILURE_CLASSES)
+    return (len(acc), max(n, 1))
 
 
 class Measured:
@@ -109,6 +125,7 @@ class Measured:
 
     def __init__(self, ref, y, m, unbounded, E=None, floor=1.0, poison=None):
         self.ref, self.y, self.m, self.unbounded = ref, y, m, unbounded
+        self.h_ulp = None  # a fused kernel's h: its largest error in ulps (engine.h_ulp)
         self._args = (E, floor, poison)
 
     def full(self):
@@ -154,7 +171,11 @@ class ForwardJudge(engine.Judge):
         self.norm = setup.norm
         self.fmt = formats.get(setup.fmt)
         self.out = formats.get(setup.out or setup.fmt)
+        #: the fused convention the check names; None: either sound one, the kernel's own told
+        #: by its rows (:meth:`measure`) -- ``convention`` is the one judged by so far
+        self.named = setup.convention if self.norm.fused else None
         self.convention = setup.convention or "exact"
+        self.decided = None  # (convention, how the rows told it) once they do
         self.eps = np.float32(setup.eps)
         self.backend = setup.backend
         self.seed = int(setup.seed)
@@ -288,11 +309,83 @@ class ForwardJudge(engine.Judge):
     # one batch ------------------------------------------------------------------------------------
     def measure(self, family: str, case: Case, guard="both", outs=None):
         """Run the target on the case (unless its ``outs`` are given) and measure it:
-        (Measured or None, [Failure])."""
+        (Measured or None, [Failure]).  A fused norm whose check names no convention is
+        measured against both sound ones until a case tells them apart (:meth:`_convention`)."""
         if outs is None:
             outs = self.run_target(family, case, guard=guard)
         if isinstance(outs, Failure):
             return None, [outs]
+        if self.norm.fused and outs.get("output") is not None and (
+                self.named is None and self.decided is None or self.named is not None):
+            measured, fails = self._convention(family, case, outs)
+        else:
+            measured, fails = self._measure(family, case, outs)
+        self.probe_undefined(family, case, fails, outs, ("accuracy", "nonfinite"))
+        for note in getattr(outs, "notes", ()) or ():
+            # shown with the verdict, a pass included: a divergent barrier, and programs the
+            # Triton executor ran one at a time (what a check of the file costs).  An undefined
+            # shuffle read stays with the failures it may explain (with_notes): on a pass its
+            # value went unused (CUB's partial-warp reductions read such lanes, then mask them)
+            if any(m in note for m in _SAID_WITH_THE_VERDICT) and note not in self.notes \
+                    and len(self.notes) < 8:
+                self.notes.append(note)
+        return measured, with_notes(fails, outs)
+
+    def _convention(self, family, case, outs):
+        """A fused norm's two sound conventions: normalise the exact sum x + r, or the sum as
+        stored (h, rounded).  Unnamed: the case is measured against both until one is off
+        where the other holds -- that one is the kernel's from then on (the cases before held
+        under both); where both are off, the nearer.  Named: where the named one is off and the
+        other holds on the case, that is the failures' cause, with the setting."""
+        convs = (self.convention, "stored" if self.convention == "exact" else "exact")
+        got = {}
+        for c in convs:
+            self.convention = c
+            got[c] = self._measure(family, case, outs)
+        self.convention = convs[0]
+        off = {c: _off(m, f) for c, (m, f) in got.items()}
+        here, other = convs
+        if self.named is not None:
+            if off[here] and not off[other]:
+                n = off[here][1]
+                text = (f"the kernel normalises the {_SUMS[other]}, where the check names "
+                        f'convention = "{here}" (the {_SUMS[here]}): with convention = '
+                        f'"{other}" these rows are within the sound bound (the spec\'s or '
+                        f"check_callable's convention; leave it out to accept either)")
+                cause = diagnose.Cause(text, "convention_named", "exact", text, explained=n)
+                for f in got[here][1]:
+                    if f.kind in ("accuracy", "nonfinite") and f.output in (None, "output"):
+                        f.cause = cause
+            return got[here]
+        if not off[here] and not off[other]:
+            return got[here]
+        pick = min(convs, key=lambda c: (bool(off[c]), off[c][1] if off[c] else 0))
+        alt = other if pick == here else here
+        cols = case.x.shape[1]
+        how = (f"{family} at width {cols}: the {_SUMS[alt]}'s reference is off on "
+               f"{off[alt][1]} elements" + (f", the {_SUMS[pick]}'s on {off[pick][1]}"
+                                            if off[pick] else ", the other's on none"))
+        self.decided = (pick, how)
+        if pick != self.convention:
+            self.convention = pick
+            self.baselines, self.baseline_note = self._baselines()
+        return got[pick]
+
+    def convention_note(self) -> str | None:
+        """What the check says of a fused norm's convention: the one judged by and why."""
+        if not self.norm.fused:
+            return None
+        if self.named is not None:
+            return f'fused convention: "{self.named}" (named by the check)'
+        if self.decided is None:
+            return ('fused convention: either -- no row told the exact sum from the stored one '
+                    "(both sound conventions hold on every row)")
+        c, how = self.decided
+        return (f'fused convention: "{c}", the kernel\'s ({_SUMS[c]}), told by {how}; '
+                'name one with convention = "exact" or "stored" to judge by it')
+
+    def _measure(self, family: str, case: Case, outs):
+        """The outputs of a launch against the reference under ``self.convention``."""
         ref = self.reference(case)
         fails = []
         y = outs.get("output")
@@ -334,7 +427,8 @@ class ForwardJudge(engine.Judge):
                     f"at width {x.shape[1]}; e.g. " + element_text(
                         i, j, x, y, ref.exact)))
         if "h" in outs:
-            fails += check_h(family, outs["h"], ref)
+            fails += check_h(family, outs["h"], ref, case.x, case.residual)
+            measured.h_ulp = engine.h_ulp(outs["h"], ref)
         roles = [role for role in self.stats_roles if role in outs]
         rows = oracle.normalised_rows(ref, x, case.residual, self.convention) if roles else None
         for role in roles:
@@ -350,16 +444,7 @@ class ForwardJudge(engine.Judge):
                 f"width {x.shape[1]}, " + element_text(i, j, x, y, ref.exact) +
                 f", {float(mm.ulp[i, j]):.4g} ulp where the sound bound allows {lim_ulp:.4g} "
                 f"({metrics.times_bound(float(mm.ratio[i, j]))}x)"))
-        self.probe_undefined(family, case, fails, outs, ("accuracy", "nonfinite"))
-        for note in getattr(outs, "notes", ()) or ():
-            # shown with the verdict, a pass included: a divergent barrier, and programs the
-            # Triton executor ran one at a time (what a check of the file costs).  An undefined
-            # shuffle read stays with the failures it may explain (with_notes): on a pass its
-            # value went unused (CUB's partial-warp reductions read such lanes, then mask them)
-            if any(m in note for m in _SAID_WITH_THE_VERDICT) and note not in self.notes \
-                    and len(self.notes) < 8:
-                self.notes.append(note)
-        return measured, with_notes(fails, outs)
+        return measured, fails
 
     def _check_stats(self, family, role, ref, got, rows):
         """mean and rstd against the exact statistics: the sound bound of the statistics (a
@@ -427,6 +512,8 @@ class ForwardJudge(engine.Judge):
         if m is None:
             return case, None, fails
         st.allu.append(m.ulp.ravel())
+        if m.h_ulp is not None:
+            fr.h_max_ulp = max(fr.h_max_ulp or 0.0, m.h_ulp)
         st.alls.append(m.scaled.ravel())
         st.bias.merge(m.m.bias())
         fr.max_of_bound = max(fr.max_of_bound, float(m.ratio.max()) if m.ratio.size else 0.0)
@@ -468,8 +555,12 @@ class ForwardJudge(engine.Judge):
                    f.output in (None, "output")]
             if bias_fail is not None and not acc:
                 fr.cause = bias_fail.cause
+            named = next((f.cause for f in acc
+                          if getattr(f.cause, "key", None) == "convention_named"), None)
             if acc and fam in self.undefined:
                 fr.cause = acc[0].cause = self.undefined[fam]
+            elif named is not None:
+                fr.cause = named
             elif acc and fam_worst is not None:
                 fr.cause = acc[0].cause = self.diagnose(fam_worst[1], fam_worst[2])
             fr.cause = fr.cause or next((f.cause for f in fam_fails if f.cause), None)
@@ -828,6 +919,7 @@ class ForwardJudge(engine.Judge):
         if w is None:
             w = Worst(f.family, int(case.cols), 0, 0, math.inf, math.inf, math.inf,
                       [float(v) for v in case.x[0].astype(np.float64)], [], case=case.head(0))
-        if f.kind in ("accuracy", "nonfinite") and mm is not None:
+        if f.kind in ("accuracy", "nonfinite") and mm is not None and \
+                getattr(f.cause, "key", None) != "convention_named":
             f.cause = self.diagnose(case, mm)
         return stats, f, w

@@ -107,7 +107,7 @@ class CallableOptions:
     """The options of :func:`normcheck.check.check_callable` (a Python function on the rows)."""
 
     out_dtype: str | None = None
-    convention: str = "exact"   # fused: normalise the "exact" or the "stored" sum
+    convention: str | None = None  # fused: normalise the "exact" or the "stored" sum; None: either
     eps: object = np.float32(1e-5)
     reference: str = "exact"
     examples: int = 64

@@ -196,7 +196,7 @@ class QuantisedJudge(engine.Judge):
         except ScaleShape as e:
             return None, [self._shape_failure(family, case, e)]
         if "h" in outs and ref.norm_ref is not None and getattr(ref.norm_ref, "h", None) is not None:
-            fails += check_h(family, outs["h"], ref.norm_ref)
+            fails += check_h(family, outs["h"], ref.norm_ref, case.x, case.residual)
         fails += self._failures(family, case, m)
         self.probe_undefined(family, case, fails, outs, ("contract", "scale", "amax",
                                                          "nonfinite"))

@@ -139,7 +139,8 @@ class CheckResult:
                 "of_bound": self.of_bound, "kernel": self.kernel, "norm": self.norm,
                 "reference": self.reference, "dtype": self.dtype, "out_dtype": self.out_dtype,
                 "backend": self.backend, "max_ulp": self.max_ulp,
-                "max_ulp_is": "the largest error in ulps of each element's own exact value "
+                "max_ulp_is": "the largest error in ulps of each element's own exact value, "
+                              "y's and (a fused kernel) h's "
                               "(large near zero for a sound kernel too): of_bound is the "
                               "verdict's measure",
                 "rows_checked": self.rows_checked, "cause": self.cause,
