@@ -265,7 +265,14 @@ def test_a_language_function_the_interpreter_left_patched_is_described_by_name()
             return tl
         scope = ti._patch_lang(f)
         assert "_patch_attr" in tl.math.sqrt.__qualname__
-        print(json.dumps(extract.describe({"sqrt": tl.math.sqrt, "where": tl.where}, "k.py")))
+        from triton.language.extra.cuda import libdevice as cuda_ld
+        from normcheck.backends.triton import executor
+        ti._patch_builtin(cuda_ld, ti.interpreter_builder, scope)
+        # the own worker's namespace: libdevice's calls, each wrapping the patched function
+        ld = executor.LibdeviceModule().rsqrt
+        assert "_patch_attr" in ld.__wrapped__.__qualname__
+        print(json.dumps(extract.describe({"sqrt": tl.math.sqrt, "where": tl.where,
+                                           "rsqrt": ld}, "k.py")))
         scope.restore()
     ''')
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -275,6 +282,7 @@ def test_a_language_function_the_interpreter_left_patched_is_described_by_name()
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["sqrt"] == ["attr", "triton.language.math", "sqrt"], got
     assert got["where"][0] == "attr" and got["where"][-1] == "where", got
+    assert got["rsqrt"] == ["libdevice_fn", "rsqrt"], got
 
 
 # -- the cache: nothing trusted because it exists (#55) -------------------------------------------

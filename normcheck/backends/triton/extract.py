@@ -138,13 +138,18 @@ def _describe(v, filename):
                 first = {str(k): _scalar_desc(x) for k, x in kw.items() if _plain(x)}
             return ["def", int(code.co_firstlineno), first]
         obj = obj.fn
-    kw = getattr(v, "__kwdefaults__", None)  # the interpreter's patch of a language function
-    if str(getattr(v, "__qualname__", "")).startswith("_patch_attr.") and \
-            isinstance(kw, dict) and "member" in kw:
-        v = kw["member"]
-    wrapped = getattr(v, "__wrapped__", None)  # the executor's builtins given its semantic
-    if getattr(v, "__module__", None) == executor.__name__ and wrapped is not None:
-        v = wrapped
+    for _ in range(8):  # through the wrappers a language function may be in, in any order:
+        # the executor's (a builtin given its semantic, libdevice's calls) and the interpreter's
+        # patch (each process's launches patch the language's modules and leave them patched)
+        kw = getattr(v, "__kwdefaults__", None)
+        wrapped = getattr(v, "__wrapped__", None)
+        if str(getattr(v, "__qualname__", "")).startswith("_patch_attr.") and \
+                isinstance(kw, dict) and "member" in kw:
+            v = kw["member"]
+        elif getattr(v, "__module__", None) == executor.__name__ and wrapped is not None:
+            v = wrapped
+        else:
+            break
     mod = getattr(v, "__module__", None) or ""
     qual = getattr(v, "__qualname__", None) or getattr(v, "__name__", None)
     if mod in (stubs.__name__, "triton.language.extra.libdevice",
