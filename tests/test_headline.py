@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from headline_support import assert_headline_agrees
@@ -41,6 +42,13 @@ SRC = Path(__file__).parent / "cuda" / "headline.cu"
     # are normalised by different values -- "unexplained", with what failed (#57)
     ("rms_thread0_total_fp16", "rmsnorm", "fp16", "unexplained", "stat",
      "no model of a cause reproduces the elements off"),
+    # a butterfly from offset 8: lanes 16..31 of each warp left out, bit for bit -- not "a
+    # wrong count or divisor", which would send the author to a divisor that is correct (#57)
+    ("rms_half_warp_fp16", "rmsnorm", "fp16", "lanes_dropped", None,
+     "only lanes 0..15 of each warp"),
+    # the same in a float4 LayerNorm: lanes hold 4 columns each where the row is vectorised
+    ("ln_half_warp_vec4_fp32", "layernorm", "fp32", "lanes_dropped", None,
+     "only lanes 0..15 of each warp"),
 ])
 def test_the_headline_names_what_the_evidence_shows(entry, norm, dtype, key, evidence, text,
                                                      tmp_path, monkeypatch):
@@ -127,3 +135,39 @@ def test_a_fail_is_headed_by_evidence_never_by_one_element_or_a_sound_cause():
     u = unexplained([F("gaussian", "row 3: 12 ulp; col 4"), F("tails", "row 0")], [one])
     assert u.key == "unexplained" and "gaussian, tails" in u and "row 3: 12 ulp" in u
     assert "a guess from 1 element(s) only, not evidence: the tail dropped" in u
+
+
+def _rms64(x, g, eps):
+    xd = x.astype(np.float64)
+    return xd / np.sqrt((xd * xd).mean(axis=1, keepdims=True) + float(eps)) * \
+        g.astype(np.float64)
+
+
+def _cast_through_fp16(x, g, b, eps):  # a bf16 kernel's y converted through half (ColossalAI)
+    return _rms64(x, g, eps).astype(np.float16).astype(x.dtype)
+
+
+def _saturating(x, g, b, eps):  # fmin(fmax(y, -65504), 65504): NaN comes out as -65504
+    y = _rms64(x, g, eps).astype(x.dtype).astype(np.float64)
+    return np.where(np.isnan(y), -65504.0, np.clip(y, -65504.0, 65504.0)).astype(x.dtype)
+
+
+def _exact_but_stored_via_bf16(x, g, b, eps):  # the model's twin: the right format, no cast
+    return _rms64(x, g, eps).astype(x.dtype)
+
+
+@pytest.mark.parametrize("fn,dtype,key,text", [
+    (_cast_through_fp16, "bf16", "cast_through", "cast through fp16"),
+    (_saturating, "fp16", "saturation", "hiding a non-finite result"),
+])
+def test_the_shapes_strangers_write_are_named_bit_for_bit(fn, dtype, key, text):
+    """#57's models: each reproduces every element off bit for bit, so it heads the FAIL with
+    the count; the sound twin passes (the models claim nothing of a sound kernel)."""
+    with np.errstate(all="ignore"):
+        r = check.check_callable(fn, "rmsnorm", dtype, examples=24, search=0)
+        twin = check.check_callable(_exact_but_stored_via_bf16, "rmsnorm", dtype, examples=24,
+                                    search=0)
+    assert r.verdict == "fail" and r.cause.key == key, r.render()
+    assert text in r.cause and "bit for bit" in r.cause
+    assert r.cause.explained >= 2  # causes.MIN_EXPLAINED: never one element of one
+    assert twin.verdict == "pass", twin.render()

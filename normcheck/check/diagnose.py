@@ -57,6 +57,12 @@ CAUSES = {
     "convention_named": ("the kernel follows the other sound fused convention than the one the "
                          "check names (the exact sum x + residual, or the sum as stored)",
                          "exact"),
+    "lanes_dropped": ("lanes left out of a reduction (a warp reduction from the wrong offset, "
+                      "a half warp): only some lanes' partial sums reach the statistics",
+                      "bit"),
+    "cast_through": ("y cast through another format before the store", "bit"),
+    "saturation": ("a clamp to the largest finite value before the store, hiding inf and NaN",
+                   "bit"),
     "beta_twice": ("β added twice (y − exact = β on every element)", "bit"),
     "gamma_twice": ("γ applied twice (y = γ²·x̂ + β)", "bit"),
     "count_divisor": ("a wrong count or divisor: the statistics divided by another number than "
@@ -192,6 +198,19 @@ def _models(rows: Rows, out):
                 else:
                     v_p[:, sel] = (x[:, sel] ** 2).sum(axis=1, keepdims=True) / D
             m[("partial_reduction", B)] = ge * (x - mu_p) / np.sqrt(v_p + eps) + b
+        m.update(_lane_models(norm, x, ge, b, eps))
+        y = ge * d * r + b
+        for F in (formats.FP16, formats.BF16):  # a cast through another format before the store
+            if F.name not in (S.name, out.name):
+                m[("cast_through", F.name)] = ("rounded", out.round_array(F.round_array(y)))
+        # saturation: a clamp to ±max before the store, so inf (and NaN, through fmax/fmin,
+        # which return the operand that is not NaN) comes out finite
+        top = float(out.max_finite)
+        yr = out.round_array(y)
+        if not np.all(np.isfinite(yr)):
+            for nan_to in (-top, top):
+                m[("saturation", nan_to)] = ("rounded", out.round_array(
+                    np.where(np.isnan(yr), nan_to, np.clip(yr, -top, top))))
         # sums in the storage format (and, for LayerNorm, the one-pass variance) in each of the
         # usual orders: the statistics emulated, the rest exact
         if fmt.precision < 24 or norm.centred:
@@ -202,6 +221,29 @@ def _models(rows: Rows, out):
                     mo = mu_o[:, None] if mu_o is not None else 0.0
                     m[(key, order)] = ge * (x - mo) / np.sqrt(v_o[:, None] + eps) + b
     return m
+
+
+def _lane_models(norm, x, g, b, eps) -> dict:
+    """Lanes left out of a reduction: threads stride the row (V contiguous elements each: a
+    vector load), and a warp reduction that starts at the wrong offset (a butterfly from 8
+    where it should start from 16, a half warp) sums only lanes 0..L-1 of each warp; what
+    lane 0 holds is combined across the block and used by every thread.  Column j's lane is
+    (j / V) mod 32 for any block of whole warps, so the block's size does not enter.
+    {("lanes_dropped", V, L): y} for the distinct sets of columns kept."""
+    R, D = x.shape
+    out, seen = {}, set()
+    for L in (16, 8):
+        for V in (1, 2, 4, 8):
+            keep = (np.arange(D) // V) % 32 < L
+            key = keep.tobytes()
+            if keep.all() or key in seen:
+                continue
+            seen.add(key)
+            xs = np.where(keep, x, 0.0)
+            mt = xs.sum(axis=1, keepdims=True) / D if norm.centred else 0.0
+            vt = (np.where(keep, x - mt, 0.0) ** 2).sum(axis=1, keepdims=True) / D
+            out[("lanes_dropped", V, L)] = g * (x - mt) / np.sqrt(vt + eps) + b
+    return out
 
 
 def _next_pow2(n: int) -> int:
@@ -318,6 +360,18 @@ def _shape_text(best, D: int) -> str | None:
     if name == "welford_unweighted":
         return (f"a Welford merge with equal weights: {best[1]} threads' partial means averaged "
                 "as if each held as many elements (the width is not a multiple of the block)")
+    if name == "lanes_dropped":
+        vec = f", {best[1]} elements a thread" if best[1] > 1 else ""
+        return (f"lanes left out of a reduction: only lanes 0..{best[2] - 1} of each warp "
+                f"summed (a warp reduction that starts at offset {best[2] // 2} where 16 is "
+                f"needed, or a half warp{vec}), the sums still divided by the width")
+    if name == "cast_through":
+        return (f"y cast through {best[1]} before the store (rounded to {best[1]}, then to "
+                "the output's format: a conversion through the wrong type)")
+    if name == "saturation":
+        return ("a clamp to the format's largest finite value before the store: inf (and "
+                f"NaN, as {'-' if best[1] < 0 else '+'}max through fmax/fmin) comes out "
+                "finite, hiding a non-finite result")
     if name == "constant_row_mean":
         return CAUSES[name][0]
     return None

@@ -21,6 +21,9 @@
 //                              sum as stored in half (h, y, x, residual, γ, eps, rows, cols)
 //   rms_thread0_total_fp16     the block's total valid in thread 0 only (shfl_down, never
 //                              broadcast): every other thread normalises by a partial sum
+//   rms_half_warp_fp16         a warp butterfly that starts at offset 8: lanes 16..31 never reach
+//                              lane 0's sum, which the block then combines and broadcasts
+//   ln_half_warp_vec4_fp32     the same in a float4 two-pass LayerNorm (4 elements a thread)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -217,4 +220,67 @@ extern "C" __global__ void rms_thread0_total_fp16(__half* y, const __half* x, co
   const float r = rsqrtf(t / cols + eps);  // thread 0's t only is the row's
   for (int j = threadIdx.x; j < cols; j += blockDim.x)
     y[(size_t)blockIdx.x * cols + j] = __float2half(__half2float(xr[j]) * r * __half2float(g[j]));
+}
+
+// a warp butterfly from offset 8 (a half warp's): lane 0 holds lanes 0..15's sum only; the
+// warps' lane-0 values are then combined and broadcast soundly
+__device__ float half_warp_block_sum(float v) {
+  __shared__ float part[32];
+  __shared__ float total;
+  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) total = t;
+  }
+  __syncthreads();
+  const float r = total;
+  __syncthreads();  // total and part are reused by the next call
+  return r;
+}
+
+extern "C" __global__ void rms_half_warp_fp16(__half* y, const __half* x, const __half* g,
+                                              float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float v = __half2float(xr[j]);
+    ss += v * v;
+  }
+  const float r = rsqrtf(half_warp_block_sum(ss) / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = __float2half(__half2float(xr[j]) * r * __half2float(g[j]));
+}
+
+// float4 loads where the row allows (cols % 4 == 0 and aligned), scalars otherwise; both sums
+// through the half-warp reduction
+extern "C" __global__ void ln_half_warp_vec4_fp32(float* y, const float* x, const float* g,
+                                                  const float* b, float eps, int rows, int cols) {
+  const float* xr = x + (size_t)blockIdx.x * cols;
+  float* yr = y + (size_t)blockIdx.x * cols;
+  const bool vec = cols % 4 == 0;
+  float s = 0.f;
+  if (vec) {
+    for (int k = threadIdx.x; k < cols / 4; k += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(xr)[k];
+      s += (v.x + v.y) + (v.z + v.w);
+    }
+  } else {
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j];
+  }
+  const float mean = half_warp_block_sum(s) / cols;
+  float q = 0.f;
+  if (vec) {
+    for (int k = threadIdx.x; k < cols / 4; k += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(xr)[k];
+      q += ((v.x - mean) * (v.x - mean) + (v.y - mean) * (v.y - mean)) +
+           ((v.z - mean) * (v.z - mean) + (v.w - mean) * (v.w - mean));
+    }
+  } else {
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) q += (xr[j] - mean) * (xr[j] - mean);
+  }
+  const float r = rsqrtf(half_warp_block_sum(q) / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = (xr[j] - mean) * r * g[j] + b[j];
 }
