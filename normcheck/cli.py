@@ -321,6 +321,7 @@ def _field(args) -> int:
     if args.json:
         print(json.dumps(dicts, indent=1, default=str))
     else:
+        print(section.table(dicts) + "\n")
         print(section.summary_line(dicts) + f"; wrote {out / 'field.md'}, {out / 'field.json'}")
     if args.update:
         changed = corpus.record([o for o in outs if o.ran])

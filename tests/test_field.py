@@ -386,9 +386,53 @@ def test_a_fault_or_a_non_finite_output_stands_in_place_of_the_figures():
         if ln.startswith("| k"):
             rows.setdefault(ln.split("|")[1].strip(), ln)
     cells = [c.strip() for c in rows["k1"].split("|")]
-    assert cells[7:11] == ["tails", "misaligned", "-", "-"], cells
+    assert cells[8:12] == ["tails", "misaligned", "-", "-"], cells
     assert "non-finite" in rows["k2"] and "0.347" not in rows["k2"]
     assert "| 1.0004 |" in rows["k3"]  # enough digits to show why it fails
+
+
+def test_the_table_puts_failures_first_and_lists_every_finding_in_full():
+    """#56: failures (and verdicts off their record) before passes; each kernel's widths; every
+    distinct finding -- the headline's first -- in full, never cut mid-word."""
+    long = "a cause " + "word " * 80 + "END"
+    outs = [_outcome(name="k_pass", verdict="pass", families=[["gaussian", 0.5, 0.25, 0.0]],
+                     widths=[1, 768, 4096]),
+            _outcome(name="k_fail", verdict="fail", expect="fail", cause="fault_misaligned",
+                     widths=[8, 16],
+                     findings=[{"kind": "misaligned", "families": ["gaussian"],
+                                "cause_key": "fault_misaligned", "text": long},
+                               {"kind": "nonfinite", "families": ["tails"],
+                                "cause_key": None, "text": "nonfinite: 3 spurious_nan"}]),
+            _outcome(name="k_diff", verdict="pass", expect="fail")]
+    md = section.markdown([o.as_dict() for o in outs])
+    order = [ln.split("|")[1].strip() for ln in md.split("Every finding")[0].splitlines()
+             if ln.startswith("| k_")]
+    assert order == ["k_diff", "k_fail", "k_pass"], order
+    assert "| 8,16 |" in md and "| 1,768,4096 |" in md
+    found = md.split("Every finding")[1].split("Each kernel's families")[0]
+    assert "END" in found and "headline; misaligned on gaussian (fault_misaligned)" in found
+    assert found.index("fault_misaligned") < found.index("spurious_nan")
+    assert "k_pass" not in found
+
+
+def test_findings_are_distinct_and_the_headlines_first():
+    from normcheck.causes import Cause
+    from normcheck.check.engine import Failure
+
+    stat = Cause("sums in storage", "storage_sums", "stat")
+    fault = Cause("misaligned at x", "fault_misaligned", "fault")
+
+    class R:
+        failures = [Failure("accuracy", "gaussian", "off", cause=stat),
+                    Failure("accuracy", "offset", "off", cause=stat),
+                    Failure("misaligned", "tails", "at x", cause=fault),
+                    Failure("nonfinite", "special", "2 spurious_nan")]
+        cause = fault
+
+    got = judge.findings(R())
+    assert [f["cause_key"] for f in got] == ["fault_misaligned", "storage_sums", None]
+    assert got[1]["families"] == ["gaussian", "offset"]
+    assert got[2]["text"] == "nonfinite: 2 spurious_nan"
 
 
 def test_field_json_renders_again(tmp_path):

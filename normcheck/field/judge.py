@@ -46,6 +46,9 @@ class Outcome:
     # [family, max ulp, × bound, bias, verdict, [the kinds of its failures]]
     families: list = field(default_factory=list)
     max_ulp: float | None = None
+    widths: list = field(default_factory=list)   # every width the families ran, ascending
+    # every distinct finding, the headline's first: {kind, families, cause_key, text}
+    findings: list = field(default_factory=list)
     error: str | None = None
     skipped: str | None = None
     seconds: float = 0.0
@@ -131,7 +134,36 @@ def judge_one(k: corpus_mod.Kernel, src: corpus_mod.Source, save_dir=None,
                      getattr(f, "mean_signed_ulp", None), str(f.verdict),
                      sorted(str(k) for k in (getattr(f, "failures", None) or {}))]
                     for f in r.families]
+    out.widths = sorted({int(c) for f in r.families for c in (getattr(f, "cols", None) or [])})
+    out.findings = findings(r)
     return out
+
+
+def findings(r) -> list:
+    """Every distinct finding of a check -- a fault, undefined values, an accuracy cause --
+    once, with the families it was found on; the one the headline names first, then by the
+    strength of its evidence (normcheck.causes.EVIDENCE), then as found."""
+    from normcheck.causes import EVIDENCE
+
+    got = {}
+    for f in r.failures:
+        c = f.cause
+        key = getattr(c, "key", None) or f"kind:{f.kind}"
+        text = str(c) if c else f"{f.kind}: {f.detail}"
+        d = got.setdefault(key, {"kind": str(f.kind), "families": [],
+                                 "cause_key": getattr(c, "key", None), "text": text,
+                                 "evidence": getattr(c, "evidence", None)})
+        if f.family not in d["families"]:
+            d["families"].append(f.family)
+    head = getattr(r.cause, "key", None)
+    order = list(got)
+
+    def rank(k):
+        d = got[k]
+        ev = EVIDENCE.index(d["evidence"]) if d["evidence"] in EVIDENCE else len(EVIDENCE)
+        return (k != head, ev, order.index(k))
+
+    return [{k: v for k, v in got[k].items() if k != "evidence"} for k in sorted(got, key=rank)]
 
 
 def judge_field(only=None, save_dir=None, echo=print, path=None) -> list[Outcome]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from normcheck.causes import FAULTS
 from normcheck.metrics import times_bound
 
-__all__ = ["markdown", "summary_line", "TITLE"]
+__all__ = ["markdown", "table", "findings_list", "summary_line", "TITLE"]
 
 TITLE = "The field"
 
@@ -106,6 +106,62 @@ def _why_skipped(outs: list) -> str:
     return "; ".join(f"{n}: {w}" for w, n in why.items())
 
 
+def _order(o: dict) -> tuple:
+    """The table's order: what differs from the record, then what could not run, then fails,
+    warns, passes, and the skipped last; the corpus' order within each."""
+    if o.get("skipped"):
+        return (5,)
+    if not o.get("ran"):
+        return (1,)
+    if not o.get("matches"):
+        return (0,)
+    return ({"fail": 2, "warn": 3}.get(o.get("verdict"), 4),)
+
+
+def _widths(o: dict) -> str:
+    w = o.get("widths") or []
+    if len(w) > 6:
+        return f"{w[0]}..{w[-1]} ({len(w)} widths)"
+    return ",".join(str(x) for x in w) or "-"
+
+
+def table(outs: list) -> str:
+    """The one-line-a-kernel table (markdown), failures first: what ``normcheck field`` prints
+    and the section opens with."""
+    lines = ["| kernel | project | version | language | norm, formats | widths | verdict | "
+             "worst family | × bound | max ulp | bias | headline cause | findings |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for o in sorted(outs, key=_order):
+        w = _worst(o)
+        cause = o.get("cause") or o.get("error") or o.get("skipped") or ""
+        n = len(o.get("findings") or [])
+        lines.append(
+            f"| {_cell(o['name'])} | {_cell(o['project'])} | {_cell(o['version'])} | "
+            f"{o['language']} | {_cell(', '.join(x for x in (o.get('norm'), o.get('formats')) if x))} | "
+            f"{_cell(_widths(o))} | {_verdict(o)} | {_cell(w[0]) if w else '-'} | "
+            f"{_bound_cell(w) if w else '-'} | {_figure(w, 1) if w else '-'} | "
+            f"{_figure(w, 3) if w else '-'} | {_cell(cause)} | {n or '-'} |")
+    return "\n".join(lines)
+
+
+def findings_list(outs: list) -> list:
+    """Each failing kernel's findings in full, the headline's first (markdown lines)."""
+    lines = []
+    for o in sorted(outs, key=_order):
+        fs = o.get("findings") or []
+        if not fs and not o.get("error"):
+            continue
+        lines.append(f"- **{_cell(o['name'])}** ({_cell(o.get('file') or '?')}):")
+        if o.get("error"):
+            lines.append(f"  - not run: {_cell(o['error'])}")
+        for i, f in enumerate(fs):
+            head = "headline; " if i == 0 and f.get("cause_key") == o.get("cause") else ""
+            lines.append(f"  - {head}{_cell(f['kind'])} on {_cell(', '.join(f['families']))}"
+                         f"{' (' + _cell(f['cause_key']) + ')' if f.get('cause_key') else ''}: "
+                         f"{_cell(f['text'])}")
+    return lines
+
+
 def markdown(outs: list) -> str:
     """The section's markdown (without its heading)."""
     lines = [
@@ -113,7 +169,8 @@ def markdown(outs: list) -> str:
         "registry (the files pinned by SHA-256 in normcheck/field/corpus.toml, fetched confined, "
         "nothing of the package built or imported), each launched as its own launcher does "
         "(normcheck/field/specs/) and checked on the cpu backend like `normcheck check`: "
-        "16 rows a family, seed 0.  Verdicts beside the ones recorded; the worst family is the "
+        "16 rows a family, seed 0; failures first.  Verdicts beside the ones recorded; the "
+        "worst family is the "
         "one furthest beyond (or nearest to) its sound bound; a fault or a non-finite output "
         "stands in place of its figures.  A kernel whose file needs torch (its headers, or its "
         "import as a Triton file loads) is skipped where torch cannot be used, saying so.  "
@@ -121,25 +178,16 @@ def markdown(outs: list) -> str:
         "",
         summary_line(outs) + ".",
         "",
-        "| kernel | project | version | language | norm, formats | verdict | worst family | "
-        "× bound | max ulp | bias | cause |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        table(outs),
     ]
-    for o in outs:
-        w = _worst(o)
-        cause = o.get("cause_text") or o.get("error") or o.get("skipped") or ""
-        if len(cause) > 220:
-            cause = cause[:217] + "..."
-        lines.append(
-            f"| {_cell(o['name'])} | {_cell(o['project'])} | {_cell(o['version'])} | "
-            f"{o['language']} | {_cell(', '.join(x for x in (o.get('norm'), o.get('formats')) if x))} | "
-            f"{_verdict(o)} | {_cell(w[0]) if w else '-'} | {_bound_cell(w) if w else '-'} | "
-            f"{_figure(w, 1) if w else '-'} | {_figure(w, 3) if w else '-'} | {_cell(cause)} |")
+    lines += ["", "Every finding of each kernel that failed, in full, the headline's first (the "
+              "cause's key in brackets; its families before the colon):", ""]
+    lines += findings_list(outs)
     lines += ["", "Each kernel's families (× bound / max ulp / bias, in ulps of the output "
               "format, for a backward kernel of dx; a family that failed or warned says so; a "
               "fault or a non-finite output stands in place of its figures):", "",
               "| kernel | families |", "|---|---|"]
-    for o in outs:
+    for o in sorted(outs, key=_order):
         fams = [f for f in o.get("families") or [] if f]
         if not fams:
             continue
