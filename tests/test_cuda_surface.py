@@ -16,13 +16,40 @@ STYLES = HERE / "styles"
 
 
 @pytest.mark.parametrize("spec", ["rms_aligned", "rms_bf16", "ln_kvp", "rms_params", "rms_host",
-                                  "rms_host_ex", "rms_pdl"])
+                                  "rms_host_ex", "rms_host_void_args", "rms_pdl"])
 def test_kernels_in_public_styles_check_from_their_spec(spec):
     r = check.check_kernel(spec=STYLES / f"{spec}.toml", search=0, examples=8)
     # every one is sound (computed in float, rounded once): pass, or warn where its summation
     # order is a plain sequential one (rms_params, ln_kvp's mean)
     assert r.verdict in ("pass", "warn"), r.render()
     assert r.provenance["arch"].startswith("sm_90")
+
+
+@pytest.mark.parametrize("how", [1, 2])
+def test_the_runtimes_untyped_launches_run_the_kernel(how, tmp_path):
+    """#56: FlashInfer's launchers call cudaLaunchKernel((void*)kernel, grid, block, args, smem,
+    stream) with a void* args[] -- and cudaLaunchCooperativeKernel, and a reinterpret_cast: the
+    kernel's parameters come from its instantiation, so each runs as the runtime runs it (it was
+    refused: "their types are unknown here"), the same rows as the <<<>>> launch."""
+    text = (STYLES / "rms_host_void_args.toml").read_text().replace('value = "0"',
+                                                                    f'value = "{how}"')
+    assert f'value = "{how}"' in text
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text.replace('source = "styles.cu"', f'source = "{STYLES / "styles.cu"}"'))
+    r = check.check_kernel(spec=spec, search=0, examples=8, include=(str(STYLES),))
+    ref = check.check_kernel(spec=STYLES / "rms_host.toml", search=0, examples=8)
+    assert r.verdict == "pass", r.render()
+    assert [f.max_ulp for f in r.families] == [f.max_ulp for f in ref.families]
+
+
+def test_a_kernel_held_as_a_void_pointer_is_refused_saying_what_runs(tmp_path):
+    text = (STYLES / "rms_host_void_args.toml").read_text().replace('value = "0"', 'value = "3"')
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text.replace('source = "styles.cu"', f'source = "{STYLES / "styles.cu"}"'))
+    with pytest.raises(errors.Unsupported) as e:  # never a pass: the check stops, saying why
+        check.check_kernel(spec=spec, search=0, examples=8, include=(str(STYLES),))
+    assert "held as a void*" in str(e.value) and "cudaLaunchKernel((void*)kernel" in str(e.value)
+    assert "styles.cu:" in str(e.value)  # the launch's line
 
 
 def test_the_struct_argument_carries_every_pointer_and_the_host_launcher_runs_the_kernel():

@@ -1182,8 +1182,10 @@ _REPORT_INTS = {"signal", "bytes", "arg", "elem_offset_bytes", "past_end_bytes",
 #: What a kernel reached that the cpu backend does not run (the report's detail word).
 _UNSUPPORTED = {
     "cuda_launch_kernel": "launched a kernel through cudaLaunchKernel/cudaLaunchKernelExC with "
-                          "its arguments as void* (their types are unknown here): launch it with "
-                          "<<<...>>> or the typed cudaLaunchKernelEx(&config, kernel, args...)",
+                          "a kernel held as a void* (its parameters' types are unknown here; "
+                          "cudaLaunchKernel((void*)kernel, ...) with the cast at the call runs): "
+                          "pass the kernel itself, launch it with <<<...>>> or the typed "
+                          "cudaLaunchKernelEx(&config, kernel, args...)",
     "wmma": "reached a WMMA (tensor core) operation of <mma.h>, which the cpu backend does "
             "not emulate",
     "named_barrier_count": "reached a barrier of part of the block (bar.sync / "

@@ -287,17 +287,31 @@ def _launch_target_start(text: str, i: int) -> int:
 
 
 _LAUNCH_EX = re.compile(r"\bcudaLaunchKernelEx\s*\(")
+#: ``cudaLaunchKernel((void*)kernel, grid, block, args, smem, stream)`` -- and its cooperative
+#: twin, and the C++ casts -- as the runtime is called with an untyped argument array: the cast
+#: is dropped, so the kernel keeps its type and the shim's typed overload unpacks ``args`` as
+#: its parameters (the kernel's instantiation is the one the cast named)
+_UNTYPED_LAUNCH = re.compile(
+    r"\b(cudaLaunchKernel|cudaLaunchCooperativeKernel)\s*\(\s*"
+    r"(?:\(\s*(?:const\s+)?void\s*\*\s*\)|(?:reinterpret_cast|static_cast)\s*<\s*"
+    r"(?:const\s+)?void\s*\*\s*>)")
 
 
 def _host_launches(text: str, user) -> str:
     """``k<<<cfg>>>(args)`` -> ``::ncsimt::host_launch_any(<a lambda calling k>, cfg)(args)``
     (k's template arguments deduced from the call's, as nvcc does) and
     ``cudaLaunchKernelEx(`` -> ``::ncsimt::launch_ex(`` (typed: the kernel's parameters are
-    known there), launches that run in order when a host function is the entry."""
+    known there), and ``cudaLaunchKernel((void*)k, ...)`` -> ``cudaLaunchKernel(k, ...)`` (the
+    shim's typed overload: ``args`` unpacked as k's parameters), launches that run in order when
+    a host function is the entry."""
     if _LAUNCH_EX.search(text):
         lines = LineMap.of(text)
         text = _LAUNCH_EX.sub(lambda m: "::ncsimt::launch_ex(" if user(*lines.where(m.start())[::2])
                               else m.group(0), text)
+    if _UNTYPED_LAUNCH.search(text):
+        lines = LineMap.of(text)
+        text = _UNTYPED_LAUNCH.sub(lambda m: f"{m.group(1)}(" if user(
+            *lines.where(m.start())[::2]) else m.group(0), text)
     if "<<<" not in text:
         return text
     out, last = [], 0

@@ -195,6 +195,31 @@ void launch_rms(T* y, const T* x, const T* w, float eps, int rows, int cols, cud
 }
 template void launch_rms<__half>(__half*, const __half*, const __half*, float, int, int, cudaStream_t, bool);
 
+// FlashInfer-style host launcher: the kernel taken as a typed pointer, its arguments in an
+// untyped array, launched through the runtime's cudaLaunchKernel((void*)kernel, ...) -- or the
+// cooperative launch, or a reinterpret_cast (how = 0, 1, 2); 3: the kernel held in a void*
+template <typename T>
+void launch_rms_void_args(T* y, const T* x, const T* w, float eps, int rows, int cols,
+                          cudaStream_t stream, int how) {
+  auto kernel = rms_host_kernel<T, 128>;
+  void* args[] = {&y, &x, &w, &eps, &cols};
+  dim3 grid(rows), block(128);
+  cudaError_t e;
+  if (how == 0)
+    e = cudaLaunchKernel((void*)kernel, grid, block, args, 0, stream);
+  else if (how == 1)
+    e = cudaLaunchCooperativeKernel((void*)kernel, grid, block, args, 0, stream);
+  else if (how == 2)
+    e = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args, 0, stream);
+  else {  // a kernel held as a void*: its parameters' types are nowhere to be found
+    const void* fn = (const void*)kernel;
+    e = cudaLaunchKernel(fn, grid, block, args, 0, stream);
+  }
+  if (e != cudaSuccess) std::printf("launch failed: %s\n", cudaGetErrorString(e));
+}
+template void launch_rms_void_args<__half>(__half*, const __half*, const __half*, float, int, int,
+                                           cudaStream_t, int);
+
 // FlashInfer-style: griddepcontrol PTX under the sm_90 guard, vector loads through cub::BlockLoad
 template <typename T>
 __global__ void rms_pdl(T* y, const T* x, const T* w, float eps, int cols) {

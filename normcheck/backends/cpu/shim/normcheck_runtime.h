@@ -1660,4 +1660,7 @@ cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
   ::ncsimt::unsupported("cuda_launch_kernel");
 }
+cudaError_t cudaLaunchCooperativeKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t) {
+  ::ncsimt::unsupported("cuda_launch_kernel");
+}
 }  // extern "C"

@@ -368,6 +368,14 @@ inline cudaError_t cudaLaunchKernel(void (*func)(P...), dim3 g, dim3 b, void** a
   return ::ncsimt::launch_void_args(func, g, b, args, smem, std::index_sequence_for<P...>{})
              ? cudaErrorLaunchFailure : cudaSuccess;
 }
+// cudaLaunchCooperativeKernel alike: every block of the grid runs (the cpu backend runs them
+// all; a grid.sync() is not modelled)
+template <class... P>
+inline cudaError_t cudaLaunchCooperativeKernel(void (*func)(P...), dim3 g, dim3 b, void** args,
+                                               size_t smem = 0, cudaStream_t = 0) {
+  return ::ncsimt::launch_void_args(func, g, b, args, smem, std::index_sequence_for<P...>{})
+             ? cudaErrorLaunchFailure : cudaSuccess;
+}
 
 namespace ncsimt {
 }  // namespace ncsimt
