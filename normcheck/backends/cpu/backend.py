@@ -283,7 +283,7 @@ def cxx_standard(src: base.Source, torch: bool = False) -> str:
 
 
 def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(),
-               arch: int = base.DEFAULT_ARCH, hosts=()) -> tuple[str, list, list, str]:
+               arch: int = base.DEFAULT_ARCH, hosts=(), std=None) -> tuple[str, list, list, str]:
     """The rewritten, preprocessed translation unit of ``src`` with launchers for ``entries``,
     the messages of its inline PTX statements left to fail when they run, the files the
     preprocessor read (absolute paths) and the C++ standard it was read in (``-std=``).  A header of
@@ -295,7 +295,7 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
     torch = False
     for _attempt in range(12):
         try:
-            return _preprocess(src, entries, defines, extra_flags, arch, hosts, torch)
+            return _preprocess(src, entries, defines, extra_flags, arch, hosts, torch, std)
         except CompileError as e:
             missing = headers.missing_header(e.diagnostics or "")
             if missing is None:
@@ -328,10 +328,10 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
     raise CompileError(f"{src.origin}: the headers it includes could not all be found")
 
 
-def _preprocess(src, entries, defines, extra_flags, arch, hosts, torch):
+def _preprocess(src, entries, defines, extra_flags, arch, hosts, torch, std=None):
     cxx, _ = _compiler()
     incs = include_dirs_for(src, torch)
-    std = cxx_standard(src, torch)
+    std = newer_std(cxx_standard(src, torch), std)
     tu = _translation_unit(src, entries, hosts)
     flags = [f"-std={std}", *_PP_FLAGS, *presentation(arch, incs), *base.define_flags(defines),
              f"-I{SHIM_DIR}",
@@ -477,10 +477,42 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
 
     with progress.step(f"building {Path(str(src.origin)).name} for the cpu backend (g++, "
                        "once per text: then cached)"):
-        return _build(src, entries, defines, extra_flags, arch, hosts)
+        try:
+            return _build(src, entries, defines, extra_flags, arch, hosts)
+        except _NeedsStd as e:  # the file uses what a later standard has: built in that one
+            return _build(src, entries, defines, extra_flags, arch, hosts, e.std)
 
 
-def _build(src, entries, defines, extra_flags, arch, hosts) -> Module:
+#: The standards g++ names where a file uses what only a later one has ("'concept' only
+#: available with '-std=c++20'", "'std::span' is only available from C++20 onwards"), each
+#: with the -std= that builds it, oldest first.
+_STD_HINTS = (("c++20", re.compile(r"-std=(?:c|gnu)\+\+(?:20|2a)\b|from C\+\+20 onwards")),
+              ("c++23", re.compile(r"-std=(?:c|gnu)\+\+(?:23|2b)\b|from C\+\+23 onwards")))
+_STD_ORDER = ("c++17", "c++20", "c++23")
+
+
+class _NeedsStd(Exception):
+    def __init__(self, std):
+        super().__init__(std)
+        self.std = std
+
+
+def newer_std(std: str, other: str | None) -> str:
+    """The later of two -std= names (``other`` None: ``std``)."""
+    if other is None or other not in _STD_ORDER or std not in _STD_ORDER:
+        return std if other is None or std not in _STD_ORDER else other
+    return max(std, other, key=_STD_ORDER.index)
+
+
+def needed_std(diagnostics: str, std: str) -> str | None:
+    """The standard g++'s diagnostics say the file needs, where it is later than ``std``."""
+    for name, pat in reversed(_STD_HINTS):
+        if pat.search(diagnostics or "") and newer_std(std, name) != std:
+            return name
+    return None
+
+
+def _build(src, entries, defines, extra_flags, arch, hosts, want_std=None) -> Module:
     entries = [base.parse_entry(e) for e in entries]
     hosts = {base.parse_entry(e) for e in hosts}
     cxx, version = _compiler()
@@ -489,15 +521,26 @@ def _build(src, entries, defines, extra_flags, arch, hosts) -> Module:
     known = _from_manifest(manifest)
     own = is_own(src)
     builds = builds_folder(own)
-    if known and cache.verified(builds / known[0] / "kernel.so"):
+    if known and cache.verified(builds / known[0] / "kernel.so") and \
+            (want_std is None or known[3] == want_std):
         key, deferred, used, std = known
         flags = [f"-std={std}", *_CXX_FLAGS, *extra]
     else:
-        text, deferred, deps, std = preprocess(src, entries, defines, extra, arch, hosts)
+        try:
+            text, deferred, deps, std = preprocess(src, entries, defines, extra, arch, hosts,
+                                                   std=want_std)
+        except CompileError as e:  # a header that #errors outside C++20, say
+            need = needed_std(e.diagnostics or "", want_std or DEFAULT_STD)
+            if want_std is None and need:
+                raise _NeedsStd(need) from None
+            raise
         flags = [f"-std={std}", *_CXX_FLAGS, *extra]
         key = cache.key_of(text, " ".join(flags), version)
         used = headers.frameworks(deps)
-        if std != DEFAULT_STD:
+        if want_std is not None and std == want_std:
+            used["c++ standard"] = (f"{std} (what the file uses: g++ named it in a build in "
+                                    f"{DEFAULT_STD})")
+        elif std != DEFAULT_STD:
             used["c++ standard"] = f"{std} (what the headers it includes demand)"
     so = builds / key / "kernel.so"
     if not cache.verified(so):
@@ -519,6 +562,8 @@ def _build(src, entries, defines, extra_flags, arch, hosts) -> Module:
                                          read=roots, write=[d, os.devnull], cleanup=d)
             if r.returncode == 0:
                 r = _link(cxx, obj, out, d, src.origin)
+            if r.returncode != 0 and want_std is None and needed_std(r.stderr, std):
+                raise _NeedsStd(needed_std(r.stderr, std))
             if r.returncode != 0:
                 missing = [e for e in entries if re.search(
                     rf"<normcheck launch wrappers>:\d+:\d+: error: '{re.escape(e.split('<')[0])}' "
