@@ -315,8 +315,7 @@ class ForwardJudge(engine.Judge):
             outs = self.run_target(family, case, guard=guard)
         if isinstance(outs, Failure):
             return None, [outs]
-        if self.norm.fused and outs.get("output") is not None and (
-                self.named is None and self.decided is None or self.named is not None):
+        if self.norm.fused and outs.get("output") is not None and self.decided is None:
             measured, fails = self._convention(family, case, outs)
         else:
             measured, fails = self._measure(family, case, outs)
@@ -338,15 +337,17 @@ class ForwardJudge(engine.Judge):
         under both); where both are off, the nearer.  Named: where the named one is off and the
         other holds on the case, that is the failures' cause, with the setting."""
         convs = (self.convention, "stored" if self.convention == "exact" else "exact")
-        got = {}
-        for c in convs:
-            self.convention = c
-            got[c] = self._measure(family, case, outs)
-        self.convention = convs[0]
-        off = {c: _off(m, f) for c, (m, f) in got.items()}
         here, other = convs
+        got = {here: self._measure(family, case, outs)}
+        off = {here: _off(*got[here])}
+        if self.named is not None and not off[here]:
+            return got[here]  # the named one holds: the other is not measured
+        self.convention = other
+        got[other] = self._measure(family, case, outs)
+        off[other] = _off(*got[other])
+        self.convention = here
         if self.named is not None:
-            if off[here] and not off[other]:
+            if not off[other]:
                 n = off[here][1]
                 text = (f"the kernel normalises the {_SUMS[other]}, where the check names "
                         f'convention = "{here}" (the {_SUMS[here]}): with convention = '
