@@ -124,6 +124,14 @@ TRITON_BUGS = Path(__file__).parent / "cuda" / "strangers" / "bugs.py"
     # found by happens-before in the hazard run, with both lines (it was found by reordering
     # warps, when the schedule let it show)
     ("ln_missing_barrier", "layernorm", "fp16", "fault_race", "race on shared memory"),
+    # every step in __nv_bfloat16 (#57): the sums in the block's order, bit for bit -- was
+    # "one-pass variance" on one family and "storage sums" on another
+    ("ln_bf16_all_storage", "layernorm", "bf16", "no_upcast",
+     "every step in the storage format"),
+    # the .ftz PTX --use_fast_math compiles to, a warp per row (#57): subnormal x read as 0 --
+    # not "y cast through fp16", which flushes the tiny outputs too but moves the normal ones
+    # the kernel got right
+    ("rms_ftz_warp", "rmsnorm", "fp32", "ftz", "flushed to zero"),
 ])
 def test_a_bug_is_named_by_the_shape_of_its_error(entry, norm, dtype, key, words, tmp_path,
                                                    monkeypatch):
@@ -161,6 +169,12 @@ def test_a_warn_names_its_cause(tmp_path, monkeypatch):
 @pytest.mark.parametrize("entry, norm, key, words", [
     ("rms_block_divisor", "rmsnorm", "count_divisor", "divided by 1024 where the row has 768"),
     ("ln_padding_in_variance", "layernorm", "padding_variance", "padding lanes"),
+    # looped over chunks of 256: the width padded to a multiple of the chunk, not a power of 2
+    ("ln_looped_padding_in_variance", "layernorm", "padding_variance",
+     "the width padded to 256"),
+    # no .to(tl.float32) after the loads (#57): only the mean's sum is in bf16 (Triton divides
+    # it by the int width in fp32), bit for bit -- was "one-pass variance"
+    ("ln_bf16_no_upcast", "layernorm", "no_upcast", "the mean from a sum accumulated in bf16"),
 ])
 def test_a_triton_bug_is_named_by_its_shape(entry, norm, key, words, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

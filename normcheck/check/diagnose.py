@@ -63,6 +63,9 @@ CAUSES = {
     "cast_through": ("y cast through another format before the store", "bit"),
     "saturation": ("a clamp to the largest finite value before the store, hiding inf and NaN",
                    "bit"),
+    "ftz": ("subnormal values flushed to zero (-ftz=true or --use_fast_math on a GPU, a "
+            "denormals-are-zero mode on a CPU): x, x − μ, the squares, ε-less variances and "
+            "each product below 2^-126 taken as 0", "bit"),
     "beta_twice": ("β added twice (y − exact = β on every element)", "bit"),
     "gamma_twice": ("γ applied twice (y = γ²·x̂ + β)", "bit"),
     "count_divisor": ("a wrong count or divisor: the statistics divided by another number than "
@@ -83,6 +86,8 @@ CAUSES = {
     "one_pass": ("one-pass variance E[x²] - E[x]²: catastrophic cancellation, error grows as κ²",
                  "stat"),
     "storage_sums": ("sums accumulated in the storage format", "stat"),
+    "no_upcast": ("the statistics computed in the storage format, no upcast to float before "
+                  "the reductions", "bit"),
     "undefined_values": ("the output depends on undefined values (shared memory read before it "
                          "is written, a shuffle from a lane not taking part)", "undefined"),
 }
@@ -95,9 +100,10 @@ SOUND = frozenset({"constant_row_mean"})
 #: partials through a second one (normcheck's built-ins, most block-per-row kernels); CUB's
 #: BlockReduce (shfl_down by 1, 2, ..., 16 in each warp, then thread 0 adds the warps' totals
 #: in order); a halving tree over the row padded to a power of two (a shared-memory tree, a
-#: Triton tl.sum over one program's block).
+#: Triton tl.sum over one program's block); neighbour pairs, (x0+x1)+(x2+x3)... level by level
+#: (tl.sum as normcheck's Triton executor runs it, and a pairwise reduction written as one).
 ORDERS = (("sequential",), *(("block", B) for B in (32, 64, 128, 256, 512, 1024)),
-          *(("cub", B) for B in (128, 256, 512, 1024)), ("tree",))
+          *(("cub", B) for B in (128, 256, 512, 1024)), ("tree",), ("pairs",))
 
 
 def rstd_variants(var, D: int, eps) -> dict:
@@ -123,7 +129,9 @@ def order_text(order) -> str:
         return f"{order[1]} threads, warp butterflies"
     if order[0] == "cub":
         return f"cub::BlockReduce of {order[1]} threads"
-    return "a pairwise tree over the row (a shared-memory tree, tl.sum)"
+    if order[0] == "pairs":
+        return "neighbour pairs, level by level ((x0+x1)+(x2+x3)...: tl.sum)"
+    return "a halving tree over the row (x[i] + x[i+h]: a shared-memory tree)"
 
 
 class Rows(NamedTuple):
@@ -203,14 +211,7 @@ def _models(rows: Rows, out):
         for F in (formats.FP16, formats.BF16):  # a cast through another format before the store
             if F.name not in (S.name, out.name):
                 m[("cast_through", F.name)] = ("rounded", out.round_array(F.round_array(y)))
-        # saturation: a clamp to ±max before the store, so inf (and NaN, through fmax/fmin,
-        # which return the operand that is not NaN) comes out finite
-        top = float(out.max_finite)
-        yr = out.round_array(y)
-        if not np.all(np.isfinite(yr)):
-            for nan_to in (-top, top):
-                m[("saturation", nan_to)] = ("rounded", out.round_array(
-                    np.where(np.isnan(yr), nan_to, np.clip(yr, -top, top))))
+        m["ftz"] = _ftz(norm, x, ge, b, eps)
         # sums in the storage format (and, for LayerNorm, the one-pass variance) in each of the
         # usual orders: the statistics emulated, the rest exact
         if fmt.precision < 24 or norm.centred:
@@ -220,7 +221,87 @@ def _models(rows: Rows, out):
                 for (key, _o), (mu_o, v_o) in _statistics(norm, fmt, x, order).items():
                     mo = mu_o[:, None] if mu_o is not None else 0.0
                     m[(key, order)] = ge * (x - mo) / np.sqrt(v_o[:, None] + eps) + b
+                if fmt.precision < 24:
+                    m.update(_no_upcast(norm, fmt, out, x, ge, b, eps, order))
     return m
+
+
+def _no_upcast(norm, S, out, x, g, b, eps, order) -> dict:
+    """A kernel that never converts its loads (#57: a whole Triton LayerNorm in bf16): the mean,
+    x − μ, the squares, their sums in ``order`` and each division by the width rounded to the
+    storage format S.  Two epilogues: rstd and the rest in float (an fp32 ε promotes
+    ``var + eps``, as Triton's does), or every step in S -- rstd rounded once (``hrsqrt``) or
+    the square root and the reciprocal each rounded, then x̂, ·γ and +β each rounded to S.
+    {("no_upcast", order, epilogue): y or ("rounded", y)}."""
+    D = x.shape[1]
+    r = S.round_array
+    m = {}
+    if norm.centred:
+        s1 = r(_sum(x, r, order))[:, None]
+        # only the mean's sum in S: Triton divides the bf16 sum by the (int) width in fp32, and
+        # x - mean, an fp32 scalar, is then fp32 too -- the rest of the kernel in float
+        mf = s1 / D
+        m[("no_upcast", order, "mean")] = g * (x - mf) / np.sqrt(
+            ((x - mf) ** 2).mean(axis=1, keepdims=True) + eps) + b
+        mS = r(mf)
+        dS = r(x - mS)
+    else:
+        dS = x
+    vsum = r(_sum(r(dS * dS), r, order))[:, None]
+    vS = r(vsum / D)
+    # the division by the width in float (Triton divides a bf16 or fp16 scalar by an int in
+    # fp32) or rounded to S
+    if norm.centred:  # RMSNorm's is the storage_sums model
+        m[("no_upcast", order, "stats")] = g * dS / np.sqrt(vsum / D + eps) + b
+    if not np.array_equal(vS, vsum / D):
+        m[("no_upcast", order, "stats_div")] = g * dS / np.sqrt(vS + eps) + b
+    gS, bS = r(g), r(b)
+    # rstd in S: rounded once from the float value (of either variance; Triton casts an fp32
+    # scalar to the tensor's bf16 in d * rstd), from var + ε rounded to S (hrsqrt), or the
+    # square root and its reciprocal each rounded
+    seen = []
+    for rS in (r(1.0 / np.sqrt(vsum / D + eps)), r(1.0 / np.sqrt(vS + eps)),
+               r(1.0 / np.sqrt(r(vS + eps))), r(1.0 / r(np.sqrt(r(vS + eps))))):
+        if any(np.array_equal(rS, o) for o in seen):
+            continue
+        seen.append(rS)
+        y = r(r(dS * rS) * gS)
+        m[("no_upcast", order, "all", len(seen))] = ("rounded", out.round_array(
+            r(y + bS) if norm.centred else y))
+    return m
+
+
+#: The smallest normal float: what -ftz=true flushes below it (2^-126)
+FP32_TINY = float.fromhex("0x1p-126")
+
+
+def _ftz(norm, x, g, b, eps):
+    """Every float operation of the kernel flushing subnormal inputs and results to zero (a
+    GPU's ``-ftz=true``, implied by ``--use_fast_math``; ``.ftz`` PTX; a CPU's FTZ/DAZ): x
+    (fp32 and bf16 subnormals; an fp16 one is normal in fp32), the mean, x − μ, each square,
+    the variance plus ε (0 gives rstd = inf, as rsqrt.approx.ftz of a flushed value does) and
+    each product of the epilogue.  The sums themselves exact: a flushed term changes them by
+    less than 2^-126."""
+    def z(a):
+        return np.where(np.abs(a) < FP32_TINY, 0.0 * a, a)
+    xf = z(x)
+    mu = z(xf.mean(axis=1, keepdims=True)) if norm.centred else 0.0
+    d = z(xf - mu)
+    v = z(d * d).mean(axis=1, keepdims=True)
+    r = 1.0 / np.sqrt(z(v + eps))
+    y = z(z(d * r) * g)
+    return z(y + b) if norm.centred else y
+
+
+def _saturation(out, yr) -> dict:
+    """A clamp to ±max before the store, so inf (and NaN, through fmax/fmin, which return the
+    operand that is not NaN) comes out finite: the exact results ``yr`` (rounded to ``out``)
+    clamped, NaN as -max or +max; none where every exact result is finite."""
+    if np.all(np.isfinite(yr)):
+        return {}
+    top = float(out.max_finite)
+    return {("saturation", nan_to): ("rounded", out.round_array(
+        np.where(np.isnan(yr), nan_to, np.clip(yr, -top, top)))) for nan_to in (-top, top)}
 
 
 def _lane_models(norm, x, g, b, eps) -> dict:
@@ -288,7 +369,10 @@ def _shape_models(rows: Rows, d, r) -> dict:
             vt = ((xs - mt) ** 2).sum(axis=1, keepdims=True) / D
             m[("tail_dropped", V)] = g * (x - mt) / np.sqrt(vt + eps) + b
     if norm.centred:
-        for P in sorted({_next_pow2(D), 1024, 2048, 4096, 8192}):
+        # one block padded to a power of two, or a loop over chunks of C whose last chunk is
+        # padded (Triton's looped kernels: the width rounded up to a multiple of C)
+        chunks = {-(-D // C) * C for C in (64, 128, 256, 512, 1024, 2048, 4096)}
+        for P in sorted({_next_pow2(D), 1024, 2048, 4096, 8192} | chunks):
             if P > D:
                 m[("padding_variance", P)] = g * d / np.sqrt(v + (P - D) * mu ** 2 / D + eps) + b
     if R > 1:  # sums carried over rows: each block's rows, G blocks in a persistent grid
@@ -349,8 +433,8 @@ def _shape_text(best, D: int) -> str | None:
                 f"{best[1]}-element vectors whose remainder is never summed), the sums still "
                 "divided by the width")
     if name == "padding_variance":
-        return (f"the padding lanes of a block of {best[1]} wider than the row enter the "
-                "variance (each adds (0 − μ)²: a masked load's other=0 squared after the mean "
+        return (f"the padding lanes of a block of {best[1]} wider than the row (or of a "
+                f"loop's last chunk, the width padded to {best[1]}) enter the variance (each adds (0 − μ)²: a masked load's other=0 squared after the mean "
                 "is taken)")
     if name == "stale_accumulator":
         before = "the row before it" if best[1] == 1 else f"the row {best[1]} rows before it"
@@ -427,10 +511,13 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
     low = out.precision < 24
     best, best_key = None, None
     models = _models(rows, out)
+    models.update(_saturation(out, ref.rounded.astype(np.float64)))
     if mixed is not None:
         models["h_mixed"] = mixed
     keys = [k for k in CAUSES if k in models] + [k for k in models if isinstance(k, tuple)]
     e_mean = float(np.mean(np.where(np.isfinite(d_exact[fin]), d_exact[fin], 1e300)))
+    ref_y = ref.rounded.astype(np.float64)
+    right = ~bad & np.isfinite(yk) & (d_exact <= REFUTE_ULP[low] / 4)
     scored = {}
     for rank, key in enumerate(keys):
         model = models[key]
@@ -441,6 +528,15 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
                 pred = out.round_array(model)
         dist = _distance(out, yk, pred)
         score = float(np.mean(dist[fin] == 0.0 if low else dist[fin] <= 1.0))
+        # refuted where it moves, far from the exact value, elements the kernel got right
+        # (within a quarter of that of exact): the kernel does not do what the model says
+        # there -- a cast through fp16 that flushes tiny outputs, say, where only subnormal
+        # inputs were flushed and the normal ones kept
+        moved = _distance(out, pred, ref_y) > REFUTE_ULP[low]
+        refuted = int(np.sum(moved & right))
+        if refuted >= max(2, REFUTED_SHARE * score * int(fin.sum())):
+            scored[key] = (0.0, np.inf)
+            continue
         mean_d = float(np.mean(np.where(np.isfinite(dist[fin]), dist[fin], 1e300)))
         # the most elements explained, then the closest, then the most specific cause
         k = (score, -mean_d, -rank)
@@ -464,6 +560,20 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
         elif best == ("xhat_storage", "three"):
             what = ("x̂ rounded to the storage format, then γ·x̂ and + β each rounded to it "
                     "(three roundings, as a half-precision epilogue does)")
+        elif name == "no_upcast":
+            alike = {k[1] for k, sc in scored.items() if isinstance(k, tuple) and k[0] == name
+                     and k[2] == best[2] and sc == scored[best]}
+            order = f"summed by {order_text(best[1])}" if len(alike) == 1 else \
+                "in every summation order tried alike"
+            what = (f"the mean from a sum accumulated in {fmt.name} (the loads summed with "
+                    f"no upcast to float; {order}), the rest in float" if best[2] == "mean" else
+                    f"the statistics computed in {fmt.name} with no upcast to float ("
+                    f"{'the mean, x − μ, ' if norm.centred else ''}the squares, their "
+                    f"sums{'' if best[2] == 'stats' else ' and each division by the width'} "
+                    f"rounded to {fmt.name}; {order})" + (
+                        ", rstd and the rest in float" if best[2].startswith("stats") else
+                        f", then rstd, x̂ and ·γ{' and + β' if norm.centred else ''} each rounded to "
+                        f"{fmt.name}: every step in the storage format"))
         elif isinstance(best, tuple):
             # the kernel's order where the rows tell it; where several orders reproduce it
             # alike, no order is named (the first of them is not the kernel's)
@@ -482,6 +592,19 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
                      name, "exact" if hit == n else "bit", what, explained=hit,
                      sound=name in SOUND)
     return _statistical(rows, yk, bad) or _nonfinite(rows, yk, ref, bad)
+
+
+#: How far from the exact value (in the output's ulps) a model must move an element the kernel
+#: got right to be refuted by it: {output narrower than fp32: 4, fp32: 64}.  A bit-level model
+#: reproduces a 16-bit output exactly and an fp32 one within the kernel's own float error (a
+#: few ulps: the sound bound of a float kernel is under 10 ulps on well-conditioned rows), so a
+#: model 4x further from the truth than that, where the kernel is within a quarter of it, is not
+#: the kernel's arithmetic on that element.
+REFUTE_ULP = {True: 4.0, False: 64.0}
+#: The share of the elements a model explains that its refutations may reach before it is
+#: dropped (two at least): a model refuted on a tenth as many elements as it explains is not
+#: the mechanism, whatever it reproduces on the elements off
+REFUTED_SHARE = 0.1
 
 
 def _h_mixed(norm, case, ref, g, b, eps):
@@ -531,16 +654,14 @@ def _sum(vals, rnd, order):
         for j in range(D):
             acc = rnd(acc + vals[:, j])
         return acc
-    if order[0] == "tree":
-        P = 1
-        while P < D:
-            P *= 2
+    if order[0] in ("tree", "pairs"):
+        P = _next_pow2(D)
         acc = np.zeros((R, P))
         acc[:, :D] = vals
-        h = P // 2
-        while h:
-            acc = rnd(acc[:, :h] + acc[:, h:2 * h])
-            h //= 2
+        while acc.shape[1] > 1:
+            h = acc.shape[1] // 2
+            acc = rnd(acc[:, :h] + acc[:, h:] if order[0] == "tree" else
+                      acc[:, 0::2] + acc[:, 1::2])
         return acc[:, 0]
     T = order[1]
     acc = np.zeros((R, T))

@@ -14,6 +14,11 @@
 //                        rounds)
 //   ln_missing_barrier   LayerNorm (fp16) reusing its shared partials for the variance with no
 //                        __syncthreads after every thread read the mean: a race in one block
+//   ln_bf16_all_storage  LayerNorm (bf16) with every step in __nv_bfloat16 arithmetic (no upcast:
+//                        the sums, the mean, x - mean, the squares, hrsqrt, the epilogue)
+//   rms_ftz_warp         RMSNorm (fp32), a warp per row, its products and rsqrt the .ftz PTX
+//                        that --use_fast_math compiles to: subnormal x flushed to 0
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 namespace {
@@ -211,4 +216,66 @@ extern "C" __global__ void ln_missing_barrier(__half* y, const __half* x, const 
   for (int i = threadIdx.x; i < cols; i += blockDim.x)
     y[(size_t)blockIdx.x * cols + i] = __float2half(
         (__half2float(xr[i]) - mean) * r * __half2float(g[i]) + __half2float(b[i]));
+}
+
+namespace {
+
+// a block sum in bf16: each warp's butterfly, the warps' partials through a second one
+__device__ __nv_bfloat16 bf_block_sum(__nv_bfloat16 v) {
+  __shared__ __nv_bfloat16 part[32];
+  for (int o = 16; o > 0; o >>= 1) v = __hadd(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  __nv_bfloat16 t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : __float2bfloat16(0.f);
+  if (threadIdx.x < 32)
+    for (int o = 16; o > 0; o >>= 1) t = __hadd(t, __shfl_xor_sync(0xffffffffu, t, o));
+  __shared__ __nv_bfloat16 total;
+  if (threadIdx.x == 0) total = t;
+  __syncthreads();
+  const __nv_bfloat16 s = total;
+  __syncthreads();
+  return s;
+}
+
+}  // namespace
+
+extern "C" __global__ void ln_bf16_all_storage(__nv_bfloat16* y, const __nv_bfloat16* x,
+                                               const __nv_bfloat16* g, const __nv_bfloat16* b,
+                                               float eps, int rows, int cols) {
+  const __nv_bfloat16* xr = x + (size_t)blockIdx.x * cols;
+  __nv_bfloat16 s = __float2bfloat16(0.f);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) s = __hadd(s, xr[j]);
+  const __nv_bfloat16 n = __int2bfloat16_rn(cols);
+  const __nv_bfloat16 mean = __hdiv(bf_block_sum(s), n);
+  __nv_bfloat16 q = __float2bfloat16(0.f);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const __nv_bfloat16 d = __hsub(xr[j], mean);
+    q = __hadd(q, __hmul(d, d));
+  }
+  const __nv_bfloat16 rstd = hrsqrt(__hadd(__hdiv(bf_block_sum(q), n), __float2bfloat16(eps)));
+  __nv_bfloat16* yr = y + (size_t)blockIdx.x * cols;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    yr[j] = __hadd(__hmul(__hmul(__hsub(xr[j], mean), rstd), g[j]), b[j]);
+}
+
+extern "C" __global__ void rms_ftz_warp(float* y, const float* x, const float* g, float eps,
+                                        int rows, int cols) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const float* xr = x + (size_t)row * cols;
+  float ss = 0.f;
+  for (int j = lane; j < cols; j += 32) {
+    float sq;
+    asm("mul.ftz.f32 %0, %1, %1;" : "=f"(sq) : "f"(xr[j]));
+    ss += sq;
+  }
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  float r;
+  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(ss / cols + eps));
+  for (int j = lane; j < cols; j += 32) {
+    float p;
+    asm("mul.ftz.f32 %0, %1, %2;" : "=f"(p) : "f"(xr[j]), "f"(r));
+    y[(size_t)row * cols + j] = p * g[j];
+  }
 }
