@@ -8,6 +8,8 @@ of ``normcheck.check.backward``, ``normcheck.quant.diagnose``).
 
 from __future__ import annotations
 
+import re
+
 __all__ = ["Cause", "EVIDENCE", "FAULTS", "MIN_EXPLAINED", "fault", "headline", "unexplained"]
 
 #: Kinds of evidence behind a cause, strongest first: the kernel faulted -- an access out of
@@ -26,7 +28,8 @@ class Cause(str):
     match the key, people read the text, :func:`headline` ranks by the evidence."""
 
     def __new__(cls, text: str, key: str, evidence: str = "stat", title: str | None = None,
-                explained: int | None = None, sound: bool = False):
+                explained: int | None = None, sound: bool = False, shape: bool = False,
+                determined: bool = True):
         if evidence not in EVIDENCE:
             raise ValueError(f"evidence={evidence!r}: one of {EVIDENCE}")
         o = str.__new__(cls, text)
@@ -35,11 +38,18 @@ class Cause(str):
         o.title = title or text
         o.explained = explained  # the elements off its model reproduces (a model's cause)
         o.sound = sound  # its own text says a sound kernel does this: it never heads a FAIL
+        # the error's shape read off the rows, no model of the arithmetic behind it: it never
+        # heads a FAIL either -- an unexplained one says it as what is known (#57)
+        o.shape = shape
+        # a model's parameters (a block size, a summation order) told apart by the rows: False
+        # where another value of them reproduces the same elements (a width-2 row cannot tell
+        # 32 threads from 256)
+        o.determined = determined
         return o
 
     def __reduce__(self):
         return (Cause, (str(self), self.key, self.evidence, self.title, self.explained,
-                        self.sound))
+                        self.sound, self.shape, self.determined))
 
     @property
     def strength(self) -> int:
@@ -107,16 +117,16 @@ def headline(found, failing: bool = False) -> Cause | None:
     elements in all (``explained``) is said as a guess of :func:`unexplained`, never as the
     diagnosis (None is returned then: the caller says what is known)."""
     groups = {}  # key -> [cause with the strongest evidence, [families], elements explained]
+    members = {}  # key -> [its causes]
     for fam, c in found:
         if not c:
             continue
         if not isinstance(c, Cause):
             c = Cause(str(c), "unkeyed")
-        if failing and c.sound:
+        if failing and (c.sound or getattr(c, "shape", False)):
             continue
         g = groups.setdefault(c.key, [c, [], 0, True])
-        if c.strength < g[0].strength:
-            g[0] = c
+        members.setdefault(c.key, []).append(c)
         if fam not in g[1]:
             g[1].append(fam)
         if c.explained is not None:
@@ -125,7 +135,16 @@ def headline(found, failing: bool = False) -> Cause | None:
             g[3] = False  # a cause without a count (a fault, a signature): not weighed so
     if not groups:
         return None
-    for g in groups.values():
+    for key, g in groups.items():
+        # the group's sentence: its strongest evidence, then one whose rows told its parameters
+        # apart, then the sentence explaining the most elements over its families (a width-2
+        # row's 2/2, where 32 threads and 256 coincide, is not the sentence of 28,671/28,672;
+        # "divided by 1024 where the row has 768" on six families is not one 4097-wide row's)
+        total = {}
+        for c in members[key]:
+            total[c.title] = total.get(c.title, 0) + (c.explained or 0)
+        g[0] = min(members[key], key=lambda c: (
+            _tier(c), not getattr(c, "determined", True), -total[c.title], c.strength))
         g.append(failing and _weak(g))
     # a model reproducing every element off and one reproducing 90 % are one tier: among them
     # the one that explains the most elements leads (#57)
@@ -138,19 +157,29 @@ def headline(found, failing: bool = False) -> Cause | None:
         return lead
     others = "; ".join(f"{c.title} on {', '.join(f)}" for c, f, *_ in order[1:])
     return Cause(f"{lead} -- on {', '.join(fams)}; elsewhere: {others}", lead.key,
-                 lead.evidence, lead.title, lead.explained, lead.sound)
+                 lead.evidence, lead.title, lead.explained, lead.sound, lead.shape,
+                 lead.determined)
+
 
 
 def unexplained(failures, guesses=()) -> Cause:
     """The headline of a failing check no cause explains: what is known -- the kinds of
-    failure, the families and the first failure's detail -- and any guess resting on too few
-    elements, said as one; key "unexplained"."""
+    failure, the families, the widths their worst elements lie at, the error's shape where one
+    was read off the rows (a ``shape`` cause), the first failure's detail -- and any guess
+    resting on too few elements, said as one; key "unexplained"."""
     fams = list(dict.fromkeys(f.family for f in failures))
     kinds = list(dict.fromkeys(str(f.kind) for f in failures))
+    widths = sorted({int(w) for f in failures for w in re.findall(r"at width (\d+)", f.detail)})
     first = failures[0].detail.split("; ")[0] if failures else ""
     text = (f"unexplained: no model of a cause reproduces the elements off ({', '.join(kinds)} "
-            f"on {', '.join(fams[:6])}{' ...' if len(fams) > 6 else ''}); the first: "
-            f"{first[:300]}")
+            f"on {', '.join(fams[:6])}{' ...' if len(fams) > 6 else ''}"
+            + (f"; worst at width{'s' if len(widths) > 1 else ''} "
+               f"{', '.join(map(str, widths[:8]))}" if widths else "") + ")")
+    shapes = list(dict.fromkeys(c.title for c in guesses
+                                if isinstance(c, Cause) and getattr(c, "shape", False)))
+    if shapes:
+        text += f"; the error's shape: {'; '.join(shapes)}"
+    text += f"; the first: {first[:300]}"
     weak = [c for c in guesses if isinstance(c, Cause) and c.evidence in ("exact", "bit")]
     if weak:
         text += (f"; a guess from {weak[0].explained} element(s) only, not evidence: "

@@ -19,8 +19,9 @@ SRC = Path(__file__).parent / "cuda" / "headline.cu"
 
 
 @pytest.mark.parametrize("entry,norm,dtype,key,evidence,text", [
-    # the cross-warp step dropped: the partial reduction reproduces every element off
-    ("rms_no_cross_warp_fp16", "rmsnorm", "fp16", "partial_reduction", "exact",
+    # the cross-warp step dropped: the partial reduction reproduces every element off but one
+    # of the large-index rows' (the sentence of the family with the most elements)
+    ("rms_no_cross_warp_fp16", "rmsnorm", "fp16", "partial_reduction", None,
      "a block of 256 threads"),
     # a __syncthreads() only warp 0 reaches: synccheck's divergent barrier, at its line (the
     # others then read partials not yet written; the barrier is the cause to fix)

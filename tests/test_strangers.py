@@ -132,6 +132,8 @@ TRITON_BUGS = Path(__file__).parent / "cuda" / "strangers" / "bugs.py"
     # not "y cast through fp16", which flushes the tiny outputs too but moves the normal ones
     # the kernel got right
     ("rms_ftz_warp", "rmsnorm", "fp32", "ftz", "flushed to zero"),
+    # δ² merged unweighted (#57): the mean right, the variance grown -- was "storage_sums"
+    ("ln_welford_no_scale", "layernorm", "fp16", "welford_unscaled", "256 threads' partials"),
 ])
 def test_a_bug_is_named_by_the_shape_of_its_error(entry, norm, dtype, key, words, tmp_path,
                                                    monkeypatch):
@@ -193,3 +195,20 @@ def test_each_sentence_is_printed_once_and_the_columns_say_what_they_are(tmp_pat
     body = text.rsplit("\nverdict:", 1)[0]
     assert body.count(title) == 1, text
     assert "run by: the cpu backend" in text and "x bound: the largest error" in text
+
+
+def test_a_fit_no_model_confirms_is_said_as_a_shape(tmp_path, monkeypatch):
+    """#57: without the model of its bug, the unweighted Welford merge's rows still imply a
+    variance off by far more than float sums leave -- said as that shape inside "unexplained",
+    with the widths, never as a mechanism's name ("sums accumulated in the storage format")."""
+    from normcheck.check import diagnose
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(diagnose, "_welford_unscaled", lambda x, g, b, eps: {})
+    r = check.check_kernel(CAUSES_SRC, "ln_welford_no_scale", "layernorm", "fp16", search=0,
+                           examples=16)
+    assert r.verdict == "fail" and r.cause.key == "unexplained", r.render()
+    assert "the error's shape: the variance each row's output implies is off" in r.cause
+    assert "worst at width" in r.cause and "accumulated in the storage format" not in r.cause
+    shaped = [f.cause for f in r.failures if f.cause is not None]
+    assert shaped and all(c.key.startswith("shape_") and c.shape for c in shaped)

@@ -18,6 +18,8 @@
 //                        the sums, the mean, x - mean, the squares, hrsqrt, the epilogue)
 //   rms_ftz_warp         RMSNorm (fp32), a warp per row, its products and rsqrt the .ftz PTX
 //                        that --use_fast_math compiles to: subnormal x flushed to 0
+//   ln_welford_no_scale  LayerNorm (fp16), per-thread Welford merged by butterflies adding δ²
+//                        where n_a·n_b/n·δ² is right (an empty partner's gap too)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -278,4 +280,53 @@ extern "C" __global__ void rms_ftz_warp(float* y, const float* x, const float* g
     asm("mul.ftz.f32 %0, %1, %2;" : "=f"(p) : "f"(xr[j]), "f"(r));
     y[(size_t)row * cols + j] = p * g[j];
   }
+}
+
+extern "C" __global__ void ln_welford_no_scale(__half* y, const __half* x, const __half* g,
+                                               const __half* b, float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float n = 0.f, mean = 0.f, m2 = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    float v = __half2float(xr[j]);
+    n += 1.f;
+    float d = v - mean;
+    mean += d / n;
+    m2 += d * (v - mean);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    float nb = __shfl_xor_sync(0xffffffffu, n, o);
+    float mb = __shfl_xor_sync(0xffffffffu, mean, o);
+    float qb = __shfl_xor_sync(0xffffffffu, m2, o);
+    float nn = n + nb;
+    float d = mb - mean;
+    if (nn > 0.f) {
+      mean = mean + d * (nb / nn);
+      m2 = m2 + qb + d * d;  // missing * n * nb / nn
+    }
+    n = nn;
+  }
+  __shared__ float sn[32], sm[32], sq[32];
+  int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  if (l == 0) { sn[w] = n; sm[w] = mean; sq[w] = m2; }
+  __syncthreads();
+  if (w == 0) {
+    int nw = blockDim.x / 32;
+    n = l < nw ? sn[l] : 0.f; mean = l < nw ? sm[l] : 0.f; m2 = l < nw ? sq[l] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) {
+      float nb = __shfl_xor_sync(0xffffffffu, n, o);
+      float mb = __shfl_xor_sync(0xffffffffu, mean, o);
+      float qb = __shfl_xor_sync(0xffffffffu, m2, o);
+      float nn = n + nb;
+      float d = mb - mean;
+      if (nn > 0.f) { mean = mean + d * (nb / nn); m2 = m2 + qb + d * d; }
+      n = nn;
+    }
+    if (l == 0) { sm[0] = mean; sq[0] = m2; }
+  }
+  __syncthreads();
+  const float mu = sm[0];
+  const float rstd = rsqrtf(sq[0] / cols + eps);
+  __half* yr = y + (size_t)blockIdx.x * cols;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    yr[j] = __float2half((__half2float(xr[j]) - mu) * rstd * __half2float(g[j]) + __half2float(b[j]));
 }
