@@ -39,10 +39,15 @@ SRC = Path(__file__).parent / "cuda" / "headline.cu"
     # xFormers' in-place add: the float sum's statistics on the stored sum, bit for bit
     ("add_rms_mixed_sums_fp16", "add_rmsnorm", "fp16", "h_mixed", "exact",
      "applied to the sum as stored"),
-    # a total valid in thread 0 only: no model has it, and no variance fits a row whose columns
-    # are normalised by different values -- "unexplained", with what failed (#57)
-    ("rms_thread0_total_fp16", "rmsnorm", "fp16", "unexplained", "stat",
-     "no model of a cause reproduces the elements off"),
+    # a total valid in thread 0 only (#57): no variance fits a row whose columns are normalised
+    # by different values; the pattern of the elements off does -- thread 0's columns right,
+    # every other thread's off (it was "tail_dropped" from one element, then "unexplained")
+    ("rms_thread0_total_fp16", "rmsnorm", "fp16", "one_thread", "bit",
+     "a value valid in thread 0 of a block of 256"),
+    # the same in a warp per row: lane 0's columns right, a block of 32 -- not of the 256 the
+    # launch has (its 8 warps are 8 rows)
+    ("rms_lane0_total_warp_fp32", "rmsnorm", "fp32", "one_thread", "bit",
+     "a value valid in thread 0 of a block of 32"),
     # a butterfly from offset 8: lanes 16..31 of each warp left out, bit for bit -- not "a
     # wrong count or divisor", which would send the author to a divisor that is correct (#57)
     ("rms_half_warp_fp16", "rmsnorm", "fp16", "lanes_dropped", None,

@@ -90,6 +90,9 @@ CAUSES = {
     "storage_sums": ("sums accumulated in the storage format", "stat"),
     "no_upcast": ("the statistics computed in the storage format, no upcast to float before "
                   "the reductions", "bit"),
+    "one_thread": ("a value valid in one thread used by all (a reduction's result left in "
+                   "thread 0, or in one warp, never broadcast): only that thread's columns are "
+                   "right", "bit"),
     "undefined_values": ("the output depends on undefined values (shared memory read before it "
                          "is written, a shuffle from a lane not taking part)", "undefined"),
 }
@@ -649,7 +652,48 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
         return Cause(f"{what} (reproduces the kernel {how} on {hit}/{n} of the elements off)",
                      name, "exact" if hit == n else "bit", what, explained=hit,
                      sound=name in SOUND, determined=not twins)
-    return _statistical(rows, yk, bad) or _nonfinite(rows, yk, ref, bad)
+    return _one_thread(out, yk, bad, d_exact) or _statistical(rows, yk, bad) or \
+        _nonfinite(rows, yk, ref, bad)
+
+
+def _one_thread(out, yk, bad, d_exact):
+    """The pattern of a value valid in S threads (thread 0, or warp 0) of a block of B used by
+    every thread: on the rows off, the columns j with j mod B < S are all right (within 1 ulp
+    of the exact value) and the others off on half of them or more.  Which elements are off,
+    not their values: no value model says what a partial in another thread held.  The block
+    and S whose pattern holds with the most of the others off; None where none holds, or
+    where the right columns are fewer than eight."""
+    R, D = yk.shape
+    rows = bad.any(axis=1)
+    if not rows.any():
+        return None
+    sub, ok = bad[rows], d_exact[rows] <= 1.0
+    best = None
+    for B in (32, 64, 128, 256, 512, 1024):
+        if B >= D:
+            break
+        for S in (1, 32):
+            if S >= B:
+                continue
+            keep = (np.arange(D) % B) < S
+            held = sub[:, keep]
+            # eight elements on each side at least: a width-33 row's two is no pattern
+            if min(held.size, sub[:, ~keep].size) < 8 or held.any() or not ok[:, keep].all():
+                continue
+            share = float(sub[:, ~keep].mean())
+            if share >= 0.5 and (best is None or share > best[0]):
+                best = (share, B, S)
+    if best is None:
+        return None
+    share, B, S = best
+    n = int(sub.sum())
+    who = "thread 0" if S == 1 else "warp 0 (threads 0..31)"
+    what = (f"a value valid in {who} of a block of {B} used by all (a reduction's result "
+            "left there, never broadcast): only its columns are right")
+    right = int((np.arange(D) % B < S).sum()) * int(rows.sum())
+    return Cause(f"{what} (every element off lies in another thread's columns, {n}/{n}; its "
+                 f"{right} elements on the rows off all right, {share:.0%} of the others off)",
+                 "one_thread", "bit", what, explained=n)
 
 
 #: How far from the exact value (in the output's ulps) a model must move an element the kernel

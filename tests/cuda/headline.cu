@@ -24,6 +24,8 @@
 //   rms_half_warp_fp16         a warp butterfly that starts at offset 8: lanes 16..31 never reach
 //                              lane 0's sum, which the block then combines and broadcasts
 //   ln_half_warp_vec4_fp32     the same in a float4 two-pass LayerNorm (4 elements a thread)
+//   rms_lane0_total_warp_fp32  a warp per row whose shfl_down total is lane 0's only: the other
+//                              lanes normalise by their own partial sums
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -283,4 +285,17 @@ extern "C" __global__ void ln_half_warp_vec4_fp32(float* y, const float* x, cons
   }
   const float r = rsqrtf(half_warp_block_sum(q) / cols + eps);
   for (int j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = (xr[j] - mean) * r * g[j] + b[j];
+}
+
+extern "C" __global__ void rms_lane0_total_warp_fp32(float* y, const float* x, const float* g,
+                                                     float eps, int rows, int cols) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const float* xr = x + (size_t)row * cols;
+  float ss = 0.f;
+  for (int j = lane; j < cols; j += 32) ss += xr[j] * xr[j];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_down_sync(0xffffffffu, ss, o);
+  const float r = rsqrtf(ss / cols + eps);  // lane 0's ss only is the row's
+  for (int j = lane; j < cols; j += 32) y[(size_t)row * cols + j] = xr[j] * r * g[j];
 }
