@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "Llama RMSNorm: x̂ rounded to storage, then ×γ)")
     c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
                    help="a compile-time define (repeatable)")
+    c.add_argument("--fast-math", action="append_const", dest="defines",
+                   const="__USE_FAST_MATH__=1",
+                   help="build as nvcc --use_fast_math does: __USE_FAST_MATH__ defined and "
+                        "subnormals flushed to zero while the kernel runs (cpu backend; "
+                        "-D NORMCHECK_FTZ for -ftz=true alone)")
     c.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
                    help="a folder searched by #include (repeatable); a spec's source and "
                         "include may also lie beneath it (otherwise only beneath the spec's "

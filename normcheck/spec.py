@@ -17,6 +17,8 @@ how to launch -- one launch::
     cols = [1, 8192]                      # the widths the kernel supports ...
     cols_multiple_of = 8                  # ... and a multiple they must be of
     defines = { ENABLE_FP32 = 1 }         # -D for the compiler (also -D NAME=VALUE on the CLI)
+    fast_math = true                      # the project builds with --use_fast_math: subnormals
+                                          # flushed to zero as the GPU does (CLI: --fast-math)
     include = ["../include"]              # folders searched by #include, relative to the spec
 
     [launch]                              # expressions of rows and cols
@@ -153,7 +155,8 @@ _LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host", "num_war
                 "shared_mem_opt_in"}
 _TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "dtypes", "convention", "eps", "cols",
              "cols_multiple_of", "launch", "args", "source", "defines", "include", "reference",
-             "backward", "stats", "arch", "quant", "deterministic", "max_elements"}
+             "backward", "stats", "arch", "quant", "deterministic", "max_elements",
+             "fast_math"}
 
 
 @dataclass
@@ -616,6 +619,13 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
         from normcheck.backends.base import check_defines
 
         spec.defines = check_defines({k: (None if v is True else v) for k, v in d.items()})
+    if "fast_math" in data:  # the project builds with --use_fast_math: nvcc's define
+        fm = data["fast_math"]
+        if not isinstance(fm, bool):
+            raise _err(where, "fast_math", fm, "true or false (the project builds with "
+                       "--use_fast_math)")
+        if fm:
+            spec.defines = {**spec.defines, "__USE_FAST_MATH__": "1"}
     if "include" in data:
         inc = data["include"]
         if not (isinstance(inc, list) and all(isinstance(v, str) for v in inc)):

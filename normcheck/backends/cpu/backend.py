@@ -98,7 +98,9 @@ CPU_VS_GPU = {
            "warp aggregates in order), so float sums are bit-identical; ThreadReduce over a "
            "thread's own array of __half/__nv_bfloat16 is sequential here (the GPU pairs them "
            "with SIMD instructions from sm_80)",
-    "denormals": "kept, as on the GPU without -ftz (no fast-math)",
+    "denormals": "kept, as on the GPU without -ftz; flushed to zero (DAZ and FTZ while the "
+                 "blocks run) where the build defines __USE_FAST_MATH__ (a spec's fast_math = "
+                 "true, check --fast-math: nvcc --use_fast_math) or NORMCHECK_FTZ (-ftz=true)",
     "scheduling": "threads of a block run in a fixed order (forward, reverse or seeded random "
                   "warps); races show up deterministically for that order only",
     "alignment": "a 16-byte vector access to an address that is not 16-byte aligned faults as on "

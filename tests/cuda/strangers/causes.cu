@@ -20,6 +20,8 @@
 //                        that --use_fast_math compiles to: subnormal x flushed to 0
 //   ln_welford_no_scale  LayerNorm (fp16), per-thread Welford merged by butterflies adding δ²
 //                        where n_a·n_b/n·δ² is right (an empty partner's gap too)
+//   rms_sound_fp32       a sound fp32 RMSNorm in plain C (block sum by butterflies): passes, and
+//                        fails on tiny rows when built as --use_fast_math builds it (FTZ)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -329,4 +331,22 @@ extern "C" __global__ void ln_welford_no_scale(__half* y, const __half* x, const
   __half* yr = y + (size_t)blockIdx.x * cols;
   for (int j = threadIdx.x; j < cols; j += blockDim.x)
     yr[j] = __float2half((__half2float(xr[j]) - mu) * rstd * __half2float(g[j]) + __half2float(b[j]));
+}
+
+extern "C" __global__ void rms_sound_fp32(float* y, const float* x, const float* g, float eps,
+                                          int rows, int cols) {
+  __shared__ float part[32];
+  const float* xr = x + (size_t)blockIdx.x * cols;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) ss += xr[j] * xr[j];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  __shared__ float total;
+  if (threadIdx.x == 0) total = t;
+  __syncthreads();
+  const float r = rsqrtf(total / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) y[(size_t)blockIdx.x * cols + j] = xr[j] * r * g[j];
 }

@@ -1112,7 +1112,21 @@ struct Shared {
   unsigned long long undefined_block = ~0ull;
 };
 
+// --use_fast_math (nvcc defines __USE_FAST_MATH__) or -ftz=true alone (NORMCHECK_FTZ): float
+// arithmetic flushes subnormal inputs and results to zero while the blocks run -- MXCSR's DAZ
+// and FTZ on this worker thread, set before any fiber starts (the switch never touches MXCSR)
+// and restored after.  x86 flushes doubles too, where a GPU flushes only .f32; the conversions
+// to and from half and bfloat16 are bit operations here, untouched, as on the GPU.
+struct FtzScope {
+#if defined(__USE_FAST_MATH__) || defined(NORMCHECK_FTZ)
+  unsigned old = __builtin_ia32_stmxcsr();
+  FtzScope() { __builtin_ia32_ldmxcsr(old | 0x8040u); }
+  ~FtzScope() { __builtin_ia32_ldmxcsr(old); }
+#endif
+};
+
 NC_NOTSAN static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
+  FtzScope ftz;
   alt_stack();
   tls_fill = (unsigned char)p->fill;
   unsigned long long total = (unsigned long long)p->grid[0] * p->grid[1] * p->grid[2];
