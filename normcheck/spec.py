@@ -17,6 +17,8 @@ how to launch -- one launch::
     cols = [1, 8192]                      # the widths the kernel supports ...
     cols_multiple_of = 8                  # ... and a multiple they must be of
     defines = { ENABLE_FP32 = 1 }         # -D for the compiler (also -D NAME=VALUE on the CLI)
+    pitch_multiple_of = 8                 # the row pitches the launcher accepts (default any)
+    pitch_why = "ops.cu:88 TORCH_CHECK(x.stride(0) % 8 == 0)"  # ... and the line that says so
     fast_math = true                      # the project builds with --use_fast_math: subnormals
                                           # flushed to zero as the GPU does (CLI: --fast-math)
     include = ["../include"]              # folders searched by #include, relative to the spec
@@ -156,7 +158,7 @@ _LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host", "num_war
 _TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "dtypes", "convention", "eps", "cols",
              "cols_multiple_of", "launch", "args", "source", "defines", "include", "reference",
              "backward", "stats", "arch", "quant", "deterministic", "max_elements",
-             "fast_math"}
+             "fast_math", "pitch_multiple_of", "pitch_why"}
 
 
 @dataclass
@@ -215,6 +217,10 @@ class KernelSpec:
     eps: float | None = None  # fixed inside the kernel
     cols: tuple = (1, 1 << 20)
     cols_multiple_of: int = 1
+    # the row pitches the launcher accepts: any (1) unless it checks them -- then the line that
+    # does, in pitch_why (#56: a spec line must not narrow a hazard away)
+    pitch_multiple_of: int = 1
+    pitch_why: str | None = None
     defines: dict = field(default_factory=dict)
     include_dirs: tuple = ()
     backward: bool = False
@@ -619,6 +625,17 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
         from normcheck.backends.base import check_defines
 
         spec.defines = check_defines({k: (None if v is True else v) for k, v in d.items()})
+    if "pitch_multiple_of" in data or "pitch_why" in data:
+        m = data.get("pitch_multiple_of", 1)
+        if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= 4096:
+            raise _err(where, "pitch_multiple_of", m, "an integer from 1 to 4096")
+        why = data.get("pitch_why")
+        if m > 1 and not (isinstance(why, str) and why.strip()):
+            raise _err(where, "pitch_why", why, "the launcher's line that refuses other row "
+                       "pitches (file:line and what it checks): a binding that checks only the "
+                       "last dimension accepts any pitch, and the padded-row sweep then pads by "
+                       "1 (drop pitch_multiple_of)")
+        spec.pitch_multiple_of, spec.pitch_why = m, why
     if "fast_math" in data:  # the project builds with --use_fast_math: nvcc's define
         fm = data["fast_math"]
         if not isinstance(fm, bool):

@@ -166,3 +166,42 @@ def test_a_triton_kernels_int32_row_offset_fails_the_large_index_run_at_its_line
     assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
     big = next(fr for fr in ok.families if fr.family == "large_index")
     assert big.rows == 7 and 0 < big.max_of_bound <= 1
+
+
+# -- one hazard, one verdict (#56): the padded pitches follow the launcher, not cols_multiple_of --
+EXAMPLES = Path(__file__).parents[1] / "cuda_src" / "examples"
+
+
+def _without_pitch(tmp_path):
+    """The FlashInfer-style example's spec with its pitch contract taken out."""
+    for f in ("flashinfer_rms_norm.toml", "flashinfer_rms_norm.cu"):
+        (tmp_path / f).write_text((EXAMPLES / f).read_text())
+    spec = tmp_path / "flashinfer_rms_norm.toml"
+    spec.write_text("\n".join(ln for ln in spec.read_text().splitlines()
+                              if not ln.startswith("pitch_")) + "\n")
+    return spec
+
+
+def test_widths_a_multiple_of_8_do_not_narrow_the_pitches(tmp_path, monkeypatch):
+    """cols_multiple_of = 8 is about widths: rows are still padded by 1, where a 16-byte load
+    of a row faults on a GPU (vLLM's rms_norm was recorded PASS while FlashInfer's, the same
+    hazard, FAILed: a spec line narrowed one sweep)."""
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(spec=_without_pitch(tmp_path), search=0, examples=8)
+    assert r.verdict == "fail" and r.cause.key == "fault_misaligned", r.render()
+    assert "pitch of cols + 1" in r.cause
+
+
+def test_a_narrowed_pitch_says_why_or_is_refused(tmp_path, monkeypatch):
+    from normcheck.errors import SpecError
+
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(spec=EXAMPLES / "flashinfer_rms_norm.toml", search=0, examples=8)
+    assert r.verdict == "pass", r.render()
+    assert any("as the spec's pitch_multiple_of says: this example's callers" in n
+               for n in r.detail.notes), r.detail.notes
+    spec = _without_pitch(tmp_path)
+    spec.write_text(spec.read_text().replace("cols_multiple_of = 8",
+                                             "cols_multiple_of = 8\npitch_multiple_of = 8"))
+    with pytest.raises(SpecError, match="pitch_why"):
+        check.check_kernel(spec=spec, search=0, examples=8)

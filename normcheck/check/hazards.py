@@ -17,8 +17,10 @@ launches of the same case, not at how close its values are.
   same element is how they hand work on).
 * :func:`padding` -- a spec whose row buffers have a pitch the kernel is told (a ``stride``
   role, or ``stride`` on the argument) runs again with each such row padded by an odd number
-  of elements (a multiple of ``cols_multiple_of``; with 1 the rows are no longer 16-byte
-  aligned), the padding holding the poison: the outputs must equal the unpadded run's bit for
+  of elements (a multiple of the spec's ``pitch_multiple_of``, 1 unless the launcher refuses
+  other pitches -- never ``cols_multiple_of``, which is about widths: a binding that checks
+  only the last dimension accepts any pitch; with 1 the rows are no longer 16-byte aligned),
+  the padding holding the poison: the outputs must equal the unpadded run's bit for
   bit and the padding must be untouched, else ``stride`` names what the kernel did.
 
 Each returns a :class:`Finding` (the judge makes it a failure of that kind) or None (and what
@@ -236,12 +238,12 @@ def _block(b, target, case) -> str:
     return f"({x},{y},{z})"
 
 
-def padding(target, case, outs, family, multiple_of=1):
+def padding(target, case, outs, family):
     """The padded runs (see the module docstring): a Finding or None."""
     if not isinstance(target, launch.KernelTarget) or not target.strided or case.rows < 2:
         return None
     cols = case.cols
-    m = max(1, int(multiple_of))
+    m = max(1, int(getattr(target.spec, "pitch_multiple_of", 1) or 1))
     for pad in (m, 3 * m):
         try:
             bufs = target(case, guard="end", pad=pad, raw=True)

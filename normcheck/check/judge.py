@@ -195,6 +195,12 @@ class ForwardJudge(engine.Judge):
         # padded-row sweep leaves alone (its pitch reaches the kernel some other way)
         self.notes = [f"padded rows not run for {why}"
                       for why in getattr(target, "unpadded", {}).values()]
+        sp = getattr(target, "spec", None)
+        if getattr(target, "strided", None) and getattr(sp, "pitch_multiple_of", 1) > 1:
+            # a spec narrowing the pitches judged says so with the verdict, and why (#56)
+            self.notes.append(f"padded rows only to pitches of cols + a multiple of "
+                              f"{sp.pitch_multiple_of}, as the spec's pitch_multiple_of says: "
+                              f"{sp.pitch_why}")
 
     # what runs as the yardstick -------------------------------------------------------------------
     def _baselines(self):
@@ -597,8 +603,8 @@ class ForwardJudge(engine.Judge):
         if not self.hazards_done and case.rows >= 2:
             self.hazards_done = True
             found += [f for f in (hazards.overlapping_writes(self.target, case, fam),
-                                  hazards.padding(self.target, case, outs, fam,
-                                                  self.multiple_of)) if f is not None]
+                                  hazards.padding(self.target, case, outs, fam))
+                      if f is not None]
         return [Failure(f.kind, f.family, f.detail, cause=f.cause) for f in found]
 
     def _bias(self, fr, fam, bias, worst):
