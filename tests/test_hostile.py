@@ -350,3 +350,23 @@ def test_a_results_file_with_its_first_line_cut_is_refused(tmp_path):
              str(out))
     assert r.returncode == 2 and "results.json" in r.stderr and "Traceback" not in r.stderr
     assert path.read_text() == text[20:]  # left as it was: nothing measured is thrown away
+
+
+@pytest.mark.parametrize("include", ['#include ".env"',
+                                     '#define SECRET_FILE "notes.txt"\n#include SECRET_FILE'])
+def test_a_file_beside_the_kernel_never_reaches_a_diagnostic(tmp_path, include):
+    """#55: `#include ".env"` inside a function body made g++ print "'CANARY_...' was not
+    declared in this scope": the kernel's folders give the compiler source files only, checked
+    before any compiler runs (and after preprocessing, for a computed #include)."""
+    (tmp_path / ".env").write_text("CANARY_SECRET_55=abc\n")
+    (tmp_path / "notes.txt").write_text("CANARY_SECRET_55 'unterminated\n")
+    (tmp_path / "k.cu").write_text(
+        'extern "C" __global__ void rms(float* y, const float* x, const float* g, float eps, '
+        'int rows, int cols) {\n' + include + "\n}\n")
+    out = subprocess.run([sys.executable, "-m", "normcheck", "check", "k.cu", "--entry", "rms",
+                          "--norm", "rmsnorm", "--dtype", "fp32", "--search", "0",
+                          "--examples", "4"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=300)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "CANARY" not in out.stdout + out.stderr
+    assert "refused: its name is not a source file's" in out.stderr

@@ -330,8 +330,71 @@ def preprocess(src: base.Source, entries: list[str], defines=None, extra_flags=(
     raise CompileError(f"{src.origin}: the headers it includes could not all be found")
 
 
+#: What a kernel's own folders may give the compiler: source and header files, by their names
+#: (#55: ``#include ".env"`` inside a function body put a secret beside the kernel into g++'s
+#: diagnostics, "'CANARY_...' was not declared in this scope")
+SOURCE_SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx", ".h++", ".cuh", ".cu", ".c", ".cc",
+                             ".cpp", ".cxx", ".c++", ".inc", ".inl", ".ipp", ".tpp", ".tcc",
+                             ".def", ".impl", ".cuinc", ".hip"})
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+
+
+def _not_source(path: Path, root: Path, origin: str) -> CompileError:
+    rel = path.relative_to(root) if path.is_relative_to(root) else path.name
+    return CompileError(
+        f"{origin}: #include of {str(rel)!r} refused: its name is not a source file's, and "
+        "the compiler would show its text in its diagnostics -- a secret beside the kernel "
+        "(an .env, a key) would end in the log",
+        "include source files only (.h, .cuh, .hpp, .cu, .inc, .inl ...); rename the file if "
+        "it is one")
+
+
+def include_gate(src: base.Source, deps=()) -> None:
+    """The kernel's own folders (its source's and its include folders) give the compiler
+    source files only: before any compiler runs, the #include lines of the source, followed
+    through those folders, and after preprocessing every file it read from them (``deps``: a
+    computed ``#include MACRO``) -- a file whose name is not a source file's is refused with a
+    CompileError naming it, never read into a diagnostic."""
+    roots = [Path(d).resolve() for d in src.include_dirs]
+
+    def own(path: Path):
+        return next((r for r in roots if path.is_relative_to(r)), None)
+
+    for dep in deps:
+        d = Path(dep).resolve()
+        r = own(d)
+        if r is not None and d.suffix.lower() not in SOURCE_SUFFIXES:
+            raise _not_source(d, r, src.origin)
+    if deps:
+        return
+    seen = set()
+    todo = [(src.text, src.path.resolve().parent if src.path else None)]
+    while todo:
+        text, here = todo.pop()
+        for kind, name in _INCLUDE.findall(text):
+            cands = ([here / name] if kind == '"' and here is not None else []) + \
+                [r / name for r in roots]
+            for c in cands:
+                if not c.is_file():
+                    continue
+                c = c.resolve()
+                r = own(c)
+                if r is None:
+                    break  # outside the kernel's folders: the compiler's roots decide
+                if c.suffix.lower() not in SOURCE_SUFFIXES:
+                    raise _not_source(c, r, src.origin)
+                if c not in seen and len(seen) < 4096:
+                    seen.add(c)
+                    try:
+                        todo.append((c.read_text(errors="replace")[:1 << 22], c.parent))
+                    except OSError:
+                        pass
+                break
+
+
 def _preprocess(src, entries, defines, extra_flags, arch, hosts, torch, std=None):
     cxx, _ = _compiler()
+    include_gate(src)
     incs = include_dirs_for(src, torch)
     std = newer_std(cxx_standard(src, torch), std)
     tu = _translation_unit(src, entries, hosts)
@@ -349,8 +412,9 @@ def _preprocess(src, entries, defines, extra_flags, arch, hosts, torch, std=None
             raise CompileError(f"g++ could not preprocess {src.origin} for the cpu backend",
                                _explain(r.stderr, str(tu_path)))
         text = r.stdout.replace(str(tu_path), "<normcheck wrapper>")
-    _entries_present(src, text, entries, arch, defines)
     deps = sorted({m for m in _LINE_MARKER.findall(text) if m.startswith("/")})
+    include_gate(src, deps)  # a computed #include the text did not show
+    _entries_present(src, text, entries, arch, defines)
     shim = str(SHIM_DIR)
     cuda = tuple(str(Path(d).resolve()) + "/" for d in incs)
 
