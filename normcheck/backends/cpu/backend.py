@@ -363,7 +363,7 @@ def include_gate(src: base.Source, deps=()) -> None:
     for dep in deps:
         d = Path(dep).resolve()
         r = own(d)
-        if r is not None and d.suffix.lower() not in SOURCE_SUFFIXES:
+        if r is not None and d.suffix.lower() not in SOURCE_SUFFIXES and d.is_file():
             raise _not_source(d, r, src.origin)
     if deps:
         return
@@ -413,7 +413,10 @@ def _preprocess(src, entries, defines, extra_flags, arch, hosts, torch, std=None
                                _explain(r.stderr, str(tu_path)))
         text = r.stdout.replace(str(tu_path), "<normcheck wrapper>")
     deps = sorted({m for m in _LINE_MARKER.findall(text) if m.startswith("/")})
-    include_gate(src, deps)  # a computed #include the text did not show
+    # a computed #include the text did not show (the markers' names unescaped: a file named
+    # we"ird.cu is marked "we\"ird.cu")
+    include_gate(src, sorted({f for f in translate.LineMap.of(text).files
+                              if f.startswith("/")}))
     _entries_present(src, text, entries, arch, defines)
     shim = str(SHIM_DIR)
     cuda = tuple(str(Path(d).resolve()) + "/" for d in incs)
