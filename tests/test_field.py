@@ -53,7 +53,7 @@ def test_the_corpus_is_whole():
 
 
 def test_every_spec_is_a_kernel_of_the_corpus():
-    names = {k.name for k in corpus.load().kernels}
+    names = {k.base or k.name for k in corpus.load().kernels}
     on_disk = {p.stem for p in corpus.SPECS.glob("*.toml")}
     assert on_disk == names, on_disk ^ names
 
@@ -559,3 +559,34 @@ def test_triton_is_known_by_the_names_a_file_binds_to_it():
     assert signature(text, "b", "k.py").params == ("X",)
     with pytest.raises(Exception, match="name the kernel, not its Python wrapper"):
         signature(text, "c", "k.py")  # a project's own autotune is not Triton's
+
+
+def test_the_other_formats_a_launcher_dispatches_are_rows_of_their_own(tmp_path):
+    """#56 item 3: a Triton kernel's `dtypes = { fp16 = "pass" }` is a row "name[fp16]" run on
+    the same spec in that format, recorded on its own; a CUDA C kernel's other formats are other
+    instantiations (a spec each), refused; a bad record is refused naming it."""
+    c = corpus.load()
+    rows = [k for k in c.kernels if k.dtype is not None]
+    assert rows and all(k.language == "triton" and k.name == f"{k.base}[{k.dtype}]" and
+                        k.spec.is_file() for k in rows)
+    base = rows[0].base
+    assert [k.name for k in c.select([base])][1:] == [k.name for k in rows if k.base == base]
+    p = tmp_path / "corpus.toml"
+    shutil.copy(corpus.CORPUS, p)
+    k = rows[0]
+    o = judge.Outcome(k.name, k.project, "v", k.language, "", k.expect, k.cause, k.why,
+                      verdict="fail", cause="storage_sums")
+    assert corpus.record([o], p) == [k.name]
+    again = {x.name: x for x in corpus.load(p).kernels}[k.name]
+    assert (again.expect, again.cause) == ("fail", "storage_sums")
+    assert corpus.record([o], p) == []
+    text = corpus.CORPUS.read_text()
+    cuda = next(x for x in c.kernels if x.language == "cuda")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace(f'name = "{cuda.name}"\n',
+                                f'name = "{cuda.name}"\ndtypes = {{ fp32 = "pass" }}\n', 1))
+    with pytest.raises(SpecError, match="a Triton kernel's only"):
+        corpus.load(bad)
+    bad.write_text(text.replace(f'dtypes = {{ {k.dtype} = ', f'dtypes = {{ fp64 = ', 1))
+    with pytest.raises(SpecError, match="dtypes.fp64"):
+        corpus.load(bad)

@@ -19,6 +19,11 @@
     needs = ["torch"]                 # what it needs beyond normcheck's install, if anything:
                                       # torch's headers (a file including them), or torch
                                       # importable (a Triton file's host code uses it as it loads)
+    dtypes = { fp16 = "pass", fp32 = "fail one_pass" }
+                                      # the other formats its launcher dispatches, each its own
+                                      # row "name[fp16]" with its recorded verdict (and cause):
+                                      # a Triton kernel only (a CUDA C one's other formats are
+                                      # other instantiations: a spec each)
 
 A spec's ``source`` and ``include`` are relative to its release's root (the files above).
 """
@@ -38,7 +43,9 @@ CORPUS = Path(__file__).with_name("corpus.toml")
 SPECS = Path(__file__).with_name("specs")
 VERDICTS = ("pass", "warn", "fail")
 _SOURCE_KEYS = {"project", "version", "file", "sha256", "home", "files"}
-_KERNEL_KEYS = {"name", "project", "language", "expect", "cause", "why", "needs"}
+_KERNEL_KEYS = {"name", "project", "language", "expect", "cause", "why", "needs", "dtypes"}
+#: The formats a row of another dtype may run in.
+DTYPES = ("fp16", "bf16", "fp32")
 #: What a kernel may need beyond normcheck's own install (``needs``), and how to get it.
 NEEDS = {"torch": "pip install torch runs it (a CPU build is enough: the file needs torch's "
                   "headers, or its import for the host code a Triton file runs as it loads)"}
@@ -72,10 +79,12 @@ class Kernel:
     cause: str | None
     why: str
     needs: tuple = ()
+    dtype: str | None = None   # a row of another format its launcher dispatches: that format
+    base: str | None = None    # ... and the kernel (spec) it is a row of
 
     @property
     def spec(self) -> Path:
-        return SPECS / f"{self.name}.toml"
+        return SPECS / f"{self.base or self.name}.toml"
 
 
 @dataclass(frozen=True)
@@ -90,7 +99,10 @@ class Corpus:
         if not only:
             return self.kernels
         picked = tuple(k for k in self.kernels
-                       if any(fnmatch.fnmatchcase(k.name, o) or k.project == o for o in only))
+                       if any(k.name == o or fnmatch.fnmatchcase(k.name, o) or
+                              k.project == o or
+                              (k.base is not None and fnmatch.fnmatchcase(k.base, o))
+                              for o in only))
         if not picked:
             from normcheck.errors import invalid
 
@@ -138,6 +150,16 @@ def load(path: Path = CORPUS) -> Corpus:
         if not kern.spec.is_file():
             raise _bad(where, f"no spec {kern.spec}")
         kernels.append(kern)
+        for dt, rec in (k.get("dtypes") or {}).items():
+            verdict, _, cause = str(rec).partition(" ")
+            if kern.language != "triton":
+                raise _bad(where, "dtypes: a Triton kernel's only (a CUDA C kernel's other "
+                           "formats are other instantiations: give each its own spec)")
+            if dt not in DTYPES or verdict not in VERDICTS or (verdict == "pass" and cause):
+                raise _bad(where, f"dtypes.{dt}={rec!r}: expected a format of {DTYPES} = "
+                           f"\"pass\", or \"warn KEY\" / \"fail KEY\" (the headline cause)")
+            kernels.append(Kernel(f"{kern.name}[{dt}]", kern.project, kern.language, verdict,
+                                  cause.strip() or None, kern.why, kern.needs, dt, kern.name))
     return Corpus(sources, tuple(kernels))
 
 
@@ -152,6 +174,22 @@ def record(outcomes, path: Path = CORPUS) -> list[str]:
     parts = re.split(r"(?m)^(?=\[\[kernel\]\]\s*$)", text)
     got = {o.name: o for o in outcomes}
     changed = []
+    for i, part in enumerate(parts):  # the rows of other formats: their dtypes = { ... } line
+        m = re.search(r'(?m)^name = "([^"]+)"$', part)
+        line = re.search(r"(?m)^dtypes = \{(.*)\}$", part)
+        if not part.startswith("[[kernel]]") or not m or not line:
+            continue
+        recs = dict(re.findall(r'(\w+) = "([^"]*)"', line.group(1)))
+        for dt in list(recs):
+            o = got.get(f"{m.group(1)}[{dt}]")
+            if o is None:
+                continue
+            new = o.verdict + (f" {o.cause}" if o.verdict != "pass" and o.cause else "")
+            if new != recs[dt]:
+                recs[dt] = new
+                changed.append(o.name)
+        parts[i] = part[:line.start()] + "dtypes = { " + ", ".join(
+            f'{k} = "{v}"' for k, v in recs.items()) + " }" + part[line.end():]
     for i, part in enumerate(parts):
         m = re.search(r'(?m)^name = "([^"]+)"$', part)
         if not part.startswith("[[kernel]]") or not m or m.group(1) not in got:
