@@ -304,6 +304,32 @@ def test_a_cached_file_is_verified_on_use(tmp_path, monkeypatch, capsys):
     assert not cache.verified(g) and "has no record" in capsys.readouterr().err
 
 
+def test_fetched_headers_are_verified_on_use(tmp_path, monkeypatch, capsys):
+    """#55 item 2: a fetched header folder is checked against the manifest the ledger recorded
+    as it was fetched; a header changed, added or gone since (a planted cuda_fp16.h would enter
+    every build) removes the folder with a warning naming the file."""
+    from normcheck.backends import headers
+
+    monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path / "c"))
+    monkeypatch.setattr(headers, "_TREES", {})
+    d = headers._fetched_root() / "nvidia-curand@1.0"
+    (d / "include").mkdir(parents=True)
+    (d / "include" / "curand.h").write_text("#pragma once\n")
+    headers.record_tree(d)
+    monkeypatch.setattr(headers, "_TREES", {})  # a later process
+    assert headers.fetched() == {"nvidia-curand": d / "include"}
+    (d / "include" / "curand.h").write_text("#pragma once\n#define planted 1\n")
+    monkeypatch.setattr(headers, "_TREES", {})
+    assert headers.fetched() == {} and not d.exists()
+    err = capsys.readouterr().err
+    assert "changed since it was fetched (1 file(s): curand.h)" in err
+    (d / "include").mkdir(parents=True)  # never fetched by normcheck: no manifest
+    (d / "include" / "curand.h").write_text("#pragma once\n")
+    headers.cache._ledger_entry(d).unlink()
+    monkeypatch.setattr(headers, "_TREES", {})
+    assert headers.fetched() == {} and "has no manifest in the ledger" in capsys.readouterr().err
+
+
 def test_a_changed_launcher_and_kernel_build_are_built_again(tmp_path):
     """End to end: after a check, the cached kernel module and normcheck's launcher are changed
     on disk (as a process with the user's rights could); the next check names each, builds

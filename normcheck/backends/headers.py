@@ -68,15 +68,70 @@ def _fetched_root() -> Path:
 
 
 def fetched() -> dict:
-    """{package: its include folder} of the headers fetched into the cache."""
+    """{package: its include folder} of the headers fetched into the cache, each verified
+    against the manifest the ledger recorded as it was fetched (:func:`_tree_verified`): a
+    folder whose files changed is removed with a warning naming them, and fetched again where
+    a build asks for it."""
     root = _fetched_root()
     out = {}
     if root.is_dir():
         for d in sorted(root.iterdir()):
             inc = d / "include"
-            if inc.is_dir():
+            if inc.is_dir() and _tree_verified(d):
                 out[d.name.split("@")[0]] = inc
     return out
+
+
+def _manifest(folder: Path) -> dict:
+    """{relative path: sha256} of every file under ``folder``."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+_TREES: dict = {}  # folder -> verified in this process
+
+
+def record_tree(d: Path) -> None:
+    """Record in the ledger (which no worker reads or writes) the manifest a fetched folder is
+    verified against on every later use."""
+    import json
+
+    entry = cache._ledger_entry(d)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_text(json.dumps(_manifest(d / "include")))
+    _TREES[str(d.resolve())] = True
+
+
+def _tree_verified(d: Path) -> bool:
+    """Whether a fetched folder holds exactly the files the ledger's manifest says it was
+    fetched with (once a process); else it is removed, with a warning naming the files changed,
+    added or gone -- a header planted in the cache would otherwise enter every build."""
+    import json
+    import sys
+
+    key = str(d.resolve())
+    if key in _TREES:
+        return _TREES[key]
+    try:
+        recorded = json.loads(cache._ledger_entry(d).read_text())
+    except (OSError, ValueError):
+        recorded = None
+    now = _manifest(d / "include")
+    ok = recorded == now
+    if not ok:
+        if recorded is None:
+            why = "has no manifest in the ledger (fetched by an older normcheck, or not by it)"
+        else:
+            diff = sorted(k for k in set(now) | set(recorded) if now.get(k) != recorded.get(k))
+            why = (f"changed since it was fetched ({len(diff)} file(s): "
+                   f"{', '.join(diff[:3])}{' ...' if len(diff) > 3 else ''})")
+        print(f"normcheck: warning: the fetched headers {d} {why}: removed, fetched again "
+              "where a build needs them", file=sys.stderr)
+        shutil.rmtree(d, ignore_errors=True)
+    _TREES[key] = ok
+    return ok
 
 
 def library_include_dirs() -> list[Path]:
@@ -264,6 +319,7 @@ def fetch(package: str, echo=None) -> Path:
                 shutil.rmtree(tmp)
             else:
                 os.replace(tmp, dest)
+                record_tree(dest)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

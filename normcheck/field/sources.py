@@ -23,14 +23,21 @@ def root(src: Source) -> Path:
     return cache.cache_dir("field") / f"{src.key}-{src.sha256[:12]}"
 
 
-def ready(src: Source) -> bool:
-    """Whether every pinned file of the release is in the cache, unchanged."""
+def ready(src: Source, warn: bool = False) -> bool:
+    """Whether every pinned file of the release is in the cache, unchanged (checked on every
+    use: the corpus holds each file's SHA-256); ``warn``: say which file changed."""
     r = root(src)
     if not (r / _DONE).is_file():
         return False
     for name, sha in src.files.items():
         p = r / name
         if not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != sha:
+            if warn:
+                import sys
+
+                print(f"normcheck: warning: {name} of {src.project} {src.version} in the "
+                      f"cache ({r}) is {'gone' if not p.is_file() else 'not the pinned file'}"
+                      ": the release is fetched again", file=sys.stderr)
             return False
     return True
 
@@ -39,7 +46,7 @@ def fetched(src: Source, echo=None) -> Path:
     """The folder holding the release's pinned files, fetched first where they are not in the
     cache (``echo`` says so)."""
     r = root(src)
-    if ready(src):
+    if ready(src, warn=True):
         return r
     if echo is not None:
         echo(f"fetching {src.file} ({src.project} {src.version}) ...")
