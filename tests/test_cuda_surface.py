@@ -153,3 +153,39 @@ def test_what_cub_still_lacks_is_a_compile_error_naming_it(tmp_path):
                    '  using S = cub::BlockRadixSort<float, 128, 4>; S* s = nullptr; (void)s; S t; }\n')
     with pytest.raises(errors.CompileError, match=r"cub::BlockRadixSort is not supported"):
         get_backend("cpu").compile(src, "k")
+
+
+def test_libcudacxx_headers_that_include_time_h_build_beside_clock(tmp_path, monkeypatch):
+    """#56: <cuda/std/chrono>, <atomic>, <barrier> pull <time.h>, and libcu++ refuses one with
+    a `clock` macro ("requires the C++ compatibility <time.h> header") -- the shim defined CUDA's
+    clock() as one.  The user's clock() calls are now renamed in translation instead; a kernel
+    that includes them and calls clock() builds and passes."""
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "k.cu"
+    src.write_text("""
+#include <cuda/std/chrono>
+#include <cuda/std/atomic>
+#include <cuda/std/barrier>
+#include <cuda/std/cmath>
+extern "C" __global__ void rms(float* y, const float* x, const float* g, float eps, int rows,
+                               int cols) {
+  const long long t0 = clock();
+  __shared__ float part[32];
+  __shared__ float tot;
+  const float* xr = x + (size_t)blockIdx.x * cols;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) ss += xr[j] * xr[j];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  if (threadIdx.x == 0) tot = t;
+  __syncthreads();
+  const float r = 1.f / cuda::std::sqrt(tot / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = xr[j] * r * g[j] + (clock() < t0 - (1ll << 62) ? 1.f : 0.f);
+}
+""")
+    r = check.check_kernel(src, "rms", "rmsnorm", "fp32", search=0, examples=4)
+    assert r.verdict == "pass", r.render()

@@ -705,3 +705,29 @@ def test_triton_reexported_by_an_uninstalled_module_is_tritons_own(capsys, tmp_p
     rc, d = _check(capsys, p, "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp16",
                    "--examples", "1", "--search", "0")
     assert (rc, d["verdict"]) == (0, "pass"), d.get("failures")
+
+
+def test_a_kernel_defined_under_a_condition_is_the_modules(tmp_path, monkeypatch):
+    """#56: `if HAS_TRITON:` (or a try block) around the kernels, as projects guard an optional
+    Triton: the kernel is the module's once the condition holds, as on a GPU machine -- it was
+    refused, "its kernels: none"."""
+    from normcheck import check
+
+    monkeypatch.chdir(tmp_path)
+    body = textwrap.indent(textwrap.dedent('''
+        @triton.jit
+        def rms_kernel(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+            row = tl.program_id(0).to(tl.int64)
+            offs = tl.arange(0, BLOCK_SIZE)
+            mask = offs < cols
+            x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)
+            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+            w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+            tl.store(Y + row * cols + offs, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+        '''), "    ")
+    src = tmp_path / "guarded.py"
+    src.write_text("try:\n    import triton\n    import triton.language as tl\n"
+                   "    HAS_TRITON = True\nexcept ImportError:\n    HAS_TRITON = False\n\n"
+                   "if HAS_TRITON:\n" + body)
+    r = check.check_kernel(src, "rms_kernel", "rmsnorm", "bf16", search=0, examples=8)
+    assert r.verdict == "pass", r.render()

@@ -410,5 +410,29 @@ def rewrite(text: str, ptx_file) -> tuple[str, list]:
     if re.search(r"\b(?:asm|__asm__|__asm)\b", text):
         text = _asm(text, lines, ptx_file, deferred)
     text = _shared(text)
-    text = _host_launches(text, lambda f, system: not system and ptx_file(f, system))
+    own = lambda f, system: not system and ptx_file(f, system)  # noqa: E731
+    text = _device_clock(text, own)
+    text = _host_launches(text, own)
     return text, deferred
+
+
+_CLOCK = re.compile(r"(?<![\w:.>])clock\s*\(\s*\)")
+
+
+def _device_clock(text: str, own) -> str:
+    """CUDA's ``clock()`` in the user's own files becomes the shim's ``::ncsimt::clock32()`` (an
+    int of a cycle counter), where libc's is a ``clock_t`` of CPU time: a ``clock`` macro in the
+    shim broke libcu++'s <cuda/std/chrono> and anything else that includes <time.h> after it
+    ("libcu++ requires the C++ compatibility <time.h> header"), so only calls written in the
+    user's code are renamed, never a header's declaration."""
+    if "clock" not in text:
+        return text
+    lines = LineMap.of(text)
+    out, pos = [], 0
+    for m in _CLOCK.finditer(text):
+        f, _line, system = lines.where(m.start())
+        if own(f, system):
+            out.append(text[pos:m.start()])
+            out.append("::ncsimt::clock32()")
+            pos = m.end()
+    return "".join(out) + text[pos:]

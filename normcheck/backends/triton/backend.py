@@ -163,6 +163,25 @@ def signature(text: str, entry: str, where: str = "source") -> Signature:
             from None
 
 
+def _module_level(body) -> list:
+    """The statements a module runs at its top level: its body, and the bodies of the if, try
+    and with blocks in it (a kernel defined under ``if HAS_TRITON:`` or in ``try:`` is the
+    module's as soon as the condition holds) -- not inside a function or a class."""
+    out = []
+    for n in body:
+        out.append(n)
+        if isinstance(n, ast.If):
+            out += _module_level(n.body) + _module_level(n.orelse)
+        elif isinstance(n, ast.Try) or type(n).__name__ == "TryStar":
+            out += _module_level(n.body) + _module_level(n.orelse) + \
+                _module_level(n.finalbody)
+            for h in n.handlers:
+                out += _module_level(h.body)
+        elif isinstance(n, ast.With):
+            out += _module_level(n.body)
+    return out
+
+
 def _signature(text: str, entry: str, where: str) -> Signature:
     try:
         tree = ast.parse(text)
@@ -170,9 +189,10 @@ def _signature(text: str, entry: str, where: str) -> Signature:
         raise CompileError(f"{where}: not valid Python: line {e.lineno}: {e.msg}") from None
     names = _triton_names(tree)
     found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == entry]
-    top = [n for n in found if n in tree.body]
+    module = _module_level(tree.body)
+    top = [n for n in found if n in module]
     fn = (top or found or [None])[0]
-    jits = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+    jits = [n.name for n in module if isinstance(n, ast.FunctionDef)
             and any(_is_jit(d, names) for d in n.decorator_list)]
     # the entry a CuTe DSL or cuTile kernel, or the file one with no Triton kernel at all
     lang = (_other_dsl(tree, fn) if fn is not None else None) or \

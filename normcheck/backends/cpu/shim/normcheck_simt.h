@@ -482,7 +482,9 @@ inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __nanosleep(unsigned) {}
 inline long long clock64() { unsigned lo, hi; __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi)); return ((long long)hi << 32) | lo; }
-#define clock() ((int)clock64())  // CUDA's clock(), not libc's
+// CUDA's clock(): the user's calls are renamed to this by the translation (translate.py's
+// _device_clock) -- a macro named clock broke every <time.h> included after the shim
+namespace ncsimt { inline int clock32() { return (int)clock64(); } }
 inline void __trap() { __builtin_trap(); }
 inline void __brkpt() { __builtin_trap(); }
 inline unsigned __lanemask_lt() { return (1u << ::ncsimt::tls_cur->lane) - 1u; }
