@@ -325,7 +325,7 @@ def test_fetched_headers_are_verified_on_use(tmp_path, monkeypatch, capsys):
     assert "changed since it was fetched (1 file(s): curand.h)" in err
     (d / "include").mkdir(parents=True)  # never fetched by normcheck: no manifest
     (d / "include" / "curand.h").write_text("#pragma once\n")
-    headers.cache._ledger_entry(d).unlink()
+    headers.cache.ledger_entry(d).unlink()
     monkeypatch.setattr(headers, "_TREES", {})
     assert headers.fetched() == {} and "has no manifest in the ledger" in capsys.readouterr().err
 

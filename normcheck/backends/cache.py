@@ -12,8 +12,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["cache_root", "cache_dir", "install_file", "verified", "CACHE_PARTS", "cxx",
-           "cache_info", "cache_clear", "key_of", "compiler_version"]
+__all__ = ["cache_root", "cache_dir", "install_file", "verified", "ledger_entry", "CACHE_PARTS",
+           "cxx", "cache_info", "cache_clear", "key_of", "compiler_version"]
 
 
 def cache_root() -> Path:
@@ -51,14 +51,14 @@ def install_file(data: bytes | str, final: Path, mode: int | None = None) -> Pat
 
 
 # -- the ledger: what normcheck wrote, verified on every use ------------------------------------
-def _ledger_entry(path: Path) -> Path:
+def ledger_entry(path: Path) -> Path:
     """Where the digest of a cached file is recorded: the ledger folder, which no worker's
     sandbox reads or writes (a worker reads only its own build's folder)."""
     return cache_root() / "ledger" / hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()
 
 
 def _record(path: Path, digest: str):
-    entry = _ledger_entry(path)
+    entry = ledger_entry(path)
     entry.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".entry.", dir=entry.parent)
     with os.fdopen(fd, "w") as f:
@@ -91,7 +91,7 @@ def verified(path: Path) -> bool:
     if now is not None and _VERIFIED.get(key) == now:
         return True
     try:
-        recorded = _ledger_entry(path).read_text().strip()
+        recorded = ledger_entry(path).read_text().strip()
     except OSError:
         recorded = None
     h = hashlib.sha256()

@@ -98,7 +98,7 @@ def record_tree(d: Path) -> None:
     verified against on every later use."""
     import json
 
-    entry = cache._ledger_entry(d)
+    entry = cache.ledger_entry(d)
     entry.parent.mkdir(parents=True, exist_ok=True)
     entry.write_text(json.dumps(_manifest(d / "include")))
     _TREES[str(d.resolve())] = True
@@ -115,7 +115,7 @@ def _tree_verified(d: Path) -> bool:
     if key in _TREES:
         return _TREES[key]
     try:
-        recorded = json.loads(cache._ledger_entry(d).read_text())
+        recorded = json.loads(cache.ledger_entry(d).read_text())
     except (OSError, ValueError):
         recorded = None
     now = _manifest(d / "include")
