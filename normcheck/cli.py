@@ -315,7 +315,10 @@ def _field(args) -> int:
             s = c.sources[k.project]
             print(f"{k.name:32} {k.language:7} {s.project} {s.version} ({s.file}): "
                   f"{k.expect}{' (' + k.cause + ')' if k.cause else ''}")
-        print(f"\n{len(picked)} kernels of {len({k.project for k in picked})} projects")
+        bases = {k.base or k.name for k in picked}  # a row name[fp16]: another format
+        rows = f" ({len(picked)} rows with their other formats)" if len(bases) != len(picked) \
+            else ""
+        print(f"\n{len(bases)} kernels{rows} of {len({k.project for k in picked})} projects")
         return 0
     outs = judge.judge_field(only=args.only, echo=lambda m: print(m, file=sys.stderr),
                              save_dir=Path(args.out) / "counterexamples")

@@ -90,7 +90,9 @@ def summary_line(outs: list) -> str:
     skipped = sum(1 for o in outs if o.get("skipped"))
     counts = {v: sum(1 for o in ran if o["verdict"] == v) for v in ("pass", "warn", "fail")}
     projects = len({o["project"] for o in outs})
-    return (f"{len(outs)} kernels of {projects} projects: {len(ran)} ran "
+    kernels = len({o["name"].split("[")[0] for o in outs})  # a row name[fp16]: another format
+    rows = f" ({len(outs)} rows with their other formats)" if kernels != len(outs) else ""
+    return (f"{kernels} kernels{rows} of {projects} projects: {len(ran)} ran "
             f"({counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail), "
             f"{same} as recorded, {len(ran) - same} not"
             + (f", {skipped} skipped ({_why_skipped(outs)})" if skipped else "")
