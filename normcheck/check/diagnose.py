@@ -398,12 +398,8 @@ def _shape_models(rows: Rows, d, r) -> dict:
         for B in (32, 64, 128, 256, 512, 1024):
             if D % B == 0:
                 continue  # every thread holds as many elements: equal weights are right
-            lane = np.arange(D) % B
-            n_t = np.bincount(lane, minlength=B).astype(np.float64)
-            s_t = np.zeros((R, B))
-            np.add.at(s_t, (slice(None), lane), x)
             # a thread with no element keeps its mean at 0, and counts alike in the merge
-            mean_t = np.where(n_t > 0, s_t / np.maximum(n_t, 1), 0.0)
+            _n_t, mean_t, _q_t = _thread_partials(x, B)
             mu_w = mean_t.mean(axis=1, keepdims=True)  # every thread's mean weighted alike
             m2 = ((x - mu_w) ** 2).sum(axis=1, keepdims=True)
             m[("welford_unweighted", B)] = g * (x - mu_w) / np.sqrt(m2 / D + eps) + b
@@ -424,6 +420,37 @@ def _shape_models(rows: Rows, d, r) -> dict:
     return m
 
 
+def _thread_partials(x, B: int):
+    """(count, mean, M2) of each of B threads striding the rows ``x`` (thread t holds the
+    columns j with j mod B = t), exact; an empty thread's mean and M2 are 0."""
+    R, D = x.shape
+    lane = np.arange(D) % B
+    n_t = np.bincount(lane, minlength=B).astype(np.float64)
+    s_t = np.zeros((R, B))
+    np.add.at(s_t, (slice(None), lane), x)
+    mean_t = np.where(n_t > 0, s_t / np.maximum(n_t, 1), 0.0)
+    q_t = np.zeros((R, B))
+    np.add.at(q_t, (slice(None), lane), (x - mean_t[:, lane]) ** 2)
+    return n_t, mean_t, q_t
+
+
+def _unscaled_butterfly(n, mu, q, every: bool):
+    """Welford partials (…, 32 lanes) merged by a butterfly (lane l with l ^ o, o = 16 ... 1)
+    that adds δ² unweighted: at every merge (``every``: an empty partner's gap too) or only
+    where both hold elements."""
+    idx = np.arange(32)
+    for o in (16, 8, 4, 2, 1):
+        nb, mb, qb = n[..., idx ^ o], mu[..., idx ^ o], q[..., idx ^ o]
+        nn = n + nb
+        d = mb - mu
+        add = d * d if every else np.where((n > 0) & (nb > 0), d * d, 0.0)
+        ok = nn > 0
+        mu = np.where(ok, mu + d * np.where(ok, nb / np.where(ok, nn, 1), 0), mu)
+        q = np.where(ok, q + qb + add, q)
+        n = nn
+    return n, mu, q
+
+
 def _welford_unscaled(x, g, b, eps) -> dict:
     """Welford partials (B threads striding the row, each exact) merged by warp butterflies --
     lanes l and l ^ o for o = 16 ... 1, then the warps' totals through a second butterfly --
@@ -436,36 +463,18 @@ def _welford_unscaled(x, g, b, eps) -> dict:
     for B in (32, 64, 128, 256, 512, 1024):
         if B >= 2 * D and B > 32:
             break
-        lane = np.arange(D) % B
-        n_t = np.bincount(lane, minlength=B).astype(np.float64)
-        s_t = np.zeros((R, B))
-        np.add.at(s_t, (slice(None), lane), x)
-        mean_t = np.where(n_t > 0, s_t / np.maximum(n_t, 1), 0.0)
-        q_t = np.zeros((R, B))
-        np.add.at(q_t, (slice(None), lane), (x - mean_t[:, lane]) ** 2)
+        n_t, mean_t, q_t = _thread_partials(x, B)
         W = max(B // 32, 1)
+        pad = 32 * W - B  # a block narrower than a warp: its missing lanes hold nothing
+        lanes = (np.broadcast_to(np.pad(n_t, (0, pad)).reshape(W, 32), (R, W, 32)),
+                 np.pad(mean_t, ((0, 0), (0, pad))).reshape(R, W, 32),
+                 np.pad(q_t, ((0, 0), (0, pad))).reshape(R, W, 32))
         for every in (True, False):
-            def merge(n, mu, q):
-                idx = np.arange(32)
-                for o in (16, 8, 4, 2, 1):
-                    nb, mb, qb = n[..., idx ^ o], mu[..., idx ^ o], q[..., idx ^ o]
-                    nn = n + nb
-                    d = mb - mu
-                    add = d * d if every else np.where((n > 0) & (nb > 0), d * d, 0.0)
-                    ok = nn > 0
-                    mu = np.where(ok, mu + d * np.where(ok, nb / np.where(ok, nn, 1), 0), mu)
-                    q = np.where(ok, q + qb + add, q)
-                    n = nn
-                return n, mu, q
-            pad = 32 * W - B  # a block narrower than a warp: its missing lanes hold nothing
-            nw = np.broadcast_to(np.pad(n_t, (0, pad)).reshape(W, 32), (R, W, 32))
-            n1, m1, q1 = merge(nw, np.pad(mean_t, ((0, 0), (0, pad))).reshape(R, W, 32),
-                               np.pad(q_t, ((0, 0), (0, pad))).reshape(R, W, 32))
-            n2 = np.zeros((R, 32))
-            m2 = np.zeros((R, 32))
-            q2 = np.zeros((R, 32))
-            n2[:, :W], m2[:, :W], q2[:, :W] = n1[:, :, 0], m1[:, :, 0], q1[:, :, 0]
-            _n, mu, q = merge(n2, m2, q2)
+            n1, m1, q1 = _unscaled_butterfly(*lanes, every)
+            warps = [np.zeros((R, 32)) for _ in range(3)]  # the warps' totals, lanes 0..W-1
+            for w, v in zip(warps, (n1, m1, q1)):
+                w[:, :W] = v[:, :, 0]
+            _n, mu, q = _unscaled_butterfly(*warps, every)
             mu, v = mu[:, :1], q[:, :1] / D
             out[("welford_unscaled", B, every)] = g * (x - mu) / np.sqrt(v + eps) + b
     return out
