@@ -168,6 +168,27 @@ def test_a_triton_kernels_int32_row_offset_fails_the_large_index_run_at_its_line
     assert big.rows == 7 and 0 < big.max_of_bound <= 1
 
 
+def test_a_program_of_several_rows_gets_the_large_index_run_too(tmp_path):
+    """A launcher that packs R rows into a program (grid = ceil(rows / R), R growing with the
+    rows: SGLang's tiled RMSNorm) still gets the large-index run: its last 7 programs, 7·R
+    rows (was refused: 'a grid that is not one block per row'); the int64 twin passes."""
+    pytest.importorskip("triton")
+    spec = HERE / "triton_tiled.toml"
+    r = check.check_kernel(spec=spec, search=0, examples=4)
+    f = next((f for f in r.failures if f.family == "large_index"), None)
+    assert f is not None and f.kind == "out_of_bounds", r.render()
+    assert "wrapped to 32 bits" in f.detail, f.detail
+    note = next(n for n in r.detail.notes if n.startswith("large-index run"))
+    assert "the last 7 (16 rows each) blocks run" in note, note
+    (tmp_path / "triton_index.py").write_text((HERE / "triton_index.py").read_text())
+    twin = tmp_path / "twin.toml"
+    twin.write_text(spec.read_text().replace('"rms_tiled_int32"', '"rms_tiled_int64"'))
+    ok = check.check_kernel(spec=twin, search=0, examples=4)
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+    big = next(fr for fr in ok.families if fr.family == "large_index")
+    assert big.rows == 7 * 16 and 0 < big.max_of_bound <= 1
+
+
 # -- one hazard, one verdict (#56): the padded pitches follow the launcher, not cols_multiple_of --
 EXAMPLES = Path(__file__).parents[1] / "cuda_src" / "examples"
 

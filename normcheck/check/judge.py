@@ -102,6 +102,9 @@ class FamilyResult(engine.FamilyOutcome):
         return d
 
 
+#: The most rows one block may take in the large-index run (a launcher packing rows into a
+#: program: SGLang's tiled RMSNorm takes 16); its 7 blocks then run 7 × that many rows.
+LARGE_MAX_PER_BLOCK = 64
 #: The two sound conventions of a fused norm, as the notes say them.
 _SUMS = {"exact": "exact sum x + residual", "stored": "sum as stored (h, rounded)"}
 
@@ -749,24 +752,46 @@ class ForwardJudge(engine.Judge):
         if not cands:
             return None, "no width of at least 256 the kernel takes"
         cols = cands[0]
-        first = -(-(1 << 31) // cols)
-        first = (first + 7) & ~7  # the row whose offset is 2^31 elements, or the next 8th
-        rows = first + 7
+        row0 = -(-(1 << 31) // cols)  # the row whose offset is 2^31 elements
+        per = self._rows_per_block(ln[0].grid, row0 + 7 * LARGE_MAX_PER_BLOCK, cols)
+        if isinstance(per, str):
+            return None, per
+        first = -(-row0 // (8 * per)) * (8 * per)  # ... or the next block of an 8th
+        rows = first + 7 * per
         try:
-            small = specs.evaluate_dims(ln[0].grid, 9, cols, "launch.grid")
             big = specs.evaluate_dims(ln[0].grid, rows, cols, "launch.grid")
         except Exception:  # noqa: BLE001 -- a grid that does not take these rows
             return None, "a grid that cannot hold these rows"
-        if tuple(small)[:1] != (9,) or int(np.prod(small)) != 9 or \
-                int(np.prod(big)) != rows or big[0] >= 1 << 31:
-            return None, "a grid that is not one block per row"
+        if int(np.prod(big)) * per != rows or big[0] * per != rows:
+            return None, (f"a grid that is neither one block per row nor {per} rows per block "
+                          f"at {rows:,} rows")
         if any(d >= 1 << 31 for d in big[:1]) or any(d > 65535 for d in tuple(big)[1:]):
             return None, "a grid past the GPU's limits at these rows"
         why = t.inexpressible(rows, cols)
         if why is not None:  # the kernel's own launcher cannot call it so: outside its ABI
             return None, f"outside the kernel's ABI at {rows:,} rows of {cols}: {why}"
-        nb = (rows - 1).bit_length()
-        return (rows, cols, first, (((1 << nb) - 1) & ~7, first)), None
+        nb = (big[0] - 1).bit_length()
+        return (rows, cols, first, (((1 << nb) - 1) & ~7, first // per)), None
+
+    @staticmethod
+    def _rows_per_block(grid: str, rows: int, cols: int):
+        """How many rows one block of a 1-D grid takes at about ``rows`` rows: 1 where the
+        grid is a block per row at 9 rows and at ``rows``; a power of two up to
+        LARGE_MAX_PER_BLOCK where the grid is ceil(rows / R) there (a launcher that packs R
+        rows into a program: R may grow with the rows); else why not, a sentence."""
+        try:
+            small = specs.evaluate_dims(grid, 9, cols, "launch.grid")
+            big = specs.evaluate_dims(grid, rows, cols, "launch.grid")
+        except Exception:  # noqa: BLE001 -- a grid that does not take these rows
+            return "a grid that cannot hold these rows"
+        if int(np.prod(big)) != big[0] or big[0] <= 0:
+            return "a grid that is not one-dimensional in its rows"
+        if tuple(small)[:1] == (9,) and int(np.prod(small)) == 9 and big[0] == rows:
+            return 1
+        per = -(-rows // big[0])
+        if per & (per - 1) or per > LARGE_MAX_PER_BLOCK or -(-rows // per) != big[0]:
+            return "a grid that is not one block per row, nor a power of two of rows per block"
+        return per
 
     def run_large_index(self):
         """The large-index run: a launch of ``rows`` rows of which only the last 7 run (their
@@ -803,8 +828,9 @@ class ForwardJudge(engine.Judge):
             fr.cause = fr.cause or next((f.cause for f in fails if f.cause), None)
         secs = time.perf_counter() - t0
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        blocks_run = case.rows if case.rows == 7 else f"7 ({case.rows // 7} rows each)"
         note = (f"large-index run: {rows:,} rows of {cols} ({rows * cols:,} elements, past "
-                f"2^31), the last {case.rows} blocks run on rows {first:,}..{rows - 1:,} (the "
+                f"2^31), the last {blocks_run} blocks run on rows {first:,}..{rows - 1:,} (the "
                 f"rest never touched): {secs:.1f} s, normcheck's peak memory {peak:,.0f} MiB")
         return fr, fails, worst, note
 

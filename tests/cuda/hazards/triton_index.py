@@ -27,3 +27,30 @@ def rms_int64_offset(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
     w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
     r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
     tl.store(Y + base + offs, (x * r * w).to(Y.dtype.element_ty), mask=mask)
+
+
+# Several rows per program (a launcher packing ROWS rows into one, as SGLang's tiled RMSNorm
+# does): the element offset (first row + arange) * cols in int32, and its int64 twin.  Spec:
+# triton_tiled.toml (grid = ceil(rows / ROWS), ROWS growing with the rows up to 16).
+@triton.jit
+def rms_tiled_int32(Y, X, W, eps, rows, cols, ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    r0 = tl.program_id(0) * ROWS
+    r = r0 + tl.arange(0, ROWS)[:, None]
+    c = tl.arange(0, BLOCK_SIZE)[None, :]
+    mask = (r < rows) & (c < cols)
+    x = tl.load(X + r * cols + c, mask=mask, other=0.0).to(tl.float32)  # int32: wraps
+    w = tl.load(W + c, mask=c < cols, other=0.0).to(tl.float32)
+    s = 1.0 / tl.sqrt(tl.sum(x * x, axis=1, keep_dims=True) / cols + eps)
+    tl.store(Y + r * cols + c, (x * s * w).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def rms_tiled_int64(Y, X, W, eps, rows, cols, ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    r0 = tl.program_id(0).to(tl.int64) * ROWS
+    r = r0 + tl.arange(0, ROWS)[:, None]
+    c = tl.arange(0, BLOCK_SIZE)[None, :]
+    mask = (r < rows) & (c < cols)
+    x = tl.load(X + r * cols + c, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(W + c, mask=c < cols, other=0.0).to(tl.float32)
+    s = 1.0 / tl.sqrt(tl.sum(x * x, axis=1, keep_dims=True) / cols + eps)
+    tl.store(Y + r * cols + c, (x * s * w).to(Y.dtype.element_ty), mask=mask)
