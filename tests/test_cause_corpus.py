@@ -26,6 +26,7 @@ CUDA = [
      "block"),
     ("strangers/causes.cu", "ln_bf16_all_storage", "layernorm", "bf16", "no_upcast", "block"),
     ("strangers/causes.cu", "rms_ftz_warp", "rmsnorm", "fp32", "ftz", "warp"),
+    ("strangers/causes.cu", "rms_clamp_input", "rmsnorm", "fp16", "input_clamp", "block"),
     ("headline.cu", "rms_no_cross_warp_fp16", "rmsnorm", "fp16", "partial_reduction", "block"),
     ("headline.cu", "ln_trt_one_pass_fp16", "layernorm", "fp16", "one_pass", "block"),
     ("headline.cu", "rms_tl_bf16_tree_sum", "rmsnorm", "bf16", "storage_sums", "block"),

@@ -63,6 +63,9 @@ CAUSES = {
     "cast_through": ("y cast through another format before the store", "bit"),
     "saturation": ("a clamp to the largest finite value before the store, hiding inf and NaN",
                    "bit"),
+    "input_clamp": ("the input clamped to the format's finite range as it is read (fmaxf/fminf "
+                    "to ±max): an infinite or NaN input reads as ±max and its row comes out "
+                    "finite", "bit"),
     "ftz": ("subnormal values flushed to zero (-ftz=true or --use_fast_math on a GPU, a "
             "denormals-are-zero mode on a CPU): x, x − μ, the squares, ε-less variances and "
             "each product below 2^-126 taken as 0", "bit"),
@@ -309,6 +312,24 @@ def _saturation(out, yr) -> dict:
         np.where(np.isnan(yr), nan_to, np.clip(yr, -top, top)))) for nan_to in (-top, top)}
 
 
+def _input_clamp(norm, fmt, case, g, b, eps) -> dict:
+    """The input clamped to ±max of its format as it is read, by fmaxf(-max, fminf(x, max))
+    (NaN reads as +max) or fminf(max, fmaxf(-max, x)) (as -max), then normalised exactly:
+    {("input_clamp", nan_to): y}; none where the input is finite or a residual is added (the
+    clamp is then of which operand?)."""
+    x = np.asarray(case.x, np.float64)
+    if case.residual is not None or np.all(np.isfinite(x)):
+        return {}
+    top = float(fmt.max_finite)
+    out = {}
+    for nan_to in (top, -top):
+        xc = np.where(np.isnan(x), nan_to, np.clip(x, -top, top))
+        mu = xc.mean(axis=1, keepdims=True) if norm.centred else 0.0
+        v = ((xc - mu) ** 2).mean(axis=1, keepdims=True)
+        out[("input_clamp", nan_to)] = g * (xc - mu) / np.sqrt(v + eps) + b
+    return out
+
+
 def _lane_models(norm, x, g, b, eps) -> dict:
     """Lanes left out of a reduction: threads stride the row (V contiguous elements each: a
     vector load), and a warp reduction that starts at the wrong offset (a butterfly from 8
@@ -519,6 +540,11 @@ def _shape_text(best, D: int) -> str | None:
     if name == "cast_through":
         return (f"y cast through {best[1]} before the store (rounded to {best[1]}, then to "
                 "the output's format: a conversion through the wrong type)")
+    if name == "input_clamp":
+        return ("the input clamped to the format's finite range as it is read (fmaxf/fminf to "
+                f"±{float(best[1]) if best[1] > 0 else -float(best[1]):g}): an infinite input "
+                f"reads as ±max, NaN as {'+' if best[1] > 0 else '-'}max, and its row comes "
+                "out finite, hiding a non-finite input")
     if name == "saturation":
         return ("a clamp to the format's largest finite value before the store: inf (and "
                 f"NaN, as {'-' if best[1] < 0 else '+'}max through fmax/fmin) comes out "
@@ -579,6 +605,7 @@ def _explain(norm, fmt, out, case, ref, y, bad, convention):
     best, best_key = None, None
     models = _models(rows, out)
     models.update(_saturation(out, ref.rounded.astype(np.float64)))
+    models.update(_input_clamp(norm, fmt, case, g, b, eps))
     if mixed is not None:
         models["h_mixed"] = mixed
     keys = [k for k in CAUSES if k in models] + [k for k in models if isinstance(k, tuple)]

@@ -22,6 +22,8 @@
 //                        where n_a·n_b/n·δ² is right (an empty partner's gap too)
 //   rms_sound_fp32       a sound fp32 RMSNorm in plain C (block sum by butterflies): passes, and
 //                        fails on tiny rows when built as --use_fast_math builds it (FTZ)
+//   rms_clamp_input      RMSNorm (fp16) clamping each x to ±65504 as it reads it (fmaxf/fminf,
+//                        as ExLlamaV2/V3 do): an infinite input reads as 65504, its row finite
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -349,4 +351,19 @@ extern "C" __global__ void rms_sound_fp32(float* y, const float* x, const float*
   __syncthreads();
   const float r = rsqrtf(total / cols + eps);
   for (int j = threadIdx.x; j < cols; j += blockDim.x) y[(size_t)blockIdx.x * cols + j] = xr[j] * r * g[j];
+}
+
+extern "C" __global__ void rms_clamp_input(__half* y, const __half* x, const __half* g, float eps,
+                                           int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = fmaxf(-65504.f, fminf(__half2float(xr[i]), 65504.f));
+    ss += v * v;
+  }
+  const float r = rsqrtf(block_sum(ss) / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = fmaxf(-65504.f, fminf(__half2float(xr[i]), 65504.f));
+    y[(size_t)blockIdx.x * cols + i] = __float2half_rn(v * r * __half2float(g[i]));
+  }
 }
