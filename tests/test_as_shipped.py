@@ -128,6 +128,27 @@ def test_a_file_including_cublas_checks_to_a_verdict(tmp_path, monkeypatch):
     assert installed or "nvidia-cublas" in headers.fetched()
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch is not installed (pip install torch: a CPU build is enough)")
+def test_a_torch_extension_header_including_pybind11_builds(tmp_path, monkeypatch):
+    """A project header that includes <pybind11/pybind11.h> (ExLlamaV3's graph.cuh) reaches
+    Python.h: torch's extension builds search the running Python's headers, and so does
+    normcheck's (it stopped: 'includes Python.h, which is on no include path')."""
+    if not headers.python_include_dirs():
+        pytest.skip("this Python has no headers (Python.h)")
+    monkeypatch.chdir(tmp_path)
+    spec = _ggml_style(tmp_path, "cuda_runtime.h")
+    (tmp_path / "graph.cuh").write_text("#pragma once\n#include <ATen/Tensor.h>\n"
+                                        "#include <pybind11/pybind11.h>\n")
+    src = tmp_path / "norm.cu"
+    src.write_text('#include "graph.cuh"\n' + src.read_text())
+    out = subprocess.run([sys.executable, "-m", "normcheck", "check", "--spec", str(spec),
+                          "--search", "0", "--examples", "8"], capture_output=True, text=True,
+                         timeout=1200)
+    assert out.returncode == 1, out.stderr[-3000:]  # built, run, judged: one-pass variance
+    assert "one-pass variance" in out.stdout, out.stdout[-2000:]
+
+
 def test_a_missing_library_header_names_the_fix_when_fetching_is_off(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = _ggml_style(tmp_path, "cufftXt.h")

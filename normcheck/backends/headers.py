@@ -34,7 +34,7 @@ from normcheck.backends import cache
 from normcheck.errors import CompileError
 
 __all__ = ["LIBRARIES", "SHIPPED_BY", "missing_hint", "library_for", "library_include_dirs",
-           "torch_include_dirs", "torch_cxx_standard", "fetch", "fetched", "missing_header", "TORCH_HEADERS", "frameworks"]
+           "torch_include_dirs", "python_include_dirs", "torch_cxx_standard", "fetch", "fetched", "missing_header", "TORCH_HEADERS", "frameworks"]
 
 #: pip package of each CUDA library, the headers that name it, and what it is.
 LIBRARIES = {
@@ -49,7 +49,7 @@ LIBRARIES = {
     "nvidia-cusolver": (("cusolverDn.h", "cusolver_common.h"), "cuSOLVER"),
 }
 #: The first path component of an include that is PyTorch's.
-TORCH_HEADERS = ("torch/", "ATen/", "c10/", "caffe2/")
+TORCH_HEADERS = ("torch/", "ATen/", "c10/", "caffe2/", "pybind11/", "Python.h")
 SHIM_TORCH = Path(__file__).resolve().parent / "cpu" / "shim" / "torch_cuda"
 
 
@@ -157,7 +157,17 @@ def torch_include_dirs() -> list[Path]:
     inc = Path(spec.origin).parent / "include"
     if not (inc / "torch").is_dir():
         return []
-    return [inc, inc / "torch" / "csrc" / "api" / "include", SHIM_TORCH]
+    return [inc, inc / "torch" / "csrc" / "api" / "include", SHIM_TORCH] + python_include_dirs()
+
+
+def python_include_dirs() -> list[Path]:
+    """The running Python's headers (Python.h), where it has them: torch's extension builds
+    search them (torch.utils.cpp_extension), and a torch extension's sources include pybind11
+    (shipped in torch's include folder), which includes Python.h; [] where they are absent."""
+    import sysconfig
+
+    d = sysconfig.get_paths().get("include")
+    return [Path(d)] if d and (Path(d) / "Python.h").is_file() else []
 
 
 #: The C++ standards a header may demand with ``#if __cplusplus < N`` / ``#error``, newest first.
