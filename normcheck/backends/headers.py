@@ -34,7 +34,8 @@ from normcheck.backends import cache
 from normcheck.errors import CompileError
 
 __all__ = ["LIBRARIES", "SHIPPED_BY", "missing_hint", "library_for", "library_include_dirs",
-           "torch_include_dirs", "python_include_dirs", "torch_cxx_standard", "fetch", "fetched", "missing_header", "TORCH_HEADERS", "frameworks"]
+           "torch_include_dirs", "python_include_dirs", "torch_cxx_standard", "fetch",
+           "fetched", "missing_header", "TORCH_HEADERS", "frameworks"]
 
 #: pip package of each CUDA library, the headers that name it, and what it is.
 LIBRARIES = {
