@@ -38,8 +38,10 @@ def test_sound_kernels_in_any_order_pass_or_warn(entry, norm, dtype):
     assert r.verdict in ("pass", "warn"), r.render()
     assert not r.failures
     assert r.rows_checked >= 60 * len(check.CHECK_FAMILIES)
-    # the families, and the large-index run (a launch past 2^31 elements, its last blocks)
-    assert {f.family for f in r.families} == {*check.CHECK_FAMILIES, "large_index"}
+    # the families, and the large-index runs (launches past 2^31 and 2^32 elements, their
+    # last blocks)
+    assert {f.family for f in r.families} == {*check.CHECK_FAMILIES, "large_index",
+                                              "large_index_u32"}
     # each family ran with an odd number of rows: a partial last tile every time
     assert all(f.rows % 2 == 1 or len(f.cols) > 1 for f in r.families)
     for w in r.warnings:  # a warn says which built-in order and by how much

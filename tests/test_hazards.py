@@ -189,6 +189,23 @@ def test_a_program_of_several_rows_gets_the_large_index_run_too(tmp_path):
     assert big.rows == 7 * 16 and 0 < big.max_of_bound <= 1
 
 
+def test_an_unsigned_32_bit_offset_fails_past_2_to_the_32_and_its_twin_passes():
+    """blockIdx.x × cols is an unsigned product: right past 2^31 elements (the first large-
+    index run passes), wrapped past 2^32 -- the second run's last rows are never written, named
+    index_wrap_u32 (a fork of vLLM's RMSNorm shipped this; it passed before); the 64-bit twin
+    passes both runs."""
+    r = _check("out_offset_u32")
+    fams = {fr.family: fr for fr in r.families}
+    assert fams["large_index"].verdict == "pass", r.render()
+    f = next((f for f in r.failures if f.family == "large_index_u32"), None)
+    assert f is not None and r.verdict == "fail", r.render()
+    assert r.cause is not None and r.cause.key == "index_wrap_u32", r.render()
+    assert "never written" in r.cause
+    ok = _check("out_offset_u64")
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+    assert {"large_index", "large_index_u32"} <= {fr.family for fr in ok.families}
+
+
 # -- one hazard, one verdict (#56): the padded pitches follow the launcher, not cols_multiple_of --
 EXAMPLES = Path(__file__).parents[1] / "cuda_src" / "examples"
 

@@ -8,7 +8,9 @@
 //
 // Arguments: input [rows, stride_input], weight [d], output [rows, stride_output], d, strides,
 // weight_bias, eps.  Launch: grid = rows, block = (32, num_warps), shared = num_warps floats.
-// Limits: d a multiple of VEC_SIZE (16 / sizeof(T)).
+// Limits: d a multiple of VEC_SIZE (16 / sizeof(T)).  Row offsets in 64 bits: with uint32_t
+// (bx * stride_input, both unsigned) they wrap past 2^32 elements -- the check's second
+// large-index run (large_index_u32) fails that form.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -75,7 +77,7 @@ __global__ void RMSNormKernel(T* __restrict__ input, T* __restrict__ weight, T* 
     vec_t<T, VEC_SIZE> v;
     v.fill(0.f);
     if ((i * num_threads + thread_id) * VEC_SIZE < d)
-      v.load(input + bx * stride_input + i * num_threads * VEC_SIZE + thread_id * VEC_SIZE);
+      v.load(input + (size_t)bx * stride_input + i * num_threads * VEC_SIZE + thread_id * VEC_SIZE);
     for (uint32_t j = 0; j < VEC_SIZE; j++) sum_sq += to_float(v[j]) * to_float(v[j]);
   }
   for (uint32_t offset = warp_size / 2; offset > 0; offset /= 2) sum_sq += math::shfl_xor_sync(sum_sq, offset);
@@ -94,13 +96,13 @@ __global__ void RMSNormKernel(T* __restrict__ input, T* __restrict__ weight, T* 
     in.fill(0.f);
     w.fill(0.f);
     if ((i * num_threads + thread_id) * VEC_SIZE < d) {
-      in.load(input + bx * stride_input + i * num_threads * VEC_SIZE + thread_id * VEC_SIZE);
+      in.load(input + (size_t)bx * stride_input + i * num_threads * VEC_SIZE + thread_id * VEC_SIZE);
       w.load(weight + i * num_threads * VEC_SIZE + thread_id * VEC_SIZE);
     }
     for (uint32_t j = 0; j < VEC_SIZE; j++)
       out[j] = T(to_float(in[j]) * rms_rcp * (weight_bias + to_float(w[j])));
     if ((i * num_threads + thread_id) * VEC_SIZE < d)
-      out.store(output + bx * stride_output + i * num_threads * VEC_SIZE + thread_id * VEC_SIZE);
+      out.store(output + (size_t)bx * stride_output + i * num_threads * VEC_SIZE + thread_id * VEC_SIZE);
   }
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   asm volatile("griddepcontrol.launch_dependents;");

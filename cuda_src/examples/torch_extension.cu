@@ -1,5 +1,8 @@
 // A vLLM-style torch extension (our own code, written their way): kernels on c10::Half and
 // c10::BFloat16, host wrappers on torch::Tensor in the same file.
+// Row offsets widened, (int64_t)blockIdx.x * hidden_size, as vLLM fixed them (its issue
+// #42862: blockIdx.x * hidden_size is an unsigned 32-bit product that wraps past 2^32
+// elements -- the check's large_index_u32 run fails the unwidened form).
 #include <torch/all.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -24,7 +27,7 @@ __global__ void rms_norm_kernel(scalar_t* __restrict__ out, const scalar_t* __re
   __syncthreads();
   for (int idx = threadIdx.x; idx < hidden_size; idx += blockDim.x) {
     float x = (float)input[blockIdx.x * input_stride + idx];
-    out[blockIdx.x * hidden_size + idx] = ((scalar_t)(x * s_variance)) * weight[idx];
+    out[(int64_t)blockIdx.x * hidden_size + idx] = ((scalar_t)(x * s_variance)) * weight[idx];
   }
 }
 

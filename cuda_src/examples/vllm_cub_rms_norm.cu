@@ -5,6 +5,9 @@
 // then times the weight in that type.  The fused kernel works in place: `input` holds x on entry
 // and y on exit, `residual` holds the residual on entry and h = x + residual (rounded) on exit;
 // its vectorised form (width 8: 16-byte structs of 8 halves) is chosen at compile time.
+// Row offsets widened, (int64_t)blockIdx.x * hidden_size, as vLLM fixed them (its issue
+// #42862: blockIdx.x * hidden_size is an unsigned 32-bit product that wraps past 2^32
+// elements -- the check's large_index_u32 run fails the unwidened form).
 #include <cub/cub.cuh>
 #include <cuda/std/functional>
 #include <cuda_fp16.h>
@@ -56,7 +59,7 @@ __global__ void rms_norm_kernel(scalar_t* __restrict__ out, const scalar_t* __re
   __syncthreads();
   for (int idx = threadIdx.x; idx < hidden_size; idx += blockDim.x) {
     float x = (float)input[blockIdx.x * input_stride + idx];
-    out[blockIdx.x * hidden_size + idx] = ((scalar_t)(x * s_variance)) * weight[idx];
+    out[(int64_t)blockIdx.x * hidden_size + idx] = ((scalar_t)(x * s_variance)) * weight[idx];
   }
 }
 
@@ -94,7 +97,7 @@ __global__ void rms_norm_kernel_shfl(scalar_t* __restrict__ out, const scalar_t*
   __syncthreads();
   for (int idx = threadIdx.x; idx < hidden_size; idx += blockDim.x) {
     float x = (float)input[blockIdx.x * input_stride + idx];
-    out[blockIdx.x * hidden_size + idx] = ((scalar_t)(x * s_variance)) * weight[idx];
+    out[(int64_t)blockIdx.x * hidden_size + idx] = ((scalar_t)(x * s_variance)) * weight[idx];
   }
 }
 
@@ -113,9 +116,9 @@ __global__ std::enable_if_t<(width > 0)> fused_add_rms_norm_kernel(
   auto* weight_v = reinterpret_cast<const F16x8<scalar_t>*>(weight);
   for (int idx = threadIdx.x; idx < vec_hidden; idx += blockDim.x) {
     F16x8<scalar_t> t = input_v[blockIdx.x * vec_stride + idx];
-    t += residual_v[blockIdx.x * vec_hidden + idx];
+    t += residual_v[(int64_t)blockIdx.x * vec_hidden + idx];
     variance += t.sum_squares();
-    residual_v[blockIdx.x * vec_hidden + idx] = t;
+    residual_v[(int64_t)blockIdx.x * vec_hidden + idx] = t;
   }
   using BlockReduce = cub::BlockReduce<float, 1024>;
   __shared__ typename BlockReduce::TempStorage reduceStore;
@@ -123,7 +126,7 @@ __global__ std::enable_if_t<(width > 0)> fused_add_rms_norm_kernel(
   if (threadIdx.x == 0) s_variance = rsqrtf(variance / hidden_size + epsilon);
   __syncthreads();
   for (int idx = threadIdx.x; idx < vec_hidden; idx += blockDim.x) {
-    F16x8<scalar_t> t = residual_v[blockIdx.x * vec_hidden + idx];
+    F16x8<scalar_t> t = residual_v[(int64_t)blockIdx.x * vec_hidden + idx];
     t *= s_variance;
     t *= weight_v[idx];
     input_v[blockIdx.x * vec_stride + idx] = t;
@@ -140,10 +143,10 @@ __global__ std::enable_if_t<(width == 0)> fused_add_rms_norm_kernel(
   float variance = 0.0f;
   for (int idx = threadIdx.x; idx < hidden_size; idx += blockDim.x) {
     scalar_t z = input[blockIdx.x * input_stride + idx];
-    z += residual[blockIdx.x * hidden_size + idx];
+    z += residual[(int64_t)blockIdx.x * hidden_size + idx];
     float x = (float)z;
     variance += x * x;
-    residual[blockIdx.x * hidden_size + idx] = z;
+    residual[(int64_t)blockIdx.x * hidden_size + idx] = z;
   }
   using BlockReduce = cub::BlockReduce<float, 1024>;
   __shared__ typename BlockReduce::TempStorage reduceStore;
@@ -151,7 +154,7 @@ __global__ std::enable_if_t<(width == 0)> fused_add_rms_norm_kernel(
   if (threadIdx.x == 0) s_variance = rsqrtf(variance / hidden_size + epsilon);
   __syncthreads();
   for (int idx = threadIdx.x; idx < hidden_size; idx += blockDim.x) {
-    float x = (float)residual[blockIdx.x * hidden_size + idx];
+    float x = (float)residual[(int64_t)blockIdx.x * hidden_size + idx];
     input[blockIdx.x * input_stride + idx] = ((scalar_t)(x * s_variance)) * weight[idx];
   }
 }

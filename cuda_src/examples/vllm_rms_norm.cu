@@ -2,6 +2,9 @@
 // storage type, a strided input (rows padded to input_stride elements), one block of
 // min(hidden_size, 1024) threads per token, a shared-memory tree reduction, and vLLM's output
 // rounding: x·rstd is rounded to storage *before* the weight multiplies it.
+// Row offsets widened, (int64_t)blockIdx.x * hidden_size, as vLLM fixed them (its issue
+// #42862: blockIdx.x * hidden_size is an unsigned 32-bit product that wraps past 2^32
+// elements -- the check's large_index_u32 run fails the unwidened form).
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -32,7 +35,7 @@ __global__ void rms_norm_kernel(scalar_t* __restrict__ out,          // [num_tok
   __syncthreads();
   for (int idx = threadIdx.x; idx < hidden_size; idx += blockDim.x) {
     float x = (float)input[blockIdx.x * input_stride + idx];
-    out[blockIdx.x * hidden_size + idx] = ((scalar_t)(x * s_rstd)) * weight[idx];
+    out[(int64_t)blockIdx.x * hidden_size + idx] = ((scalar_t)(x * s_rstd)) * weight[idx];
   }
 }
 

@@ -8,6 +8,9 @@
 //  - dynamic per token: amax of the rounded y, s = max(min(amax, scale_ub)/qmax, 1/(qmax·512))
 //    (int8: FLT_EPSILON), fp8 divides by s, int8 multiplies by 1/s and converts with
 //    cvt.rni.sat.s8.f32; the residual is added in float and written back rounded.
+// Row offsets widened, (int64_t)blockIdx.x * hidden_size, as vLLM fixed them (its issue
+// #42862: blockIdx.x * hidden_size is an unsigned 32-bit product that wraps past 2^32
+// elements -- the check's large_index_u32 run fails the unwidened form).
 #include <cub/cub.cuh>
 #include <cuda/std/functional>
 #include <cuda_bf16.h>
@@ -79,7 +82,7 @@ __global__ void rms_norm_static_fp8_quant_kernel(fp8_e4m3* __restrict__ out,
   __shared__ float s_variance;
   float variance = 0.0f;
   for (int idx = threadIdx.x; idx < hidden_size; idx += blockDim.x) {
-    const float x = (float)input[blockIdx.x * input_stride + idx];
+    const float x = (float)input[(int64_t)blockIdx.x * input_stride + idx];
     variance += x * x;
   }
   using BlockReduce = cub::BlockReduce<float, 1024>;
@@ -89,9 +92,9 @@ __global__ void rms_norm_static_fp8_quant_kernel(fp8_e4m3* __restrict__ out,
   __syncthreads();
   const float scale_inv = 1.0f / *scale;  // invert once: multiply below
   for (int idx = threadIdx.x; idx < hidden_size; idx += blockDim.x) {
-    float x = (float)input[blockIdx.x * input_stride + idx];
+    float x = (float)input[(int64_t)blockIdx.x * input_stride + idx];
     float const out_norm = ((scalar_t)(x * s_variance)) * weight[idx];
-    out[blockIdx.x * hidden_size + idx] = scaled_fp8_conversion(out_norm, scale_inv, true);
+    out[(int64_t)blockIdx.x * hidden_size + idx] = scaled_fp8_conversion(out_norm, scale_inv, true);
   }
 }
 
@@ -105,11 +108,11 @@ __global__ void fused_add_rms_norm_static_fp8_quant_kernel(
   __shared__ float s_variance;
   float variance = 0.0f;
   for (int idx = threadIdx.x; idx < hidden_size; idx += blockDim.x) {
-    scalar_t z = input[blockIdx.x * input_stride + idx];
-    z = (scalar_t)((float)z + (float)residual[blockIdx.x * hidden_size + idx]);
+    scalar_t z = input[(int64_t)blockIdx.x * input_stride + idx];
+    z = (scalar_t)((float)z + (float)residual[(int64_t)blockIdx.x * hidden_size + idx]);
     const float x = (float)z;
     variance += x * x;
-    residual[blockIdx.x * hidden_size + idx] = z;
+    residual[(int64_t)blockIdx.x * hidden_size + idx] = z;
   }
   using BlockReduce = cub::BlockReduce<float, 1024>;
   __shared__ typename BlockReduce::TempStorage reduceStore;
@@ -118,9 +121,9 @@ __global__ void fused_add_rms_norm_static_fp8_quant_kernel(
   __syncthreads();
   const float scale_inv = 1.0f / *scale;
   for (int idx = threadIdx.x; idx < hidden_size; idx += blockDim.x) {
-    float x = (float)residual[blockIdx.x * hidden_size + idx];
+    float x = (float)residual[(int64_t)blockIdx.x * hidden_size + idx];
     float const out_norm = ((scalar_t)(x * s_variance)) * weight[idx];
-    out[blockIdx.x * hidden_size + idx] = scaled_fp8_conversion(out_norm, scale_inv, true);
+    out[(int64_t)blockIdx.x * hidden_size + idx] = scaled_fp8_conversion(out_norm, scale_inv, true);
   }
 }
 

@@ -105,6 +105,12 @@ class FamilyResult(engine.FamilyOutcome):
 #: The most rows one block may take in the large-index run (a launcher packing rows into a
 #: program: SGLang's tiled RMSNorm takes 16); its 7 blocks then run 7 × that many rows.
 LARGE_MAX_PER_BLOCK = 64
+#: The large-index runs' families, by the power of two of elements they pass: 2^31 (a signed
+#: 32-bit offset wraps below the array), then, for CUDA C, 2^32 (an unsigned one wraps into it).
+LARGE_FAMILIES = {31: "large_index", 32: "large_index_u32"}
+#: What the 2^32 run names where it alone fails.
+CAUSE_U32 = ("an index computed in unsigned 32 bits (blockIdx.x × cols: an unsigned int "
+             "product) wraps past 2^32 elements")
 #: The two sound conventions of a fused norm, as the notes say them.
 _SUMS = {"exact": "exact sum x + residual", "stored": "sum as stored (h, rounded)"}
 
@@ -728,9 +734,10 @@ class ForwardJudge(engine.Judge):
         return fr, fails, None if worst is None else worst[0]
 
     # the large-index run ----------------------------------------------------------------------
-    def large_index_plan(self):
-        """(rows, cols, first row, blocks) of the large-index run -- a launch of at least 2^31
-        elements (2^32 bytes of fp16) whose last blocks run -- or (None, why not)."""
+    def large_index_plan(self, span: int = 31):
+        """(rows, cols, first row, blocks) of the large-index run -- a launch of at least
+        2^``span`` elements (2^31: 2^32 bytes of fp16) whose last blocks run -- or (None, why
+        not)."""
         t = self.target
         caps = getattr(t, "capabilities", None)
         if not isinstance(t, launch.KernelTarget) or t.quant is not None:
@@ -742,7 +749,7 @@ class ForwardJudge(engine.Judge):
         if len(ln) != 1 or ln[0].host:
             return None, "a spec of several launches, or a host launcher"
         limit = t.spec.max_elements
-        if limit is not None and limit < 1 << 31:
+        if limit is not None and limit < 1 << span:
             return None, (f"the spec says the kernel is launched with at most {limit:,} "
                           "elements (max_elements)")
         lo_c, hi_c = self.cols_range
@@ -752,7 +759,7 @@ class ForwardJudge(engine.Judge):
         if not cands:
             return None, "no width of at least 256 the kernel takes"
         cols = cands[0]
-        row0 = -(-(1 << 31) // cols)  # the row whose offset is 2^31 elements
+        row0 = -(-(1 << span) // cols)  # the row whose offset is 2^span elements
         per = self._rows_per_block(ln[0].grid, row0 + 7 * LARGE_MAX_PER_BLOCK, cols)
         if isinstance(per, str):
             return None, per
@@ -793,31 +800,35 @@ class ForwardJudge(engine.Judge):
             return "a grid that is not one block per row, nor a power of two of rows per block"
         return per
 
-    def run_large_index(self):
+    def run_large_index(self, span: int = 31):
         """The large-index run: a launch of ``rows`` rows of which only the last 7 run (their
         blocks, the rest of the grid skipped) on SparseRows buffers -- the rows before them
         are pages never touched, and below each array lie 2^31 elements of inaccessible
         margin, where a row offset computed in 32 bits lands: an out-of-bounds access named
-        at its line (an unsigned one reads the wrong row: an accuracy failure).  Returns
-        (FamilyResult, [Failure], Worst or None, a note of what it cost) or None."""
+        at its line.  ``span`` 32 (family ``large_index_u32``): past 2^32 elements, where an
+        *unsigned* 32-bit offset (blockIdx.x × cols, both unsigned once blockIdx.x enters)
+        wraps to an early row of the array -- the last rows then read and write the wrong
+        rows (unwritten, or wrong values).  Returns (FamilyResult, [Failure], Worst or None,
+        a note of what it cost) or None."""
         import resource
 
-        plan, why = self.large_index_plan()
+        plan, why = self.large_index_plan(span)
+        fam = LARGE_FAMILIES[span]
         if plan is None:
             return None if why is None else (None, [], None, f"large-index run not made: {why}")
         rows, cols, first, blocks = plan
         t0 = time.perf_counter()
-        case = self.case("gaussian", rows - first, cols, seed=[self.seed, 1 << 31])
-        fr = FamilyResult("large_index", rows=case.rows, cols=[cols])
-        outs = self.run_target("large_index", case, guard="end", large=rows, blocks=blocks,
+        case = self.case("gaussian", rows - first, cols, seed=[self.seed, 1 << span])
+        fr = FamilyResult(fam, rows=case.rows, cols=[cols])
+        outs = self.run_target(fam, case, guard="end", large=rows, blocks=blocks,
                                hazards=False)
-        m, fails = self.measure("large_index", case, outs=outs)
+        m, fails = self.measure(fam, case, outs=outs)
         worst = None
         if m is not None:
             fr.max_ulp = float(m.m.max_ulp)
             fr.max_scaled = float(m.m.max_scaled)
             fr.max_of_bound = float(m.m.max_ratio)
-            worst = self._worst("large_index", case, m)
+            worst = self._worst(fam, case, m)
         for f in fails:
             fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
         if fails:
@@ -826,11 +837,24 @@ class ForwardJudge(engine.Judge):
             if acc and m is not None:
                 fr.cause = acc[0].cause = self.diagnose(case, m)
             fr.cause = fr.cause or next((f.cause for f in fails if f.cause), None)
+            if span == 32 and (fr.cause is None or fr.cause.key == "unexplained" or
+                               fr.cause.evidence not in ("fault", "undefined", "race")):
+                # 2^31 held, 2^32 does not: an unsigned 32-bit offset, measured so
+                what = ("never written" if any(f.kind == "unwritten" for f in fails) else
+                        "off")
+                fr.cause = diagnose.Cause(
+                    f"{CAUSE_U32} (past 2^32 elements, {rows:,} rows of {cols}, the last rows' "
+                    f"results are {what} while every row past 2^31 was right: their offset "
+                    "wrapped to an early row of the array)", "index_wrap_u32", "exact",
+                    CAUSE_U32)
+                for f in fails:
+                    if f.cause is None or f.cause.evidence not in ("fault", "undefined"):
+                        f.cause = fr.cause
         secs = time.perf_counter() - t0
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         blocks_run = case.rows if case.rows == 7 else f"7 ({case.rows // 7} rows each)"
         note = (f"large-index run: {rows:,} rows of {cols} ({rows * cols:,} elements, past "
-                f"2^31), the last {blocks_run} blocks run on rows {first:,}..{rows - 1:,} (the "
+                f"2^{span}), the last {blocks_run} blocks run on rows {first:,}..{rows - 1:,} (the "
                 f"rest never touched): {secs:.1f} s, normcheck's peak memory {peak:,.0f} MiB")
         return fr, fails, worst, note
 

@@ -267,3 +267,26 @@ void launch_rms_wide_block(float* y, const float* x, const float* g, float eps, 
                            int cols, bool opt_in) {
   rms_row_kernel<<<rows, 2048, (64 + cols) * sizeof(float)>>>(y, x, g, eps, cols);
 }
+
+// -- the output's offset an unsigned 32-bit product (blockIdx.x * cols: the int converts to
+//    unsigned), the input's in 64 bits: right past 2^31 elements, wrong past 2^32 (a public
+//    fork of vLLM's RMSNorm ships this) -----------------------------------------------------------
+template <bool WIDE>
+__device__ void rms_out_offset(float* y, const float* x, const float* g, float eps, int cols) {
+  const float* xr = x + (size_t)blockIdx.x * cols;
+  float q = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) q += xr[i] * xr[i];
+  const float r = rsqrtf(block_sum<true>(q) / cols + eps);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    if (WIDE) y[(size_t)blockIdx.x * cols + i] = xr[i] * r * g[i];
+    else y[blockIdx.x * cols + i] = xr[i] * r * g[i];
+  }
+}
+extern "C" __global__ void out_offset_u32(float* y, const float* x, const float* g, float eps,
+                                          int rows, int cols) {
+  rms_out_offset<false>(y, x, g, eps, cols);
+}
+extern "C" __global__ void out_offset_u64(float* y, const float* x, const float* g, float eps,
+                                          int rows, int cols) {
+  rms_out_offset<true>(y, x, g, eps, cols);
+}
