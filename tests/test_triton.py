@@ -731,3 +731,40 @@ def test_a_kernel_defined_under_a_condition_is_the_modules(tmp_path, monkeypatch
                    "if HAS_TRITON:\n" + body)
     r = check.check_kernel(src, "rms_kernel", "rmsnorm", "bf16", search=0, examples=8)
     assert r.verdict == "pass", r.render()
+
+
+def test_a_kernel_under_a_condition_false_without_a_gpu_is_rebuilt_as_a_gpu_defines_it(
+        tmp_path, monkeypatch):
+    """#56: DeepSpeed's fused RMSNorm is defined under ``if _TRITON_AVAILABLE:``, a flag its
+    own module sets from the GPU it finds, and takes ``triton`` and ``tl`` from that module:
+    on a CPU machine the flag is false (and the project module stood in for), so the file
+    defined no kernel -- refused, "not defined by the file".  The kernel is rebuilt from its
+    text as a GPU machine defines it, the re-exported names read as Triton's (its ``@X.jit``
+    and the language's attributes it uses); a kernel that reaches outside the language is
+    still refused by verify(), and a name the language lacks stays undefined."""
+    from normcheck import check
+
+    monkeypatch.chdir(tmp_path)
+    body = textwrap.indent(textwrap.dedent('''
+        @triton.jit
+        def rms_kernel(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+            row = tl.program_id(0).to(tl.int64)
+            offs = tl.arange(0, BLOCK_SIZE)
+            mask = offs < cols
+            x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)
+            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+            w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+            tl.store(Y + row * cols + offs, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+        '''), "    ")
+    src = tmp_path / "gpu_only.py"
+    src.write_text("from someproject.ops._triton import _TRITON_AVAILABLE, triton, tl\n\n"
+                   "if _TRITON_AVAILABLE:\n" + body)
+    r = check.check_kernel(src, "rms_kernel", "rmsnorm", "bf16", search=0, examples=8)
+    assert r.verdict == "pass", r.render()
+    bad = tmp_path / "gpu_only_bad.py"
+    bad.write_text(src.read_text().replace("row = tl.program_id(0).to(tl.int64)",
+                                           "row = tl.program_id(0).to(tl.int64) + len(os.environ)"))
+    # a name the language does not have is never made Triton's (os stays undefined): the
+    # kernel fails naming it, never passes
+    rb = check.check_kernel(bad, "rms_kernel", "rmsnorm", "bf16", search=0, examples=2)
+    assert rb.verdict == "fail" and "NameError: name 'os' is not defined" in rb.render()

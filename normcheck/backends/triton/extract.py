@@ -479,6 +479,11 @@ def rebuild(text: str, filename: str, globals_: dict, entry: str, package: str):
         ns[name] = _materialise(name, desc, stood)
     tree = ast.parse(text, filename)
     defs = _defs(tree)
+    for name, node in _not_run(defs, defs_at, globals_).items():
+        # a kernel under a condition false here (``if _TRITON_AVAILABLE:``, a flag set from the
+        # GPU a project finds): a GPU machine defines it, so it is rebuilt from its text alike
+        defs_at[name] = ["def", node.lineno, None]
+        _as_triton(node, ns)
     if entry not in defs_at:
         kind = globals_.get(entry)
         what = "not defined by the file" if kind is None else \
@@ -537,6 +542,59 @@ def rebuild(text: str, filename: str, globals_: dict, entry: str, package: str):
 
 
 _KERNEL = object()
+
+
+def _jit_root(node) -> str | None:
+    """The name a def's ``@X.jit`` / ``@X.jit(...)`` decorator starts from, or None."""
+    for dec in node.decorator_list:
+        root, parts = _chain(dec.func if isinstance(dec, ast.Call) else dec)
+        if root is not None and parts == ["jit"]:
+            return root.id
+    return None
+
+
+def _not_run(defs: dict, defs_at: dict, globals_: dict) -> dict:
+    """{name: FunctionDef} of the ``@X.jit`` defs at the file's top level (in an if, a try) that
+    its top level did not define as it ran here -- a condition false on this machine, or Triton
+    names re-exported by a project module stood in for -- and that left no other global by
+    that name: a GPU machine defines them."""
+    out = {}
+    for node in defs.values():
+        name = node.name
+        if name in defs_at or name in out or _jit_root(node) is None:
+            continue
+        desc = globals_.get(name)
+        if desc is None or (isinstance(desc, list) and desc and desc[0] == "missing"):
+            out[name] = node
+    return out
+
+
+def _as_triton(node, ns: dict):
+    """The Triton names a kernel built from text alone uses, where the file's run left a
+    stand-in (a project module re-exporting ``triton`` and ``tl``, stood in for here) or
+    nothing (an import under the false condition): ``X`` of ``@X.jit`` is ``triton``; a name
+    whose attributes are all Triton language's (``tl.program_id``, ``tl.constexpr``) is
+    ``triton.language``.  verify() still holds the kernel to the language."""
+    import triton
+    import triton.language as tl
+
+    from normcheck.backends.triton import stubs
+
+    def stood_in(name):
+        v = ns.get(name)
+        return name not in ns or isinstance(v, stubs.Missing) or \
+            getattr(v, "_normcheck_stub", False)
+
+    root = _jit_root(node)
+    if root is not None and stood_in(root):
+        ns[root] = triton
+    used = {}
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+            used.setdefault(n.value.id, set()).add(n.attr)
+    for name, attrs in used.items():
+        if name != root and stood_in(name) and all(hasattr(tl, a) for a in attrs):
+            ns[name] = tl
 
 
 def _type_params(node) -> dict:
