@@ -180,7 +180,9 @@ def _line_of(detail: str, source: str | None, entry: str | None) -> tuple[str | 
     if m and source and Path(source).name == Path(m.group(1)).name:
         return source, int(m.group(2))
     if source and entry and Path(source).is_file():
-        base = entry.split("<", 1)[0].split("::")[-1]
+        from normcheck.backends.base import entry_name
+
+        base = entry_name(entry)
         try:
             for i, ln in enumerate(Path(source).read_text(errors="replace").splitlines(), 1):
                 if re.search(rf"\b{re.escape(base)}\s*\(", ln) and ("__global__" in ln or i > 1):

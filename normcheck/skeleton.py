@@ -120,7 +120,9 @@ def parameter_lists(text: str, entry: str, first: bool = False) -> list[list[str
     overloads and specialisations), as :func:`parameter_names` reads one; ``first``: stop at
     the first."""
     out = []
-    base = entry.split("<", 1)[0].split("::")[-1].strip()
+    from normcheck.backends.base import entry_name
+
+    base = entry_name(entry)
     code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
     for m in re.finditer(rf"\b{re.escape(base)}\s*\(", code):
         head = code[max(0, m.start() - 400):m.start()]

@@ -149,6 +149,34 @@ def test_a_torch_extension_header_including_pybind11_builds(tmp_path, monkeypatc
     assert "one-pass variance" in out.stdout, out.stdout[-2000:]
 
 
+def test_an_overloaded_kernel_is_named_by_its_parameter_types(tmp_path, monkeypatch):
+    """Overloads of one kernel name (DeepSpeed's normalize_kernels.cu, FasterTransformer: a
+    float and a __half kernel of one name) stopped the build in the launch wrappers ("'decltype'
+    cannot resolve address of overloaded function").  The entry's parameter types pick one; the
+    bare name says how."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k.cu").write_text("""#include <cuda_fp16.h>
+__global__ void rms(float* y, const float* x, const float* g, float eps, int rows, int cols) {
+  const float* xr = x + (size_t)blockIdx.x * cols;
+  __shared__ float r;
+  if (threadIdx.x == 0) { float q = 0.f; for (int i = 0; i < cols; ++i) q += xr[i] * xr[i];
+                          r = rsqrtf(q / cols + eps); }
+  __syncthreads();
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    y[(size_t)blockIdx.x * cols + i] = xr[i] * r * g[i];
+}
+__global__ void rms(__half* y, const __half* x, const __half* g, float eps, int rows, int cols) {}
+""")
+    ok = check.check_kernel(tmp_path / "k.cu", "rms(float*, const float*, const float*, float, "
+                            "int, int)", "rmsnorm", "fp32", search=0, examples=2)
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+    other = check.check_kernel(tmp_path / "k.cu", "rms(__half*, const __half*, const __half*, "
+                               "float, int, int)", "rmsnorm", "fp16", search=0, examples=2)
+    assert other.verdict == "fail"  # the empty overload: its output never written
+    with pytest.raises(errors.CompileError, match="pick one by its parameter types"):
+        check.check_kernel(tmp_path / "k.cu", "rms", "rmsnorm", "fp32", search=0, examples=2)
+
+
 def test_a_missing_library_header_names_the_fix_when_fetching_is_off(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = _ggml_style(tmp_path, "cufftXt.h")

@@ -177,7 +177,8 @@ def test_a_secret_in_the_environment_never_reaches_a_verdict(tmp_path):
 @pytest.mark.parametrize("entry", [
     "k<int>\n__attribute__((constructor)) void f() { system(\"id\"); }",
     "k<int>(); void g() {}", 'k<"x">', "k<1>; int x", "k/*", "k<sizeof(int)>", "k<T>{}",
-    "k" + "<a" * 20 + ">" * 20, "x" * 600,
+    "k" + "<a" * 20 + ">" * 20, "x" * 600, "k(int)(int)", "k(int) x", "k(1)", "k(int",
+    "k(int){}",
 ])
 def test_entries_that_carry_code_are_refused(entry):
     with pytest.raises(errors.InvalidArgument, match="entry="):
@@ -189,6 +190,10 @@ def test_entries_that_carry_code_are_refused(entry):
     ("vllm::rms_norm_kernel<c10::Half,8>", "vllm::rms_norm_kernel<c10::Half, 8>"),
     ("::ns::k< unsigned int , 4u, -1, true >", "::ns::k<unsigned int, 4u, -1, true>"),
     ("k<A<B<float>>, const float*>", "k<A<B<float>>, const float*>"),
+    # one overload of an overloaded kernel, by its parameter types
+    ("ln( float *,const float*,int )", "ln(float*, const float*, int)"),
+    ("ns::k<__half>(__half*, unsigned int)", "ns::k<__half>(__half*, unsigned int)"),
+    ("k()", "k()"),
 ])
 def test_entries_of_real_kernels_parse(entry, canonical):
     assert base.parse_entry(entry) == canonical

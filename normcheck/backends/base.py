@@ -30,14 +30,14 @@ import numpy as np
 from normcheck.errors import BackendUnavailable, invalid
 from normcheck.files import SOURCE_BYTES, read_limited
 
-__all__ = ["Backend", "Param", "Source", "load_source", "define_flags", "check_defines",
+__all__ = ["split_entry", "entry_name", "Backend", "Param", "Source", "load_source", "define_flags", "check_defines",
            "parse_signature", "check_args", "check_launch", "dim3", "scalar_dtype",
            "element_dtype", "parse_entry", "LIMITS", "parse_arch", "DEFAULT_ARCH", "StructArg",
            "SparseRows", "Capabilities", "Kernel"]
 
 # An entry (a kernel's name, pasted into the launcher normcheck generates) is parsed, never
 # matched: a qualified C++ name with template arguments made of names, integers and types.
-_ENTRY_TOKEN = re.compile(r"\s*(?:(::)|([<>,*&])|(-?(?:0[xX][0-9a-fA-F]+|\d+)[uUlL]{0,3})|"
+_ENTRY_TOKEN = re.compile(r"\s*(?:(::)|([<>,*&()])|(-?(?:0[xX][0-9a-fA-F]+|\d+)[uUlL]{0,3})|"
                           r"([A-Za-z_]\w*))")
 _CV = ("const", "volatile")
 _BUILTIN = ("unsigned", "signed", "short", "long", "int", "char", "float", "double", "bool",
@@ -47,11 +47,12 @@ ENTRY_LIMITS = {"length": 512, "depth": 8}
 
 def parse_entry(entry) -> str:
     """``entry`` checked against the grammar of a kernel name and returned in a canonical
-    spelling: ``[::]name(::name)*[<arg, ...>]``, each template argument an integer (``256``,
-    ``-1``, ``8u``), ``true``/``false``, or a type (a qualified name with its own template
-    arguments, a builtin such as ``unsigned int``, cv-qualifiers, ``*`` and ``&``).  Anything
-    else -- a parenthesis, a brace, a quote, a semicolon, a newline -- is an InvalidArgument naming
-    the first character that does not fit."""
+    spelling: ``[::]name(::name)*[<arg, ...>][(type, ...)]``, each template argument an integer
+    (``256``, ``-1``, ``8u``), ``true``/``false``, or a type (a qualified name with its own
+    template arguments, a builtin such as ``unsigned int``, cv-qualifiers, ``*`` and ``&``); the
+    parameter types, last, pick one of an overloaded kernel's (``ln(float*, const float*)``).
+    Anything else -- a parenthesis elsewhere, a brace, a quote, a semicolon, a newline -- is an
+    InvalidArgument naming the first character that does not fit."""
     if not isinstance(entry, str):
         raise invalid("entry", entry, "a kernel name (a string)", "e.g. --entry rms_norm<__half>")
     if len(entry) > ENTRY_LIMITS["length"]:
@@ -71,6 +72,20 @@ def parse_entry(entry) -> str:
         pos = m.end()
     out, i = _Entry(toks, entry).parse()
     return out
+
+
+def entry_name(entry: str) -> str:
+    """The kernel's bare name of an entry: ``vllm::rms<c10::Half, 8>`` -> ``rms``,
+    ``ln(float*, int)`` -> ``ln``."""
+    return split_entry(entry)[0].split("<", 1)[0].split("::")[-1].strip()
+
+
+def split_entry(entry: str) -> tuple[str, str | None]:
+    """(the kernel's name, its parameter types or None) of a canonical entry (parse_entry)."""
+    if entry.endswith(")") and "(" in entry:
+        i = entry.index("(")
+        return entry[:i], entry[i + 1:-1]
+    return entry, None
 
 
 class _Entry:
@@ -133,6 +148,10 @@ class _Entry:
             return self.take()
         if t in ("true", "false"):
             return self.take()
+        return self.ptype(depth)
+
+    def ptype(self, depth):
+        """A type: cv-qualifiers, a builtin or a qualified name, then cv, * and &."""
         words = []
         while self.peek() in _CV:
             words.append(self.take())
@@ -147,6 +166,16 @@ class _Entry:
 
     def parse(self):
         name = self.qname(0)
+        if self.peek() == "(":  # the parameter types of one overload
+            self.take("(")
+            params = []
+            if self.peek() != ")":
+                params.append(self.ptype(1))
+                while self.peek() == ",":
+                    self.take()
+                    params.append(self.ptype(1))
+            self.take(")")
+            name += "(" + ", ".join(params) + ")"
         if self.i != len(self.t):
             raise self.fail("nothing after the name and its template arguments")
         return name, self.i

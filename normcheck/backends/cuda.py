@@ -75,13 +75,32 @@ def _norm(s: str) -> str:
     return re.sub(r"\s+", "", s)
 
 
+def _param_types(params: str) -> list[str]:
+    """Parameter types compared as spellings: ``const float*`` and c++filt's ``float const*``
+    alike, spaces dropped."""
+    out = []
+    for p in (x.strip() for x in params.split(",") if x.strip()):
+        words = p.replace("*", " * ").replace("&", " & ").split()
+        cv = sorted(w for w in words if w in ("const", "volatile"))
+        out.append("".join(cv) + "".join(w for w in words if w not in ("const", "volatile")))
+    return out
+
+
 def find_entry(entry: str, mangled: list[str]) -> str:
     """The PTX name of ``entry`` (a C name, or a template instantiation such as
     ``rms_norm<__half, 8>``) among the mangled kernel names of a module."""
     if entry in mangled:
         return entry
+    from normcheck.backends.base import split_entry
+
+    entry, params = split_entry(entry)  # an overload by its parameter types
     want = _norm(entry).lstrip(":")
     demangled = _demangle(mangled)
+    if params is not None:
+        keep = [(m, d) for m, d in zip(mangled, demangled)
+                if _param_types(d.split("(", 1)[1].rsplit(")", 1)[0] if "(" in d else "") ==
+                _param_types(params)]
+        mangled, demangled = [m for m, _ in keep], [d for _, d in keep]
     for m, d in zip(mangled, demangled):
         head = d.split("(")[0]
         head = head[5:] if head.startswith("void ") else head

@@ -193,10 +193,14 @@ def _explain(diag: str, tu_path: str) -> str:
                      "which the CUDA runtime headers in use do not declare: they are older than "
                      "the library's; pip install -U nvidia-cuda-runtime (>= 13.0.96), or point "
                      "NORMCHECK_CUDA_INCLUDE at a newer toolkit's include folder")
-    if "<normcheck launch wrappers>" in diag and "NORMCHECK_ENTRY" in diag:
+    if "<normcheck launch wrappers>" in diag and "cannot resolve address of overloaded" in diag:
+        hints.append("normcheck: the entry names an overloaded kernel: pick one by its "
+                     "parameter types, e.g. --entry 'ln(float*, const float*, int)' (in a spec: "
+                     "entry = \"ln(float*, const float*, int)\")")
+    elif "<normcheck launch wrappers>" in diag and "NORMCHECK_ENTRY" in diag:
         hints.append("normcheck: the entry could not be instantiated: check the --entry name (for "
-                     "a template give the instantiation, e.g. rms_norm<__half>) and that the "
-                     "kernel is not overloaded")
+                     "a template give the instantiation, e.g. rms_norm<__half>; for an "
+                     "overloaded kernel its parameter types, e.g. ln(float*, int))")
     return diag + ("\n" + "\n".join(dict.fromkeys(hints)) if hints else "")
 
 
@@ -229,7 +233,10 @@ def _translation_unit(src: base.Source, entries: list[str], hosts=()) -> str:
              '#include "normcheck_runtime.h"']
     for i, e in enumerate(entries):
         macro = "NORMCHECK_HOST_ENTRY" if e in hosts else "NORMCHECK_ENTRY"
-        lines.append(f"{macro}({i}, {e})")
+        name, params = base.split_entry(e)
+        # one overload by its parameter types: the function of that type, as a function lvalue
+        fn = name if params is None else f"*::ncsimt::Pick<{params}>::of(&{name})"
+        lines.append(f"{macro}({i}, {fn})")
     return "\n".join(lines) + "\n"
 
 
@@ -462,7 +469,7 @@ def _entries_present(src: base.Source, text: str, entries, arch, defines) -> Non
 
     code = text.split('"<normcheck launch wrappers>"', 1)[0]
     for e in entries:
-        base_name = e.split("<", 1)[0].split("::")[-1].strip()
+        base_name = base.entry_name(e)
         if re.search(rf"\b{re.escape(base_name)}\b", code):
             continue
         hint = guard_hint(src.text, e, arch, defines)
@@ -635,7 +642,8 @@ def _build(src, entries, defines, extra_flags, arch, hosts, want_std=None) -> Mo
                 raise _NeedsStd(needed_std(r.stderr, std))
             if r.returncode != 0:
                 missing = [e for e in entries if re.search(
-                    rf"<normcheck launch wrappers>:\d+:\d+: error: '{re.escape(e.split('<')[0])}' "
+                    rf"<normcheck launch wrappers>:\d+:\d+: error: "
+                    rf"'{re.escape(base.split_entry(e)[0].split('<')[0])}' "
                     r"(was not declared|is not a member)", r.stderr)]
                 head = (f"entry {missing[0]!r} is not a kernel of {src.origin}: check --entry "
                         "(for a template, the instantiation, e.g. rms_norm<__half>)" +
@@ -803,7 +811,7 @@ _DIRECTIVE = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)$")
 def guard_hint(text: str, entry: str, arch: int, defines=None) -> str:
     """Where an entry the compiler did not find is defined under a preprocessor condition: the
     condition, its line, and what reveals the code (the architecture, or a -D); else ""."""
-    name = re.escape(entry.split("<")[0].split("::")[-1].strip())
+    name = re.escape(base.entry_name(entry))
     stack = []  # (line, condition) of the open #if blocks
     lines = text.splitlines()
     for no, line in enumerate(lines, 1):

@@ -1436,6 +1436,11 @@ static int host_entry(Thunk thunk, LaunchParams* p) {
 // ------------------------------------------------------------------------------------------------
 // Entry thunks and signatures
 // ------------------------------------------------------------------------------------------------
+// One overload of a kernel by its parameter types (an entry "ln(float*, int)"): Pick<P...>::of(&f)
+// converts the overload set to the pointer of that type, deducing the return type.
+template <class... P> struct Pick {
+  template <class R> static constexpr R (*of(R (*f)(P...)))(P...) { return f; }
+};
 template <class F> struct Caller;
 template <class R, class... A> struct Caller<R (*)(A...)> {
   template <size_t... I>
