@@ -118,7 +118,7 @@ from normcheck.errors import SpecError
 __all__ = ["ArgSpec", "LaunchSpec", "KernelSpec", "load", "parse", "repository", "default_spec", "QUANT_ROLES",
            "default_backward_spec", "evaluate", "evaluate_dims", "ROLES", "NORMS", "INPLACE",
            "scalar_type", "convert", "parse_dtypes", "DTYPE_ROLES", "ROW_GRADS", "PARAM_GRADS",
-           "GRADS", "ROW_OUTPUTS", "STAT_ROLES"]
+           "GRADS", "ROW_OUTPUTS", "STAT_ROLES", "for_dtype"]
 
 NORMS = norms.NORMS
 ROW_ROLES = ("output", "input", "residual", "h", "dy", "dx", "dh", "d_residual", "y")
@@ -158,7 +158,7 @@ _LAUNCH_KEYS = {"entry", "grid", "block", "shared_mem", "args", "host", "num_war
 _TOP_KEYS = {"entry", "norm", "dtype", "out_dtype", "dtypes", "convention", "eps", "cols",
              "cols_multiple_of", "launch", "args", "source", "defines", "include", "reference",
              "backward", "stats", "arch", "quant", "deterministic", "max_elements",
-             "fast_math", "pitch_multiple_of", "pitch_why"}
+             "fast_math", "pitch_multiple_of", "pitch_why", "types"}
 
 
 @dataclass
@@ -231,6 +231,9 @@ class KernelSpec:
     #: the most rows × cols the project launches the kernel with (its launcher's own check):
     #: the large-index run (past 2^31 elements) is made only where a launch may be that large
     max_elements: int | None = None
+    #: the C++ type each storage format is in the entries ({"bf16": "c10::BFloat16", "fp16":
+    #: "c10::Half"}): the instantiation of another format is the entry with the type swapped
+    types: dict = field(default_factory=dict)
     source: Path | None = None
     path: Path | None = field(default=None, repr=False)
 
@@ -636,6 +639,8 @@ def parse(data: dict, where: str = "spec") -> KernelSpec:
                        "last dimension accepts any pitch, and the padded-row sweep then pads by "
                        "1 (drop pitch_multiple_of)")
         spec.pitch_multiple_of, spec.pitch_why = m, why
+    if "types" in data:
+        spec.types = _parse_types(data["types"], spec, where)
     if "fast_math" in data:  # the project builds with --use_fast_math: nvcc's define
         fm = data["fast_math"]
         if not isinstance(fm, bool):
@@ -920,6 +925,74 @@ def _check_dtype(where, key, role, value):
         raise _err(where, key, value, f"one of {', '.join(allowed)} for {role}",
                    "fp8 (e4m3) is an input rows' format; fp8 outputs are a quantised check's "
                    "[quant]" if value in formats.REGISTRY else None)
+
+
+def _parse_types(table, spec, where) -> dict:
+    """A spec's ``types`` = { format = "C++ type" }: each a type of the entry grammar, the spec's
+    own format among them, its type in every entry (the one the instantiation swaps)."""
+    from normcheck.backends.base import parse_entry
+    from normcheck.errors import InvalidArgument
+
+    if not isinstance(table, dict) or not table:
+        raise _err(where, "types", table, 'a table { fp16 = "c10::Half", bf16 = '
+                   '"c10::BFloat16" }: the C++ type of each storage format in the entry')
+    out = {}
+    for fmt, t in table.items():
+        if fmt not in formats.FORMATS:
+            raise _err(where, f"types.{fmt}", t, "a key of fp32, fp16 or bf16")
+        try:
+            canon = parse_entry(f"k<{t}>")[2:-1] if isinstance(t, str) else None
+        except InvalidArgument:
+            canon = None
+        if canon is None or canon[:1].isdigit() or canon in ("true", "false"):
+            raise _err(where, f"types.{fmt}", t, "a C++ type name (e.g. \"c10::Half\")")
+        out[fmt] = canon
+    own = out.get(spec.dtype)
+    if own is None:
+        raise _err(where, "types", table, f"the spec's own format {spec.dtype} among the keys")
+    for e in spec.entries:
+        if e is not None and not _TYPE_IN.get(own, e):
+            raise _err(where, f"types.{spec.dtype}", own, f"a type the entry {e!r} names (the "
+                       "one another format's instantiation swaps)")
+    return out
+
+
+class _TypeIn:
+    """Where a type name stands alone in an entry (not part of a longer name)."""
+
+    @staticmethod
+    def pattern(t: str):
+        import re
+
+        return re.compile(rf"(?<![\w:]){re.escape(t)}(?![\w:])")
+
+    def get(self, t, entry):
+        return self.pattern(t).search(entry)
+
+
+_TYPE_IN = _TypeIn()
+
+
+def for_dtype(spec: "KernelSpec", dtype: str) -> "KernelSpec":
+    """``spec`` as it instantiates its kernel for another storage format: the format swapped,
+    and, where the spec names its formats' C++ types (``types``), each entry's type swapped --
+    ``vllm::rms_norm_kernel<c10::BFloat16, 8>`` -> ``<c10::Half, 8>`` (a Triton kernel takes
+    the format from its arguments: no entry changes).  A format without a type: SpecError."""
+    import copy
+
+    out = copy.deepcopy(spec)
+    if out.out_dtype in (None, out.dtype):
+        out.out_dtype = None
+    if spec.types and dtype != spec.dtype:
+        if dtype not in spec.types:
+            raise SpecError(f"{spec.path or 'spec'}: types has no {dtype}: give its C++ type "
+                            f"(types = {{ {dtype} = \"...\" }}) to run the {dtype} instantiation")
+        pat = _TYPE_IN.pattern(spec.types[spec.dtype])
+        for ln in out.launches:
+            if ln.entry is not None:
+                ln.entry = pat.sub(spec.types[dtype], ln.entry)
+    out.dtype = dtype
+    return out
 
 
 def parse_dtypes(table, where: str = "dtypes") -> dict:

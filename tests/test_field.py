@@ -564,13 +564,17 @@ def test_triton_is_known_by_the_names_a_file_binds_to_it():
 
 
 def test_the_other_formats_a_launcher_dispatches_are_rows_of_their_own(tmp_path):
-    """#56 item 3: a Triton kernel's `dtypes = { fp16 = "pass" }` is a row "name[fp16]" run on
-    the same spec in that format, recorded on its own; a CUDA C kernel's other formats are other
-    instantiations (a spec each), refused; a bad record is refused naming it."""
+    """#56 item 3: a kernel's `dtypes = { fp16 = "pass" }` is a row "name[fp16]" run on the same
+    spec in that format, recorded on its own; a CUDA C kernel's other format is another
+    instantiation, so its spec names each format's C++ type (`types`) and the entry's is
+    swapped -- without them refused; a bad record is refused naming it."""
     c = corpus.load()
     rows = [k for k in c.kernels if k.dtype is not None]
-    assert rows and all(k.language == "triton" and k.name == f"{k.base}[{k.dtype}]" and
-                        k.spec.is_file() for k in rows)
+    assert rows and all(k.name == f"{k.base}[{k.dtype}]" and k.spec.is_file() for k in rows)
+    assert {k.language for k in rows} == {"cuda", "triton"}
+    for k in rows:
+        if k.language == "cuda":
+            assert k.dtype in tomllib.loads(k.spec.read_text())["types"], k.name
     base = rows[0].base
     assert [k.name for k in c.select([base])][1:] == [k.name for k in rows if k.base == base]
     p = tmp_path / "corpus.toml"
@@ -583,12 +587,35 @@ def test_the_other_formats_a_launcher_dispatches_are_rows_of_their_own(tmp_path)
     assert (again.expect, again.cause) == ("fail", "storage_sums")
     assert corpus.record([o], p) == []
     text = corpus.CORPUS.read_text()
-    cuda = next(x for x in c.kernels if x.language == "cuda")
+    with_rows = {k.base for k in rows}
+    cuda = next(x for x in c.kernels if x.language == "cuda" and x.dtype is None and
+                x.name not in with_rows and "types" not in tomllib.loads(x.spec.read_text()))
     bad = tmp_path / "bad.toml"
     bad.write_text(text.replace(f'name = "{cuda.name}"\n',
                                 f'name = "{cuda.name}"\ndtypes = {{ fp32 = "pass" }}\n', 1))
-    with pytest.raises(SpecError, match="a Triton kernel's only"):
+    with pytest.raises(SpecError, match="another instantiation"):
         corpus.load(bad)
     bad.write_text(text.replace(f'dtypes = {{ {k.dtype} = ', f'dtypes = {{ fp64 = ', 1))
     with pytest.raises(SpecError, match="dtypes.fp64"):
         corpus.load(bad)
+
+
+def test_a_cuda_specs_types_swap_the_entrys_type_for_another_format(tmp_path):
+    """spec.for_dtype: vLLM's rms_norm_kernel<c10::BFloat16, 8, 2, true> as it instantiates for
+    fp16 is <c10::Half, 8, 2, true>; a type not standing alone (c10::BFloat16x) is not touched; a
+    format without a type, a types table without the spec's own format, or a type the entry
+    does not name is refused naming it."""
+    base = tomllib.loads((corpus.SPECS / "vllm_rms_norm.toml").read_text())
+    data = {k: v for k, v in base.items() if k not in ("source", "include")}
+    sp = specs.parse(data, "vllm")
+    half = specs.for_dtype(sp, "fp16")
+    assert half.entry == "vllm::rms_norm_kernel<c10::Half, 8, 2, true>" and half.dtype == "fp16"
+    assert sp.entry == "vllm::rms_norm_kernel<c10::BFloat16, 8, 2, true>"  # not changed
+    with pytest.raises(SpecError, match="types has no fp32"):
+        specs.for_dtype(sp, "fp32")
+    with pytest.raises(SpecError, match="the spec's own format bf16"):
+        specs.parse({**data, "types": {"fp16": "c10::Half"}}, "vllm")
+    with pytest.raises(SpecError, match="a type the entry"):
+        specs.parse({**data, "types": {"bf16": "__nv_bfloat16", "fp16": "__half"}}, "vllm")
+    with pytest.raises(SpecError, match="a C\\+\\+ type name"):
+        specs.parse({**data, "types": {"bf16": "c10::BFloat16", "fp16": "x; int y"}}, "vllm")

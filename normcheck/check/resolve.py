@@ -236,6 +236,10 @@ def resolve(o: CheckOptions) -> Resolved:
             spec.launches[0].entry = entry
         if spec.entries[0] is None:
             raise invalid("entry", None, "the kernel to run (--entry, or entry in the spec)")
+        if spec.types and entry is None and spec.dtype and fmt.name != spec.dtype:
+            # --dtype fp16 on a bf16 spec that names its formats' C++ types: the fp16
+            # instantiation (the entry's type swapped), as the launcher dispatches it
+            spec = specs.for_dtype(spec, fmt.name)
     if include:
         spec.include_dirs = (*spec.include_dirs, *(str(Path(d).resolve()) for d in include))
     if o.dtypes:

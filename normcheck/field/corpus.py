@@ -22,8 +22,8 @@
     dtypes = { fp16 = "pass", fp32 = "fail one_pass" }
                                       # the other formats its launcher dispatches, each its own
                                       # row "name[fp16]" with its recorded verdict (and cause):
-                                      # a Triton kernel only (a CUDA C one's other formats are
-                                      # other instantiations: a spec each)
+                                      # a CUDA C kernel's: its spec's types = { fp16 = "c10::Half" }
+                                      # swaps the entry's type for each
 
 A spec's ``source`` and ``include`` are relative to its release's root (the files above).
 """
@@ -152,15 +152,26 @@ def load(path: Path = CORPUS) -> Corpus:
         kernels.append(kern)
         for dt, rec in (k.get("dtypes") or {}).items():
             verdict, _, cause = str(rec).partition(" ")
-            if kern.language != "triton":
-                raise _bad(where, "dtypes: a Triton kernel's only (a CUDA C kernel's other "
-                           "formats are other instantiations: give each its own spec)")
+            if kern.language != "triton" and dt not in _spec_types(kern.spec):
+                raise _bad(where, f"dtypes.{dt}: a CUDA C kernel's other format is another "
+                           f"instantiation: its spec names each format's C++ type (types = "
+                           f"{{ {dt} = \"...\" }}), the entry's swapped for it")
             if dt not in DTYPES or verdict not in VERDICTS or (verdict == "pass" and cause):
                 raise _bad(where, f"dtypes.{dt}={rec!r}: expected a format of {DTYPES} = "
                            f"\"pass\", or \"warn KEY\" / \"fail KEY\" (the headline cause)")
             kernels.append(Kernel(f"{kern.name}[{dt}]", kern.project, kern.language, verdict,
                                   cause.strip() or None, kern.why, kern.needs, dt, kern.name))
     return Corpus(sources, tuple(kernels))
+
+
+def _spec_types(path: Path) -> dict:
+    """The ``types`` table of a spec file (read as TOML; the spec itself is checked where it
+    runs)."""
+    try:
+        t = tomllib.loads(Path(path).read_text()).get("types")
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return t if isinstance(t, dict) else {}
 
 
 def record(outcomes, path: Path = CORPUS) -> list[str]:

@@ -113,9 +113,7 @@ def judge_one(k: corpus_mod.Kernel, src: corpus_mod.Source, save_dir=None,
         root = sources.fetched(src, echo)
         sp = specs.load(k.spec, roots=(root,), base=root)
         if k.dtype is not None:  # a row of another format the launcher dispatches
-            if sp.out_dtype in (None, sp.dtype):
-                sp.out_dtype = None
-            sp.dtype = k.dtype
+            sp = specs.for_dtype(sp, k.dtype)
         out.file = str(Path(sp.source).relative_to(root)) if sp.source else ""
         # a backward check has no targeted search; a forward one's is off (examples only)
         more = {"backward": True} if sp.backward else {"search": 0}
