@@ -215,6 +215,9 @@ class Capabilities:
     # its exact bounds) and max_dyn_smem= (the launcher's shared-memory opt-in, enforced)
     hazards: bool = False
     language: str = "cuda"       # the kernels it runs: "cuda" (C) or "triton" (.py)
+    # its kernels' indices may be C's unsigned 32-bit products (blockIdx.x × cols): the check
+    # makes a second large-index run past 2^32 elements (a Triton program id is a signed int32)
+    unsigned_indices: bool = False
 
 
 class Kernel(abc.ABC):

@@ -235,7 +235,8 @@ class CudaBackend(base.Backend):
     """Compile with nvcc and run with PyCUDA on GPU 0."""
 
     name = "cuda"
-    capabilities = base.Capabilities(device_timings=True, hardware_rsqrt=True)
+    capabilities = base.Capabilities(device_timings=True, hardware_rsqrt=True,
+                                     unsigned_indices=True)
 
     def __init__(self, device: int = 0):
         super().__init__()

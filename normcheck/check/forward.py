@@ -41,8 +41,8 @@ class Forward(kinds.Kind):
         for span in (31, 32):
             # past 2^32 only for CUDA C, and only where 2^31 held: an unsigned offset
             # (blockIdx.x × cols) is C's; a Triton program id is a signed int32
-            if span == 32 and (getattr(getattr(target, "capabilities", None), "language",
-                                       None) != "cuda" or any(
+            if span == 32 and (not getattr(getattr(target, "capabilities", None),
+                                           "unsigned_indices", False) or any(
                     f.family == "large_index" for f in failures)):
                 break
             large = judge.run_large_index(span) if not fatal() else None

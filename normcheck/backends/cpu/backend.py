@@ -1933,7 +1933,8 @@ class CpuBackend(base.Backend):
     """Compile CUDA C with g++ against the SIMT shim and run it on the CPU."""
 
     name = "cpu"
-    capabilities = base.Capabilities(host_launches=True, block_orders=True, warp_orders=True,
+    capabilities = base.Capabilities(unsigned_indices=True, host_launches=True,
+                                     block_orders=True, warp_orders=True,
                                      hazards=True,
                                      fill=True, block_subsets=True, threaded_builds=True,
                                      sparse_rows=True)

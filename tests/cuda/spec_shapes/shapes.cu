@@ -69,7 +69,7 @@ __device__ void rms_norm_impl(scalar_t* __restrict__ out, const scalar_t* __rest
   const float s_variance = rsqrtf(variance / hidden_size + epsilon);
   for (int i = threadIdx.x; i < hidden_size; i += blockDim.x) {
     const float v = to_float(x[i]);
-    out[blockIdx.x * hidden_size + i] =
+    out[(int64_t)blockIdx.x * hidden_size + i] =  // 64-bit, as vLLM fixed it (#42862)
         from_float<scalar_t>(to_float(from_float<scalar_t>(v * s_variance)) *
                              to_float(weight[i]));
   }
