@@ -619,3 +619,18 @@ def test_a_cuda_specs_types_swap_the_entrys_type_for_another_format(tmp_path):
         specs.parse({**data, "types": {"bf16": "__nv_bfloat16", "fp16": "__half"}}, "vllm")
     with pytest.raises(SpecError, match="a C\\+\\+ type name"):
         specs.parse({**data, "types": {"bf16": "c10::BFloat16", "fp16": "x; int y"}}, "vllm")
+
+
+def test_the_section_says_which_branch_of_each_launcher_its_spec_judges():
+    """#56: the branch judged and the branches not -- each spec's header (read from the
+    project's launcher) in the section, once per kernel (its format rows run the same spec)."""
+    head = judge.spec_header(corpus.SPECS / "liger_rms_norm_block.toml")
+    assert head.startswith("Liger-Kernel's block RMSNorm forward") and "32768" in head
+    assert "#" not in head and "\n" not in head
+    outs = [_outcome(name="k1", verdict="pass", judged="the per-row branch, up to 4096 columns"),
+            _outcome(name="k1[fp16]", verdict="pass", judged="the per-row branch, up to 4096"),
+            _outcome(name="k2", verdict="pass")]
+    md = section.markdown([o.as_dict() for o in outs])
+    part = md.split("What each spec judges")[1].split("Each kernel's families")[0]
+    assert "- **k1**: the per-row branch, up to 4096 columns" in part
+    assert "k1[fp16]" not in part and "k2" not in part

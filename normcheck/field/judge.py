@@ -52,6 +52,9 @@ class Outcome:
     error: str | None = None
     skipped: str | None = None
     seconds: float = 0.0
+    # what the spec judges, as its header says: the branch of the project's launcher it runs
+    # (block size by rows, kernel by width, dtype dispatch) and the ones it does not
+    judged: str = ""
 
     @property
     def ran(self) -> bool:
@@ -93,6 +96,21 @@ def _unusable(need: str) -> str | None:
     return None
 
 
+def spec_header(path) -> str:
+    """A spec's leading comment, as one paragraph: what it launches and how (the branch of the
+    project's launcher it judges, read from the launcher)."""
+    lines = []
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return ""
+    for ln in text.splitlines():
+        if not ln.startswith("#"):
+            break
+        lines.append(ln[1:].strip())
+    return " ".join(x for x in lines if x)
+
+
 def judge_one(k: corpus_mod.Kernel, src: corpus_mod.Source, save_dir=None,
               echo=None) -> Outcome:
     """One kernel: its release fetched (cached), its spec loaded against the release's root,
@@ -100,7 +118,8 @@ def judge_one(k: corpus_mod.Kernel, src: corpus_mod.Source, save_dir=None,
     from normcheck import check
 
     t0 = time.perf_counter()
-    out = Outcome(k.name, k.project, src.version, k.language, "", k.expect, k.cause, k.why)
+    out = Outcome(k.name, k.project, src.version, k.language, "", k.expect, k.cause, k.why,
+                  judged=spec_header(k.spec))
     if k.language == "triton" and _triton_missing():
         out.skipped = "Triton is not installed here (pip install 'normcheck[triton]')"
         return out

@@ -185,6 +185,14 @@ def markdown(outs: list) -> str:
     lines += ["", "Every finding of each kernel that failed, in full, the headline's first (the "
               "cause's key in brackets; its families before the colon):", ""]
     lines += findings_list(outs)
+    judged = [o for o in sorted(outs, key=lambda o: o["name"])
+              if o.get("judged") and "[" not in o["name"]]
+    if judged:
+        lines += ["", "What each spec judges -- the branch of its project's launcher it runs, read "
+                  "from the launcher (block size by rows, kernel by width, formats), and what it "
+                  "leaves out -- as the spec's header says (a row `name[fp16]` runs its base's "
+                  "spec in that format):", ""]
+        lines += [f"- **{_cell(o['name'])}**: {_cell(o['judged'])}" for o in judged]
     lines += ["", "Each kernel's families (× bound / max ulp / bias, in ulps of the output "
               "format, for a backward kernel of dx; a family that failed or warned says so; a "
               "fault or a non-finite output stands in place of its figures):", "",
