@@ -73,7 +73,11 @@ def test_a_bad_corpus_is_refused_naming_the_entry(tmp_path):
 
 def test_select_by_name_project_or_glob():
     c = corpus.load()
-    assert [k.name for k in c.select(["vllm_rms_norm"])] == ["vllm_rms_norm"]
+    # a kernel's name selects it and the rows of its other formats
+    assert [k.name for k in c.select(["vllm_rms_norm"])] == ["vllm_rms_norm",
+                                                              "vllm_rms_norm[fp16]"]
+    assert [k.name for k in c.select(["vllm_rms_norm_static_fp8"])] == \
+        ["vllm_rms_norm_static_fp8"]
     assert all(k.project == "liger-kernel" for k in c.select(["liger-kernel"]))
     assert {k.name for k in c.select(["flashinfer_*"])} == \
         {k.name for k in c.kernels if k.name.startswith("flashinfer_")}
