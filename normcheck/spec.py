@@ -951,26 +951,15 @@ def _parse_types(table, spec, where) -> dict:
     if own is None:
         raise _err(where, "types", table, f"the spec's own format {spec.dtype} among the keys")
     for e in spec.entries:
-        if e is not None and not _TYPE_IN.get(own, e):
+        if e is not None and not _type_in(own).search(e):
             raise _err(where, f"types.{spec.dtype}", own, f"a type the entry {e!r} names (the "
                        "one another format's instantiation swaps)")
     return out
 
 
-class _TypeIn:
-    """Where a type name stands alone in an entry (not part of a longer name)."""
-
-    @staticmethod
-    def pattern(t: str):
-        import re
-
-        return re.compile(rf"(?<![\w:]){re.escape(t)}(?![\w:])")
-
-    def get(self, t, entry):
-        return self.pattern(t).search(entry)
-
-
-_TYPE_IN = _TypeIn()
+def _type_in(t: str):
+    """A type name where it stands alone in an entry (not part of a longer name)."""
+    return re.compile(rf"(?<![\w:]){re.escape(t)}(?![\w:])")
 
 
 def for_dtype(spec: "KernelSpec", dtype: str) -> "KernelSpec":
@@ -987,7 +976,7 @@ def for_dtype(spec: "KernelSpec", dtype: str) -> "KernelSpec":
         if dtype not in spec.types:
             raise SpecError(f"{spec.path or 'spec'}: types has no {dtype}: give its C++ type "
                             f"(types = {{ {dtype} = \"...\" }}) to run the {dtype} instantiation")
-        pat = _TYPE_IN.pattern(spec.types[spec.dtype])
+        pat = _type_in(spec.types[spec.dtype])
         for ln in out.launches:
             if ln.entry is not None:
                 ln.entry = pat.sub(spec.types[dtype], ln.entry)

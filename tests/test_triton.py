@@ -707,6 +707,20 @@ def test_triton_reexported_by_an_uninstalled_module_is_tritons_own(capsys, tmp_p
     assert (rc, d["verdict"]) == (0, "pass"), d.get("failures")
 
 
+#: A sound RMSNorm kernel indented to sit under a module-level condition (the tests below).
+_GUARDED_RMS = textwrap.indent(textwrap.dedent('''
+    @triton.jit
+    def rms_kernel(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        offs = tl.arange(0, BLOCK_SIZE)
+        mask = offs < cols
+        x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+        w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(Y + row * cols + offs, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+    '''), "    ")
+
+
 def test_a_kernel_defined_under_a_condition_is_the_modules(tmp_path, monkeypatch):
     """#56: `if HAS_TRITON:` (or a try block) around the kernels, as projects guard an optional
     Triton: the kernel is the module's once the condition holds, as on a GPU machine -- it was
@@ -714,17 +728,7 @@ def test_a_kernel_defined_under_a_condition_is_the_modules(tmp_path, monkeypatch
     from normcheck import check
 
     monkeypatch.chdir(tmp_path)
-    body = textwrap.indent(textwrap.dedent('''
-        @triton.jit
-        def rms_kernel(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
-            row = tl.program_id(0).to(tl.int64)
-            offs = tl.arange(0, BLOCK_SIZE)
-            mask = offs < cols
-            x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)
-            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
-            w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
-            tl.store(Y + row * cols + offs, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
-        '''), "    ")
+    body = _GUARDED_RMS
     src = tmp_path / "guarded.py"
     src.write_text("try:\n    import triton\n    import triton.language as tl\n"
                    "    HAS_TRITON = True\nexcept ImportError:\n    HAS_TRITON = False\n\n"
@@ -745,17 +749,7 @@ def test_a_kernel_under_a_condition_false_without_a_gpu_is_rebuilt_as_a_gpu_defi
     from normcheck import check
 
     monkeypatch.chdir(tmp_path)
-    body = textwrap.indent(textwrap.dedent('''
-        @triton.jit
-        def rms_kernel(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
-            row = tl.program_id(0).to(tl.int64)
-            offs = tl.arange(0, BLOCK_SIZE)
-            mask = offs < cols
-            x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)
-            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
-            w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
-            tl.store(Y + row * cols + offs, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
-        '''), "    ")
+    body = _GUARDED_RMS
     src = tmp_path / "gpu_only.py"
     src.write_text("from someproject.ops._triton import _TRITON_AVAILABLE, triton, tl\n\n"
                    "if _TRITON_AVAILABLE:\n" + body)

@@ -843,9 +843,9 @@ class ForwardJudge(engine.Judge):
                 what = ("never written" if any(f.kind == "unwritten" for f in fails) else
                         "off")
                 fr.cause = diagnose.Cause(
-                    f"{CAUSE_U32} (past 2^32 elements, {rows:,} rows of {cols}, the last rows' "
-                    f"results are {what} while every row past 2^31 was right: their offset "
-                    "wrapped to an early row of the array)", "index_wrap_u32", "exact",
+                    f"{CAUSE_U32} ({rows:,} rows of {cols}: the last rows' results are "
+                    f"{what} while every row past 2^31 was right -- their offset wrapped to "
+                    "an early row of the array)", "index_wrap_u32", "exact",
                     CAUSE_U32)
                 for f in fails:
                     if f.cause is None or f.cause.evidence not in ("fault", "undefined"):
