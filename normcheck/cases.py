@@ -254,6 +254,9 @@ _KERNEL_KEYS = {
     "dtypes": lambda v: v is None or (isinstance(v, dict) and len(v) <= 32 and all(
         _str(k) and _str(x) for k, x in v.items())),
     "include": lambda v: isinstance(v, list) and len(v) <= 64 and all(map(_str, v)),
+    "op": lambda v: isinstance(v, dict) and set(v) <= {"call", "module", "root", "output", "h"}
+    and all(x is None or _str(x) or (isinstance(x, int) and not isinstance(x, bool))
+            for x in v.values()),
     "quant": lambda v: isinstance(v, dict) and len(v) <= 32 and all(
         _str(k) and (x is None or isinstance(x, (str, int, float, list))) for k, x in v.items()),
 }

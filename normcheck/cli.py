@@ -109,6 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threads per block of the default ABI (default 256; a spec's launch "
                         "table gives its own)")
     c.add_argument("--spec", help="a TOML kernel spec for kernels outside the default ABI")
+    c.add_argument("--op", metavar="[MODULE:]CALL",
+                   help="call the project's own Python function as its users do, e.g. "
+                        "\"rms_norm_forward(x, weight, eps, 0.0, 'llama', None)\" (a function "
+                        "of SOURCE) or liger_kernel.ops.rms_norm:rms_norm_forward(...) (an "
+                        "installed module): every Triton kernel it launches runs on "
+                        "normcheck's executor; names: x, residual, weight, bias, eps, rows, "
+                        "cols, normalized_shape")
+    c.add_argument("--op-output", default="0", metavar="INDEX|NAME",
+                   help="where --op's y is: an index into what it returns (default 0), or "
+                        "x/residual when it writes in place")
+    c.add_argument("--op-h", metavar="INDEX|NAME",
+                   help="where a fused --op leaves h = x + residual (as --op-output)")
     c.add_argument("--reference", choices=("exact", "hf"),
                    help="the definition judged against: exact (default) or hf (Hugging Face's "
                         "Llama RMSNorm: x̂ rounded to storage, then ×γ)")
@@ -470,6 +482,10 @@ def _check(args) -> int:
     from normcheck import spec as specs
 
     dtypes = specs.parse_dtypes(args.dtypes, "--dtypes") if args.dtypes else None
+    if args.op:
+        if args.spec:
+            raise invalid("--op", args.op, "no --spec with it (a spec names its op in [op])")
+        args.spec, args.source = _op_spec(args), None
     result = check.run(check.CheckOptions.from_args(args, defines=_defines(args.defines),
                                                     quant=_quant(args.quant), dtypes=dtypes),
                        progress=_long_progress)
@@ -477,6 +493,32 @@ def _check(args) -> int:
     print(result.to_json() if args.json else result.render())
     _github(args, result)
     return result.exit_code(strict=args.strict)
+
+
+def _op_spec(args):
+    """The spec of ``check --op``: a function of SOURCE, or MODULE:CALL of an installed
+    module (found without importing it)."""
+    from normcheck import spec as specs
+    from normcheck.backends.triton.op import locate_module
+
+    text, module, source, root = args.op.strip(), "", args.source, None
+    head = text.split("(", 1)[0]
+    if ":" in head:
+        module, text = head.split(":", 1)[0].strip(), text.split(":", 1)[1].strip()
+        if source:
+            raise invalid("source", source, f"no file with --op {module}:... (the module's "
+                          "own file is the source)")
+        source, root = locate_module(module)
+    elif not source:
+        raise invalid("source", None, "the op's .py file (normcheck check FILE.py --op CALL), "
+                      "or --op MODULE:CALL")
+    if "(" not in text:
+        raise invalid("--op", args.op, "a call such as \"rms_norm(x, weight, eps)\"")
+
+    def where(v):
+        return int(v) if v is not None and v.lstrip("-").isdigit() else v
+    return specs.op_spec(text, source, module, root, where(args.op_output), where(args.op_h),
+                         args.norm, args.dtype)
 
 
 def _github(args, result):

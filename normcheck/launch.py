@@ -26,7 +26,7 @@ import numpy as np
 from normcheck import formats, norms, spec as specs
 from normcheck.formats import Format
 from normcheck.backends.base import StructArg
-from normcheck.errors import KernelRaised, LaunchRefused, SpecError, invalid
+from normcheck.errors import KernelError, KernelRaised, LaunchRefused, SpecError, invalid
 
 __all__ = ["Case", "KernelTarget", "CallableTarget", "Outputs", "bind", "buffer_formats",
            "poisoned", "unwritten"]
@@ -651,6 +651,8 @@ class CallableTarget:
                     outs[k] = as_values(v, self.quant.qformat, case.cols)
                 else:  # float scales, or e8m0/ue4m3 codes of block scales
                     outs[k] = as_values(v, qformat(self.quant.scale_format), None)
+        except KernelError:  # a launch it made failed (an op's kernel): as it failed
+            raise
         except Exception as e:  # the callable's failure, reported as such
             raise KernelRaised(f"{self.label} raised {type(e).__name__}: {e}",
                                exception=type(e).__name__) from None
@@ -659,6 +661,32 @@ class CallableTarget:
                 raise KernelRaised(f"{self.label} returned {k} of shape {v.shape} for rows of "
                                    f"shape {case.x.shape}")
         return outs
+
+
+class OpTarget(CallableTarget):
+    """A project's op called as its users call it (normcheck.backends.triton.op.Op): the rows
+    as its tensors, what its kernels wrote as the outputs."""
+
+    def __init__(self, op, norm: norms.Norm, fmt, out=None, label=None):
+        self.op = op
+        super().__init__(self._run, norm, fmt, out, label or op.call.fn)
+
+    @property
+    def capabilities(self):
+        """Its kernels' backend's (a Triton kernel's yardstick: the built-in Triton norms)."""
+        from normcheck.backends.triton.backend import TritonCpuBackend
+
+        return TritonCpuBackend.capabilities
+
+    def _run(self, x, *rest):
+        fused = self.norm.fused
+        residual = rest[0] if fused else None
+        g, b, eps = rest[-3:]
+        rows, cols = x.shape
+        outs = self.op({"x": x, "residual": residual, "weight": g, "bias": b},
+                       {"eps": float(eps), "rows": int(rows), "cols": int(cols),
+                        "normalized_shape": (int(cols),)})
+        return tuple(outs) if len(outs) > 1 else outs[0]
 
 
 def as_format(a, fmt):

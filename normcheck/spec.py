@@ -234,6 +234,8 @@ class KernelSpec:
     #: the C++ type each storage format is in the entries ({"bf16": "c10::BFloat16", "fp16":
     #: "c10::Half"}): the instantiation of another format is the entry with the type swapped
     types: dict = field(default_factory=dict)
+    #: an op called as its users call it ([op]: call, module, root, output, h), else None
+    op: dict | None = None
     source: Path | None = None
     path: Path | None = field(default=None, repr=False)
 
@@ -353,6 +355,8 @@ def load(path, roots=(), base=None) -> KernelSpec:
         spec.source = _confined(path, "source", data["source"], roots, base)
     spec.include_dirs = tuple(str(_confined(path, "include", d, roots, base))
                               for d in spec.include_dirs)
+    if spec.op is not None and spec.op.get("root"):
+        spec.op["root"] = str(_confined(path, "op.root", spec.op["root"], roots, base))
     return spec
 
 
@@ -546,7 +550,80 @@ def _parse_launch(tab, where, entry=None) -> LaunchSpec:
     return ln
 
 
+#: The keys of an op's spec (``[op]``: the project's function called on the rows)
+_OP_TOP_KEYS = {"op", "source", "norm", "dtype", "out_dtype", "reference", "cols",
+                "convention", "eps"}
+_OP_KEYS = {"call", "module", "root", "output", "h"}
+
+
+def _parse_op(data: dict, where: str) -> KernelSpec:
+    """A spec whose ``[op]`` names the project's Python function (normcheck.backends.triton.op):
+    ``call`` as its users write it, ``module`` its module's name in its package (imported
+    beneath ``root``, or installed), ``output``/``h`` where the results are (an index into what
+    it returns, or the name of a tensor it writes in place)."""
+    from normcheck.backends.triton.op import TENSORS, parse_call
+    from normcheck.errors import InvalidArgument
+
+    for k in data:
+        if k not in _OP_TOP_KEYS:
+            raise _err(where, k, data[k], f"with [op], one of {', '.join(sorted(_OP_TOP_KEYS))}"
+                       " (the op launches its kernels itself: no entry, [launch] or [[args]])")
+    op = data["op"]
+    if not isinstance(op, dict):
+        raise _err(where, "op", op, "a table: [op] call = \"fn(x, weight, eps)\"")
+    for k in op:
+        if k not in _OP_KEYS:
+            raise _err(where, f"op.{k}", op[k], f"one of {', '.join(sorted(_OP_KEYS))}")
+    try:
+        parse_call(op.get("call"), f"{where}: op.call")
+    except InvalidArgument as e:
+        raise SpecError(str(e)) from None
+    for k in ("module", "root"):
+        if k in op and not (isinstance(op[k], str) and op[k].strip()):
+            raise _err(where, f"op.{k}", op[k], "a module name" if k == "module" else
+                       "a folder (the package's root)")
+    if "root" in op and "module" not in op:
+        raise _err(where, "op.root", op["root"], "op.module too: the source's module name "
+                   "beneath the root (e.g. liger_kernel.ops.rms_norm)")
+    for k in ("output", "h"):
+        v = op.get(k)
+        if v is None:
+            continue
+        if not ((isinstance(v, int) and not isinstance(v, bool) and -16 <= v < 16) or
+                v in TENSORS):
+            raise _err(where, f"op.{k}", v, "an index into what the op returns (0, 1, ...), or "
+                       f"one of {', '.join(TENSORS)} (a tensor it writes in place)")
+    rest = {k: v for k, v in data.items() if k != "op"}
+    # the roles' checks of a kernel's spec hold for what the op is given and gives back
+    fused = isinstance(rest.get("norm"), str) and rest["norm"] in norms.FLAGS and \
+        norms.get(rest["norm"]).fused
+    roles = ["output", "input", "eps"] + (["residual", "h"] if fused else [])
+    spec = parse({**rest, "args": [{"role": r} for r in roles]}, where)
+    spec.launches = []
+    spec.op = {"call": op["call"], "module": op.get("module", ""), "root": op.get("root"),
+               "output": op.get("output", 0), "h": op.get("h")}
+    if spec.norm is not None and norms.get(spec.norm).fused and spec.op["h"] is None:
+        raise _err(where, "op.h", None, "where the op leaves h = x + residual (an index into "
+                   "what it returns, or the tensor it writes in place)")
+    return spec
+
+
+def op_spec(call: str, source=None, module: str = "", root=None, output=0, h=None,
+            norm=None, dtype=None, where: str = "--op") -> KernelSpec:
+    """The spec of an op given on the command line (``check --op``) or in a case file: as an
+    ``[op]`` table would give it."""
+    op = {"call": call, "output": output}
+    op.update({k: v for k, v in (("module", module), ("root", str(root) if root else None),
+                                 ("h", h)) if v})
+    data = {"op": op, **{k: v for k, v in (("norm", norm), ("dtype", dtype)) if v}}
+    spec = parse(data, where)
+    spec.source = Path(source) if source is not None else None
+    return spec
+
+
 def parse(data: dict, where: str = "spec") -> KernelSpec:
+    if "op" in data:
+        return _parse_op(data, where)
     for k in data:
         if k not in _TOP_KEYS:
             raise _err(where, k, data[k], f"one of the keys {', '.join(sorted(_TOP_KEYS))}",

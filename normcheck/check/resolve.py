@@ -198,6 +198,8 @@ def resolve(o: CheckOptions) -> Resolved:
         spec = specs.load(spec, roots=include)
     elif spec is not None and (o.dtypes or include):
         spec = copy.deepcopy(spec)  # the caller's spec is not changed by this check's options
+    if spec is not None and spec.op is not None:
+        return _resolve_op(o, spec)
     norm = norm or (spec.norm if spec else None)
     dtype = dtype or (spec.dtype if spec else None)
     for name, v in (("norm", norm), ("dtype", dtype)):
@@ -312,6 +314,63 @@ def resolve(o: CheckOptions) -> Resolved:
                      "out_dtype": out.name if out is not None else contract.qformat.name})
     return Resolved(spec, n, fmt, out, contract, src, be, arch, eps, target, desc, rows,
                     tells(src))
+
+
+def _resolve_op(o: CheckOptions, spec) -> Resolved:
+    """A check of an op called as its users call it (spec ``[op]``, or ``check --op``): the
+    project's function on the rows, each kernel it launches run by normcheck
+    (normcheck.backends.triton.op), judged as a Python function is."""
+    from normcheck.backends.triton.op import Op, parse_call
+
+    for name, v in (("entry", o.entry), ("block", o.block if o.block != 256 else None),
+                    ("defines", o.defines or None), ("quant", o.quant),
+                    ("dtypes", o.dtypes or None)):
+        if v is not None:
+            raise invalid(name, v, "nothing with an op (its launcher decides the launch)")
+    if o.backward:
+        raise invalid("backward", True, "a forward op (a backward op is not called yet)")
+    norm, dtype = o.norm or spec.norm, o.dtype or spec.dtype
+    for name, v in (("norm", norm), ("dtype", dtype)):
+        if v is None:
+            raise invalid(name, None, f"a {name} (give --{name} or put it in the spec)")
+    n, fmt = norms.get(norm), formats.get(dtype)
+    if spec.norm and spec.norm != n.name:
+        raise invalid("norm", n.name, f"the spec's norm ({spec.norm})", "drop one of them")
+    src = o.source if o.source is not None else spec.source
+    if src is None:
+        raise invalid("source", None, "the op's .py file (`source` in the spec)")
+    if not is_triton(src):
+        raise invalid("source", str(src), "a Python file whose op launches Triton kernels "
+                      "(an op of C++ launchers on torch::Tensor is not called yet: give its "
+                      "kernel a spec)")
+    call = parse_call(spec.op["call"], "op.call")
+    has = {"x": True, "residual": n.fused, "weight": True, "bias": n.centred}
+    for name in call.names():
+        if name in has and not has[name]:
+            raise invalid("op.call", call.text, f"the tensors {n.name} has "
+                          f"({', '.join(k for k, v in has.items() if v)})")
+    n = n.with_affine("weight" in call.names(), "bias" in call.names()).with_reference(
+        o.reference or spec.reference or "exact")
+    out = formats.get(o.out_dtype or spec.out_dtype or fmt.name)
+    outputs = []
+    for key in (("h", "output") if n.fused else ("output",)):
+        v = spec.op.get(key)
+        outputs.append(["arg", v] if isinstance(v, str) else ["index", int(v)])
+    from normcheck.backends import for_source
+
+    be = for_source(o.backend, src)
+    if be.name != "triton-cpu":
+        raise invalid("backend", o.backend, "cpu (an op's host code runs on CPU tensors, its "
+                      "kernels on triton-cpu)")
+    op = Op(src, call, outputs, module=spec.op.get("module") or "", root=spec.op.get("root"),
+            timeout=check_timeout(o.timeout))
+    target = launch.OpTarget(op, n, fmt, out, call.fn)
+    eps = np.float32(spec.eps) if spec.eps is not None else np.float32(1e-5)
+    desc = {"source": str(Path(src).resolve()), "sha256": sha256(src), "op": dict(spec.op),
+            "norm": n.name, "dtype": fmt.name, "reference": n.reference, "out_dtype": out.name,
+            "spec": str(spec.path.resolve()) if spec.path else None,
+            "spec_sha256": sha256(spec.path) if spec.path else None}
+    return Resolved(spec, n, fmt, out, None, src, be, None, eps, target, desc, fmt, tells(src))
 
 
 #: Names only normcheck's emulation answers to: a source that tests them could behave one way
@@ -528,6 +587,14 @@ def resolve_case(k: dict, path, backend, run_embedded: bool, notes: list) -> Res
         # the spec's paths beneath its folder, the case's source's (checked above) or a folder
         # the check was given with -I (checked like the source)
         spec = specs.load(sp, roots=[*src_root, *include])
+    if k.get("op") and spec is None:  # an op given on the command line (check --op)
+        op = k["op"]
+        spec = specs.op_spec(op["call"], src, op.get("module") or "", op.get("root"),
+                             op.get("output", 0), op.get("h"), where="case.op")
+    if spec is not None and spec.op is not None:
+        return resolve(CheckOptions(source=src, norm=k["norm"], dtype=k["dtype"], spec=spec,
+                                    backend=backend, reference=k.get("reference") or None,
+                                    out_dtype=k.get("out_dtype")))
     entries = k.get("entries") or [k.get("entry")]
     entry = entries[0] if (spec is None or len(spec.launches) == 1) else None
     quant = None

@@ -462,11 +462,13 @@ def main(handlers=None, prepare=None, stat_paths=False):
                           cpu_seconds=int(os.environ.get("NORMCHECK_WORKER_CPU", "0")),
                           stat_paths=stat_paths)
     _watchdog(parent)  # after the sandbox: the thread inherits it
+    _STREAMS[:] = [inp, proto]
     while True:
         head = _read(inp, wire.HEADER)
         if head is None:
             return
         req = wire.decode(_read(inp, wire.header_length(head)) or b"")
+        _STREAMS[2:] = [req.get("seq")]
         op = req.get("op")
         if op == "ping":
             rep = {"ok": True, "sandbox": state}
@@ -475,8 +477,28 @@ def main(handlers=None, prepare=None, stat_paths=False):
         else:
             rep = {"ok": False, "kind": "launch", "message": f"unknown request {op!r}"}
         rep["cpu"] = _cpu()
-        rep["seq"] = req.get("seq")
+        rep["seq"] = _STREAMS[2]
         _send(proto, rep)
+
+
+#: [requests in, replies out, the sequence number of the request being answered]
+_STREAMS: list = []
+
+
+def converse(rep: dict):
+    """Within a handler: send ``rep`` as the reply to the request being answered and read the
+    next request (normcheck's answer), which the handler goes on with; None when normcheck has
+    closed the stream.  An op's host code asks normcheck to run each kernel launch this way
+    (normcheck.backends.triton.opcall): one conversation, each message a request and its
+    reply, their sequence numbers in step."""
+    inp, proto = _STREAMS[0], _STREAMS[1]
+    _send(proto, {**rep, "cpu": _cpu(), "seq": _STREAMS[2]})
+    head = _read(inp, wire.HEADER)
+    if head is None:
+        return None
+    req = wire.decode(_read(inp, wire.header_length(head)) or b"")
+    _STREAMS[2] = req.get("seq")
+    return req
 
 
 if __name__ == "__main__":

@@ -242,5 +242,7 @@ def _dtype(name):
 
 
 if __name__ == "__main__":
-    base_worker.main({"launch": launch, "describe": describe}, prepare=_prepare,
-                     stat_paths=True)
+    from normcheck.backends.triton import opcall
+
+    base_worker.main({"launch": launch, "describe": describe, "op_load": opcall.load,
+                      "op_call": opcall.call}, prepare=_prepare, stat_paths=True)

@@ -1,0 +1,439 @@
+"""An op called as its users call it: a project's Python function (Liger's ``rms_norm_forward``,
+a FlagGems op) run on the check's rows, every kernel it launches run by normcheck.
+
+The op's host code runs in a sandboxed worker of its own (:mod:`opcall`); each
+``kernel[grid](...)`` it makes comes here as data -- the kernel (a ``@triton.jit`` def of the
+op's file), the grid the launcher computed, every argument -- and runs as a
+:class:`~normcheck.backends.triton.backend.TritonKernel` launch on normcheck's copies of the
+storages (the executor in the launch worker, every access checked, a fault named with its line).
+What each launch leaves is kept here and sent back; the op's result must be a tensor a launch
+wrote, holding exactly what it wrote (else the op is refused: host code wrote it), and the
+verdict reads the copy kept here.  So every branch the launcher takes -- block size by rows,
+kernel by width, the dtype it dispatches -- is what runs, and nothing the op's process does
+after a launch reaches the verdict.
+
+The call is written as its users write it, ``rms_norm_forward(x, weight, eps, 0.0, 'llama',
+None)``: parsed (never evaluated) into the function's name and its arguments -- the check's
+tensors ``x``, ``residual``, ``weight``, ``bias``, the numbers ``eps``, ``rows``, ``cols``, the
+tuple ``normalized_shape``, and literals.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from normcheck.errors import (CompileError, InvalidArgument, KernelCrash, KernelError,
+                              KernelRaised, invalid)
+
+__all__ = ["OpCall", "parse_call", "locate_module", "TENSORS", "NUMBERS", "Op"]
+
+#: The check's tensors a call may name, and its numbers
+TENSORS = ("x", "residual", "weight", "bias")
+NUMBERS = ("eps", "rows", "cols", "normalized_shape")
+
+#: The messages one call may exchange (launches and arena growths): a bound on a looping op
+MAX_MESSAGES = 4096
+_PAGE = 4096
+
+
+@dataclass
+class OpCall:
+    """A parsed call: the function, its arguments as data (opcall's records)."""
+
+    fn: str
+    args: list = field(default_factory=list)
+    kwargs: dict = field(default_factory=dict)
+    text: str = ""
+
+    def names(self) -> set:
+        out = set()
+
+        def walk(a):
+            if a[0] == "name":
+                out.add(a[1])
+            elif a[0] == "tuple":
+                for x in a[1]:
+                    walk(x)
+        for a in [*self.args, *self.kwargs.values()]:
+            walk(a)
+        return out
+
+
+def parse_call(text, where: str = "op.call") -> OpCall:
+    """``fn(x, weight, eps, 0.0, 'llama')`` as data: a name called with the check's names and
+    literals (numbers, strings, True/False/None, tuples of them); anything else is refused."""
+    if not isinstance(text, str) or not text.strip():
+        raise invalid(where, text, "a call such as \"rms_norm_forward(x, weight, eps)\"")
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as e:
+        raise invalid(where, text, f"a Python call ({e.msg})") from None
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        raise invalid(where, text, "one function called by its name, e.g. "
+                      "\"rms_norm_forward(x, weight, eps)\"")
+
+    def arg(n):
+        if isinstance(n, ast.Name):
+            if n.id not in TENSORS + NUMBERS:
+                raise invalid(where, text, f"the names {', '.join(TENSORS + NUMBERS)} and "
+                              f"literals (got {n.id!r})")
+            return ["name", n.id]
+        if isinstance(n, ast.Constant) and (n.value is None or isinstance(
+                n.value, (bool, int, float, str))):
+            return ["float", n.value.hex()] if isinstance(n.value, float) else ["value", n.value]
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub) and isinstance(
+                n.operand, ast.Constant) and isinstance(n.operand.value, (int, float)) and \
+                not isinstance(n.operand.value, bool):
+            v = -n.operand.value
+            return ["float", v.hex()] if isinstance(v, float) else ["value", v]
+        if isinstance(n, ast.Tuple):
+            return ["tuple", [arg(x) for x in n.elts]]
+        raise invalid(where, text, "arguments that are the check's names or literals "
+                      f"(got {ast.dump(n)[:60]})")
+
+    if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None
+                                                                 for k in node.keywords):
+        raise invalid(where, text, "no *args or **kwargs")
+    return OpCall(node.func.id, [arg(a) for a in node.args],
+                  {k.arg: arg(k.value) for k in node.keywords}, text.strip())
+
+
+def locate_module(name: str, paths=None) -> tuple[Path, Path]:
+    """(the file of module ``name``, the import-path folder it lies beneath), found without
+    importing anything (a package's ``__init__`` is the project's code: it runs only in the
+    op's sandboxed worker)."""
+    parts = name.split(".")
+    if not name or not all(p.isidentifier() for p in parts):
+        raise invalid("op module", name, "a dotted module name such as "
+                      "liger_kernel.ops.rms_norm")
+    for entry in (sys.path if paths is None else paths):
+        base = Path(entry or ".")
+        f = base.joinpath(*parts).with_suffix(".py")
+        if f.is_file():
+            return f.resolve(), base.resolve()
+    raise invalid("op module", name, "a module installed here (its .py file on the import "
+                  "path)", f"pip install the project that ships {parts[0]}")
+
+
+_OP_WORKERS: dict = {}
+
+
+def _worker(cached: Path, root: Path | None):
+    from normcheck.backends.cpu.backend import Worker
+    from normcheck.backends.triton import backend
+
+    key = (str(cached), str(root or ""))
+    w = _OP_WORKERS.get(key)
+    if w is None:
+        pool = backend._workers()
+        roots = (*pool.roots, str(cached.parent), *([str(root)] if root else []))
+        w = Worker("normcheck.backends.triton.worker", extra_env=pool.extra_env, roots=roots)
+        _OP_WORKERS[key] = w
+    return w
+
+
+@atexit.register
+def _close_all():
+    for w in list(_OP_WORKERS.values()):
+        w.close()
+    _OP_WORKERS.clear()
+
+
+def _reply(rep):
+    from normcheck.backends.cpu import wire
+
+    if rep.get("ok") is False:
+        return wire.check(rep, {"ok": (False,), "kind": ("load", "error", "aborted"),
+                                "message": str}, "the op's reply")
+    for key in ("need", "launch", "done", "file"):
+        if key in rep:
+            return rep
+    raise wire.WireError("an op reply with none of need, launch, done, file")
+
+
+class Op:
+    """The op of a file (``module`` "" : the file run as the kernel loader runs it) or of a
+    module imported by name from ``root`` (or installed); ``outputs``: where each result is,
+    ``["index", i]`` in what the op returns or ``["arg", name]`` (a tensor written in place)."""
+
+    def __init__(self, path, call: OpCall, outputs, module: str = "", root=None,
+                 timeout: float | None = None, options=None):
+        from normcheck.backends.triton import backend
+
+        self.call, self.outputs = call, [list(o) for o in outputs]
+        self.path, self.text, self.cached = backend.load(path)
+        self.module, self.root = module, (Path(root).resolve() if root else None)
+        self.timeout = float(timeout or backend.DEFAULT_TIMEOUT)
+        self.options = dict(options or {})
+        self.kernels: dict = {}
+        self.loaded = False
+        self.launched: list = []  # (kernel, grid) of the last call
+        self.notes: list = []
+
+    # -- the worker ---------------------------------------------------------------------------
+    def _request(self, w, req, cpu_need=0.0):
+        from normcheck.backends.cpu import backend as cpu, wire
+
+        rep = w.request(req, self.timeout, _reply, cpu_need=cpu_need)
+        if isinstance(rep, tuple):
+            name = self.call.fn
+            if rep[0] == "timeout":
+                raise cpu.timeout_error(name, self.timeout)
+            if rep[0] == "malformed":
+                raise cpu.forged_reply(name, rep[1])
+            try:
+                info = cpu.parse_report(w.report())
+            except wire.WireError as e:
+                raise cpu.forged_reply(name, str(e)) from None
+            err = cpu.sandbox_error(name, info, rep)
+            if err is not None:
+                raise err
+            self.loaded = False
+            raise KernelCrash(f"{name}: the op's worker {w.describe_death(rep)}")
+        return rep
+
+    def _load(self, w):
+        from normcheck.backends.triton.backend import _imports
+
+        if self.loaded and w.proc is not None and w.proc.poll() is None:
+            return
+        stubs = ()
+        if not self.module:
+            _installed, stubs = _imports(ast.parse(self.text), self.path.name)
+        rep = self._request(w, {"op": "op_load", "module": str(self.cached),
+                                "filename": str(self.path), "name": self.module,
+                                "root": str(self.root or ""), "stubs": list(stubs)},
+                            cpu_need=self.timeout)
+        if not rep["ok"]:
+            raise CompileError(f"{self.path.name}: as the op's module was imported, "
+                               f"{_one_line(rep['message'])}")
+        self.kernel_file = rep.get("file") or str(self.path)
+        self.loaded = True
+
+    def _kernel(self, name: str):
+        from normcheck.backends.triton import backend
+
+        k = self.kernels.get(name)
+        if k is None:
+            sig = backend.signature(self.text, name, self.path.name)
+            k = backend.TritonKernel(self.path, self.cached, name, sig,
+                                     {"timeout": self.timeout, **self.options})
+            self.kernels[name] = k
+        return k
+
+    # -- one call -------------------------------------------------------------------------------
+    def __call__(self, tensors: dict, numbers: dict) -> list:
+        """The op on ``tensors`` ({name: numpy array}) and ``numbers``; the arrays each output
+        names, as the launches wrote them."""
+        w = _worker(self.cached, self.root)
+        with w.lock:
+            self._load(w)
+            return self._call(w, tensors, numbers)
+
+    def _call(self, w, tensors, numbers):
+        inputs, placed, off = {}, [], _PAGE  # page 0: the worker's report page
+        for name in sorted(self.call.names() & set(TENSORS)):
+            a = tensors.get(name)
+            if a is None:  # a norm without it (an RMSNorm's bias): None, as users pass it
+                continue
+            a = np.ascontiguousarray(a)
+            inputs[name] = [off, int(a.nbytes), _torch_name(a.dtype), list(a.shape)]
+            placed.append((a, off))
+            off += -(-max(a.nbytes, 1) // _PAGE) * _PAGE
+        size = off + sum(a.nbytes for a, _ in placed) * 4 + (16 << 20)
+        mem = w.arena(size)
+        view = np.frombuffer(mem, np.uint8, count=w.size)
+        for a, o in placed:
+            view[o:o + a.nbytes] = a.reshape(-1).view(np.uint8)
+        del view, mem
+
+        def arg(a):
+            if a[0] == "name":
+                if a[1] in TENSORS:
+                    return ["tensor", a[1]] if a[1] in inputs else ["value", None]
+                v = numbers[a[1]]
+                if isinstance(v, tuple):
+                    return ["tuple", [["value", int(x)] for x in v]]
+                return ["float", float(v).hex()] if isinstance(v, float) else \
+                    ["value", int(v)]
+            if a[0] == "tuple":
+                return ["tuple", [arg(x) for x in a[1]]]
+            return a
+
+        req = {"op": "op_call", "module": str(self.cached), "fn": self.call.fn,
+               "args": [arg(a) for a in self.call.args],
+               "kwargs": {k: arg(a) for k, a in self.call.kwargs.items()},
+               "inputs": inputs, "outputs": self.outputs, "arena": w.size}
+        written: dict = {}  # storage id -> its bytes as the last launch left them
+        self.launched = []
+        failure = None
+        rep = self._request(w, req, cpu_need=self.timeout)
+        for _ in range(MAX_MESSAGES):
+            if not rep["ok"]:
+                if failure is not None:
+                    raise failure
+                if rep["kind"] == "load":
+                    raise CompileError(f"{self.path.name}: {_one_line(rep['message'])}")
+                raise KernelRaised(f"{self.call.fn} raised {_one_line(rep['message'])}",
+                                   exception=rep["message"].split(":")[0][:60])
+            if "need" in rep:
+                w.arena(int(rep["need"]))
+                rep = self._request(w, {"op": "op_grown", "arena": w.size})
+                continue
+            if "launch" in rep:
+                if failure is not None:  # the op went on after an abort: not run
+                    rep = self._request(w, {"op": "op_abort"})
+                    continue
+                try:
+                    stores = self._launch(w, rep["launch"], rep["storages"], written)
+                except KernelError as e:
+                    failure = e
+                    rep = self._request(w, {"op": "op_abort"})
+                    continue
+                rep = self._request(w, {"op": "op_launched", "storages": stores})
+                continue
+            if "done" in rep:
+                if failure is not None:
+                    raise failure
+                return self._outputs(w, rep, written)
+            raise KernelCrash(f"{self.call.fn}: the op's worker answered out of turn")
+        raise KernelRaised(f"{self.call.fn}: more than {MAX_MESSAGES} launches in one call")
+
+    def _storages(self, w, placed) -> dict:
+        """{id: a copy of the storage's bytes} as the worker placed them in the arena."""
+        out = {}
+        view = np.frombuffer(w.map, np.uint8, count=w.size)
+        try:
+            for rec in placed:
+                i, off, n = (int(x) for x in rec)
+                if off < _PAGE or off % _PAGE or n < 0 or off + n > w.size:
+                    raise KernelCrash(f"{self.call.fn}: the op's worker placed a storage "
+                                      f"outside the arena ({off}, {n})")
+                out[i] = view[off:off + n].copy()
+        finally:
+            del view
+        return out
+
+    def _launch(self, w, launch, placed, written) -> list:
+        """One launch the op asked for, run here on normcheck's copies."""
+        name = str(launch.get("kernel"))
+        if str(launch.get("file")) != self.kernel_file:
+            raise KernelRaised(
+                f"{self.call.fn} launched {name}, a kernel of {launch.get('file')}: normcheck "
+                f"runs the kernels of the op's own file ({self.path.name})",
+                exception="Unsupported")
+        kern = self._kernel(name)
+        stores = self._storages(w, placed)
+        values = launch["values"]
+        grid = [int(g) for g in launch["grid"]]
+        args, used, names = [], {}, []
+        for p in kern.sig.passed:
+            v = values.get(p)
+            if v is None:
+                raise KernelRaised(f"{self.call.fn}: {name} launched without {p}")
+            names.append(p)
+            if v[0] == "tensor":
+                i, off, dtype = int(v[1]), int(v[2]), str(v[3])
+                if i in used:
+                    raise KernelRaised(
+                        f"{self.call.fn}: {name}'s {p} and {used[i]} share one tensor's "
+                        "memory (an in-place launch): not run by normcheck yet",
+                        exception="Unsupported")
+                used[i] = p
+                raw = stores.get(i)
+                if raw is None:
+                    raise KernelCrash(f"{self.call.fn}: storage {i} of {p} not sent")
+                dt = _numpy_dtype(dtype)
+                n = (raw.nbytes - off) // dt.itemsize
+                if off < 0 or off > raw.nbytes:
+                    raise KernelCrash(f"{self.call.fn}: {p} starts outside its storage")
+                args.append(raw[off:off + n * dt.itemsize].view(dt))
+            elif v[0] == "null":
+                args.append(None)
+            elif v[0] == "bool":  # Triton's i1 (a constexpr: the value)
+                args.append(np.bool_(bool(v[1])))
+            elif v[0] == "int":  # as Triton types a Python int: i32 where it fits, else i64
+                x = int(v[1])
+                if not -2**63 <= x < 2**64:
+                    raise KernelRaised(f"{self.call.fn}: {name}'s {p} = {x} fits no integer "
+                                       "type")
+                args.append(np.int32(x) if -2**31 <= x < 2**31 else
+                            np.int64(x) if x < 2**63 else np.uint64(x))
+            elif v[0] == "float":  # fp32, as Triton passes a Python float (a constexpr: exact)
+                x = float.fromhex(v[1])
+                args.append(np.float64(x) if p in kern.sig.constexprs else np.float32(x))
+            else:
+                raise KernelRaised(f"{self.call.fn}: {name}'s {p} is a {v[0]}: not launched "
+                                   "by normcheck yet", exception="Unsupported")
+        note = kern(tuple(grid), None, args, names=names)
+        if note and note not in self.notes:
+            self.notes.append(note)
+        self.launched.append((name, tuple(grid)))
+        out = []
+        for rec in placed:
+            i, off, n = (int(x) for x in rec)
+            written[i] = stores[i]
+            out.append([i, off, n])
+        view = np.frombuffer(w.map, np.uint8, count=w.size)
+        try:
+            for i, off, n in out:
+                view[off:off + n] = stores[i]
+        finally:
+            del view
+        return out
+
+    def _outputs(self, w, rep, written) -> list:
+        final = self._storages(w, rep["storages"])
+        outs = []
+        for (how, what), d in zip(self.outputs, rep["done"]):
+            i, off, dtype, shape, strides = int(d[0]), int(d[1]), str(d[2]), d[3], d[4]
+            label = f"{self.call.fn}'s {what if how == 'arg' else f'result {what}'}"
+            if i not in written:
+                raise KernelRaised(f"{label} was written by no kernel launch (the op's host "
+                                   "code made it): refused", exception="HostComputed")
+            if not np.array_equal(final.get(i, written[i]), written[i]):
+                raise KernelRaised(f"{label} differs from what its kernels wrote (host code "
+                                   "changed it after the launch): refused",
+                                   exception="HostComputed")
+            dt = _numpy_dtype(dtype)
+            raw = written[i]
+            shape = [int(s) for s in shape]
+            strides = [int(s) * dt.itemsize for s in strides]
+            hi = off + sum((s - 1) * st for s, st in zip(shape, strides) if s > 0) + dt.itemsize
+            if off < 0 or any(st < 0 for st in strides) or (0 not in shape and hi > raw.nbytes):
+                raise KernelCrash(f"{label} lies outside its storage")
+            base = raw[off:].view(np.uint8)
+            arr = np.lib.stride_tricks.as_strided(
+                base.view(dt) if base.nbytes % dt.itemsize == 0 else
+                base[:base.nbytes // dt.itemsize * dt.itemsize].view(dt),
+                shape=shape, strides=strides, writeable=False)
+            outs.append(np.array(arr))
+        return outs
+
+
+def _one_line(s: str) -> str:
+    from normcheck.escape import one_line
+
+    return one_line(s)
+
+
+def _torch_name(dt) -> str:
+    dt = np.dtype(dt)
+    return "bfloat16" if dt.name == "bfloat16" else dt.name
+
+
+def _numpy_dtype(name: str):
+    import ml_dtypes
+
+    if name == "bfloat16":
+        return np.dtype(ml_dtypes.bfloat16)
+    if name not in ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8",
+                    "bool"):
+        raise InvalidArgument(f"a tensor of {name}")
+    return np.dtype(name)

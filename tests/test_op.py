@@ -1,0 +1,247 @@
+"""Ops as their users call them (normcheck.backends.triton.op): a project's Python function called
+on the check's rows, each Triton kernel it launches run by normcheck -- the launcher's own
+branches judged, a fault named with its kernel's line, and an op whose host code writes its
+output (after the launch, or instead of one) refused, never passed.  Skipped where Triton or
+torch is not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None:
+    pytest.skip("Triton and torch are needed (pip install 'normcheck[triton]' torch)",
+                allow_module_level=True)
+
+from normcheck import check, spec as specs  # noqa: E402
+from normcheck.backends.triton.op import locate_module, parse_call  # noqa: E402
+from normcheck.cli import main  # noqa: E402
+from normcheck.errors import InvalidArgument, SpecError  # noqa: E402
+
+_OPS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_row(Y, X, W, stride, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * stride + cols, (x * r * w).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rms_narrow(Y, X, W, stride, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * stride + cols, (x * r * w).to(Y.dtype.element_ty))  # LINE-NARROW
+
+
+def _go(kernel, y, x, weight, eps):
+    n = x.shape[1]
+    kernel[(x.shape[0],)](y, x, weight, x.stride(0), n, eps, BLOCK=triton.next_power_of_2(n))
+
+
+def rms_norm(x, weight, eps):
+    shape = x.shape
+    x = x.reshape(-1, shape[-1])
+    y = torch.empty_like(x)
+    _go(_rms_row, y, x, weight, eps)
+    return y.view(shape), x
+
+
+def rms_norm_branchy(x, weight, eps):
+    # the launcher sends narrow rows to another kernel -- the one with the bug
+    y = torch.empty_like(x)
+    _go(_rms_narrow if x.shape[1] <= 64 else _rms_row, y, x, weight, eps)
+    return y
+
+
+def rms_norm_wide_only(x, weight, eps):
+    # a spec that named _rms_row would never see _rms_narrow: the op picks by width
+    y = torch.empty_like(x)
+    _go(_rms_narrow if x.shape[1] > 100000 else _rms_row, y, x, weight, eps)
+    return y
+
+
+def forged_after(x, weight, eps):
+    y = torch.empty_like(x)
+    _go(_rms_narrow if x.shape[1] <= 64 else _rms_row, y, x, weight, eps)
+    xf = x.float()
+    good = xf * torch.rsqrt((xf * xf).mean(1, keepdim=True) + eps) * weight.float()
+    y.copy_(good.to(x.dtype))
+    return y
+
+
+def host_only(x, weight, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt((xf * xf).mean(1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+def skips_last_row(x, weight, eps):
+    y = torch.empty_like(x)
+    n = x.shape[1]
+    _rms_row[(max(x.shape[0] - 1, 1),)](y, x, weight, x.stride(0), n, eps,
+                                         BLOCK=triton.next_power_of_2(n))
+    return y
+
+
+def swallows(x, weight, eps):
+    y = torch.empty_like(x)
+    try:
+        _go(_rms_narrow, y, x, weight, eps)
+    except BaseException:
+        pass
+    _go(_rms_row, y, x, weight, eps)
+    return y
+
+
+def raises(x, weight, eps):
+    raise ValueError("no such mode")
+
+
+def reads_beside(x, weight, eps):
+    import os
+    with open(os.environ.get("NC_SECRET", "/etc/hostname")) as f:
+        raise ValueError(f.read())
+'''
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ops")
+    p = d / "ops.py"
+    p.write_text(_OPS)
+    return p
+
+
+def _check(ops, call, norm="rmsnorm", dtype="bf16", examples=6, **kw):
+    sp = specs.op_spec(call, ops, norm=norm, dtype=dtype, **kw)
+    return check.run(check.CheckOptions(spec=sp, examples=examples, search=0))
+
+
+def _line(ops, marker):
+    return next(i for i, t in enumerate(ops.read_text().splitlines(), 1) if marker in t)
+
+
+def test_a_sound_op_passes_through_its_own_launcher(ops):
+    r = _check(ops, "rms_norm(x, weight, eps)")
+    assert str(r.verdict) == "pass", r.render()
+    assert "triton-cpu" in r.render()
+
+
+def test_the_branch_the_launcher_takes_is_what_runs(ops):
+    # narrow rows go to the kernel without a store mask: an out-of-bounds store at its line
+    r = _check(ops, "rms_norm_branchy(x, weight, eps)")
+    assert str(r.verdict) == "fail"
+    text = r.render()
+    assert "out_of_bounds" in text and "_rms_narrow" in text
+    assert f"ops.py:{_line(ops, 'LINE-NARROW')}" in text
+    # the same op never sends these widths there: nothing to find
+    assert str(_check(ops, "rms_norm_wide_only(x, weight, eps)").verdict) == "pass"
+
+
+@pytest.mark.parametrize("fn, said", [
+    ("forged_after", "differs from what its kernels wrote"),
+    ("host_only", "written by no kernel launch"),
+])
+def test_an_output_host_code_wrote_is_refused_never_passed(ops, fn, said):
+    # forged_after computes the right answer on the host over its kernel's (faulty at narrow
+    # widths, sound elsewhere) output: without the comparison with what the launch left it
+    # would pass every row
+    r = _check(ops, f"{fn}(x, weight, eps)")
+    assert str(r.verdict) == "fail"
+    assert said in r.render()
+
+
+def test_an_unwritten_output_is_poison_not_zeros(ops):
+    # torch.empty in the op's worker holds the poison NaN: the row no program wrote is seen
+    # (zeros there would be near the exact values of tiny rows, and pass them)
+    r = _check(ops, "skips_last_row(x, weight, eps)")
+    assert str(r.verdict) == "fail"
+    w = r.worst
+    assert w.nonfinite and w.row_index == 2 and all(np.isnan(e["kernel"]) for e in w.first)
+
+
+def test_a_failed_launch_stays_failed_when_the_op_swallows_it(ops):
+    r = _check(ops, "swallows(x, weight, eps)")
+    assert str(r.verdict) == "fail"
+    assert "out_of_bounds" in r.render()
+
+
+def test_an_op_that_raises_is_an_error_never_a_pass(ops):
+    r = _check(ops, "raises(x, weight, eps)")
+    assert str(r.verdict) == "fail"
+    assert "ValueError: no such mode" in r.render()
+
+
+def test_check_op_on_the_command_line_and_its_replay(ops, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    rc = main(["check", str(ops), "--op", "rms_norm_branchy(x, weight, eps)", "--norm",
+               "rmsnorm", "--dtype", "fp16", "--examples", "4", "--search", "0", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 1 and d["verdict"] == "fail"
+    saved = sorted((tmp_path / ".normcheck").glob("counterexample-*.npz"))
+    assert saved
+    rc = main(["replay", str(saved[0])])
+    out = capsys.readouterr().out
+    assert rc == 1 and "_rms_narrow" in out and "out_of_bounds" in out
+
+
+def test_module_colon_call_finds_an_installed_module_without_importing_it(tmp_path):
+    pkg = tmp_path / "pkg_nc" / "ops"
+    pkg.mkdir(parents=True)
+    (tmp_path / "pkg_nc" / "__init__.py").write_text("raise SystemExit('ran')\n")
+    (pkg / "norm.py").write_text(_OPS)
+    f, root = locate_module("pkg_nc.ops.norm", [str(tmp_path)])
+    assert f == (pkg / "norm.py").resolve() and root == tmp_path.resolve()
+    with pytest.raises(InvalidArgument, match="op module"):
+        locate_module("pkg_nc.nothing", [str(tmp_path)])
+
+
+@pytest.mark.parametrize("call, said", [
+    ("os.system('x')", "one function called by its name"),
+    ("f(__import__('os'))", "the check's names or literals"),
+    ("f(secret)", "got 'secret'"),
+    ("f(*x)", "no *args"),
+    ("f(x", "a Python call"),
+])
+def test_a_call_is_parsed_never_evaluated(call, said):
+    with pytest.raises(InvalidArgument, match=said.replace("(", r"\(").replace("*", r"\*")):
+        parse_call(call)
+
+
+def test_an_op_spec_takes_no_kernel_keys(tmp_path):
+    p = tmp_path / "op.toml"
+    p.write_text('source = "ops.py"\nnorm = "rmsnorm"\nentry = "k"\n[op]\ncall = "f(x)"\n')
+    with pytest.raises(SpecError, match="no entry"):
+        specs.load(p)
+    p.write_text('source = "ops.py"\nnorm = "add_rmsnorm"\n[op]\ncall = "f(x, residual)"\n')
+    with pytest.raises(SpecError, match="op.h"):
+        specs.load(p)
+
+
+def test_the_op_runs_sandboxed(ops):
+    # its host code is the project's: it reads nothing beside the file (the cache's copy runs)
+    secret = ops.parent / ".env"
+    secret.write_text("CANARY_OP_7\n")
+    src = ops.parent / "reads.py"
+    src.write_text(_OPS.replace('os.environ.get("NC_SECRET", "/etc/hostname")',
+                                repr(str(secret))))
+    r = _check(src, "reads_beside(x, weight, eps)", examples=2)
+    assert str(r.verdict) == "fail"
+    text = r.render()
+    assert "CANARY_OP_7" not in text and "PermissionError" in text
