@@ -359,7 +359,7 @@ def _resolve_op(o: CheckOptions, spec) -> Resolved:
     from normcheck.backends import for_source
 
     be = for_source(o.backend, src)
-    if be.name != "triton-cpu":
+    if be.capabilities.device_timings:  # a GPU's: the op would run on its tensors
         raise invalid("backend", o.backend, "cpu (an op's host code runs on CPU tensors, its "
                       "kernels on triton-cpu)")
     op = Op(src, call, outputs, module=spec.op.get("module") or "", root=spec.op.get("root"),

@@ -1,7 +1,9 @@
 """A release's files for the field: fetched once (normcheck.backends.fetch: confined, the
 release file's SHA-256 and every file's checked), kept in the build cache under
 ``field/<project>-<version>-<sha256[:12]>/``, the release file itself not kept.  Nothing of the
-package is built, imported or run: its files are read as the sources of kernels, as a user's are.
+package is built or installed, and nothing of it runs outside the sandbox: its files are read as
+the sources of kernels, as a user's are (an ``[op]`` row imports its module in the op's
+sandboxed worker, from this folder).
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def _signature(text: str, entry: str, where: str) -> Signature:
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
     cons = [a.arg for a in fn.args.posonlyargs + fn.args.args
             if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")]
-    installed, missing = _imports(tree, where)
+    installed, missing = imports(tree, where)
     positional = fn.args.posonlyargs + fn.args.args
     defaults = [a.arg for a in positional[len(positional) - len(fn.args.defaults):]] \
         if fn.args.defaults else []
@@ -218,7 +218,7 @@ def _signature(text: str, entry: str, where: str) -> Signature:
                      tuple(defaults), installed, missing)
 
 
-def _imports(tree, where) -> tuple:
+def imports(tree, where) -> tuple:
     """(installed, missing): the modules a file imports (import a.b; from a.b import c: a.b and
     a.b.c) that are installed here -- imported as the file runs, inside the worker's sandbox --
     and those that are not (a project's own helpers: ``from
@@ -247,7 +247,7 @@ def _imports(tree, where) -> tuple:
     return tuple(dict.fromkeys(installed)), tuple(dict.fromkeys(missing))
 
 
-def _workers():
+def workers():
     """The Triton workers (:class:`normcheck.backends.cpu.backend.Workers`): one for the
     built-in Triton norms, one for each user file."""
     global _WORKERS
@@ -287,7 +287,7 @@ def _loaders():
     if _LOADERS is None:
         from normcheck.backends.cpu.backend import Workers
 
-        w = _workers()
+        w = workers()
         _LOADERS = Workers("normcheck.backends.triton.worker", extra_env=w.extra_env,
                            roots=w.roots)
         atexit.register(_LOADERS.close)
@@ -314,7 +314,7 @@ def described(path: Path, cached: Path, stubs, timeout: float) -> dict:
         if got is not None:
             return got
         own = isolation.is_own(path)
-        pool = _workers() if own else _loaders()
+        pool = workers() if own else _loaders()
         w = pool.get(str(cached.parent), own)
         req = {"op": "describe", "module": key, "filename": str(path), "stubs": list(stubs)}
         try:
@@ -390,7 +390,7 @@ class TritonKernel(base.Kernel):
 
     def worker(self):
         """The worker this file runs in: its own (one a user file), or the built-ins'."""
-        return _workers().get(str(self.cached.parent), isolation.is_own(self.path))
+        return workers().get(str(self.cached.parent), isolation.is_own(self.path))
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
                  guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None,
@@ -527,7 +527,7 @@ class TritonCpuBackend(base.Backend):
     def provenance(self, options=None) -> dict:
         from importlib.metadata import version
 
-        st = _workers().any().sandbox_state() or {}
+        st = workers().any().sandbox_state() or {}
         v = version("triton")
         untested = "" if v.startswith(TESTED_VERSIONS) else \
             f"; triton {v}: the executor's corrections were measured on " \

@@ -1125,7 +1125,7 @@ PRESENTED = {"name": "sm_90 presented by normcheck", "major": 9, "minor": 0,
 STOOD_IN: dict = {}
 
 
-class _file_imports:
+class file_imports:
     """While a file is imported (its imports run now, inside the worker's sandbox):
 
     * torch.cuda's device queries (current_device, get_device_properties,
@@ -1204,7 +1204,7 @@ def load_module(text: str, filename: str, name: str, stubs=(), file=None) -> dic
           "__package__": package}
     stub_modules([package] + list(stubs), package)
     code = compile(text, filename, "exec")
-    with _file_imports():
+    with file_imports():
         exec(code, ns)  # noqa: S102 -- the user's kernel file, in the sandboxed worker
     stub = sys.modules.get(_LIBDEVICE_STUB)
     for k, v in list(ns.items()):  # libdevice's stubs (empty on a CPU) -> the executor's

@@ -131,7 +131,7 @@ def _worker(cached: Path, root: Path | None):
     key = (str(cached), str(root or ""))
     w = _OP_WORKERS.get(key)
     if w is None:
-        pool = backend._workers()
+        pool = backend.workers()
         roots = (*pool.roots, str(cached.parent), *([str(root)] if root else []))
         w = Worker("normcheck.backends.triton.worker", extra_env=pool.extra_env, roots=roots)
         _OP_WORKERS[key] = w
@@ -199,13 +199,13 @@ class Op:
         return rep
 
     def _load(self, w):
-        from normcheck.backends.triton.backend import _imports
+        from normcheck.backends.triton.backend import imports
 
         if self.loaded and w.proc is not None and w.proc.poll() is None:
             return
         stubs = ()
         if not self.module:
-            _installed, stubs = _imports(ast.parse(self.text), self.path.name)
+            _installed, stubs = imports(ast.parse(self.text), self.path.name)
         rep = self._request(w, {"op": "op_load", "module": str(self.cached),
                                 "filename": str(self.path), "name": self.module,
                                 "root": str(self.root or ""), "stubs": list(stubs)},

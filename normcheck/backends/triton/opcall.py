@@ -44,7 +44,7 @@ import numpy as np
 
 from normcheck.backends.cpu import worker as base_worker
 
-__all__ = ["load", "call"]
+__all__ = ["load", "call", "where_raised"]
 
 _OPS: dict = {}
 #: the storage each id names (ids given in order of first sight, one call's)
@@ -60,10 +60,20 @@ class _Aborted(BaseException):
     op's ``except Exception`` does not swallow it)."""
 
 
-def _where(e) -> str:
-    from normcheck.backends.triton.worker import _where as where
+def where_raised(e) -> str:
+    """Where an exception a file's import raised came from: the last frame of the user's file
+    and the last frame of all (a library it called), as "(at file:line, in lib.py:line)"."""
+    import traceback
 
-    return where(e)
+    frames = traceback.extract_tb(e.__traceback__)
+    own = [f for f in frames if not f.filename.startswith(("/", "<"))]
+    parts = []
+    if own:
+        parts.append(f"at {own[-1].filename}:{own[-1].lineno}")
+    if frames and (not own or frames[-1] is not own[-1]):
+        last = frames[-1]
+        parts.append(f"in {last.filename.rsplit('/', 1)[-1]}:{last.lineno} ({last.name})")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def load(req):
@@ -79,7 +89,7 @@ def load(req):
             if req.get("root"):
                 sys.path.insert(0, req["root"])
             executor.install()
-            with executor._file_imports():
+            with executor.file_imports():
                 mod = importlib.import_module(req["name"])
             ns, file = vars(mod), getattr(mod, "__file__", "") or ""
         else:
@@ -89,7 +99,7 @@ def load(req):
             file = req["filename"]
     except Exception as e:  # noqa: BLE001 -- the project's module raised as it was imported
         return {"ok": False, "kind": "load",
-                "message": f"{type(e).__name__}: {str(e)[:600]}{_where(e)}"}
+                "message": f"{type(e).__name__}: {str(e)[:600]}{where_raised(e)}"}
     _OPS[key] = (ns, file)
     _install()
     return {"ok": True, "file": str(file)}
@@ -356,7 +366,7 @@ def call(req):
         if _STATE.get("aborted"):
             return {"ok": False, "kind": "aborted", "message": "a launch failed"}
         return {"ok": False, "kind": "error",
-                "message": f"{type(e).__name__}: {str(e)[:600]}{_where(e)}"}
+                "message": f"{type(e).__name__}: {str(e)[:600]}{where_raised(e)}"}
     if _STATE.get("aborted"):
         return {"ok": False, "kind": "aborted", "message": "a launch failed"}
     done = []

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from normcheck.backends.cpu import worker as base_worker
+from normcheck.backends.triton.opcall import where_raised
 
 _modules = {}
 
@@ -134,25 +135,9 @@ def describe(req):
                                   stubs=req.get("stubs", ()), file=req["module"])
     except Exception as e:  # noqa: BLE001 -- the user's file raised as it ran
         return {"ok": False, "kind": "load",
-                "message": f"{type(e).__name__}: {str(e)[:600]}{_where(e)}"}
+                "message": f"{type(e).__name__}: {str(e)[:600]}{where_raised(e)}"}
     return {"ok": True, "globals": extract.describe(ns, req["filename"]),
             "stood_in": {str(k): str(v)[:400] for k, v in executor.STOOD_IN.items()}}
-
-
-def _where(e) -> str:
-    """Where an exception a file's import raised came from: the last frame of the user's file
-    and the last frame of all (a library it called), as "(at file:line, in lib.py:line)"."""
-    import traceback
-
-    frames = traceback.extract_tb(e.__traceback__)
-    own = [f for f in frames if not f.filename.startswith(("/", "<"))]
-    parts = []
-    if own:
-        parts.append(f"at {own[-1].filename}:{own[-1].lineno}")
-    if frames and (not own or frames[-1] is not own[-1]):
-        last = frames[-1]
-        parts.append(f"in {last.filename.rsplit('/', 1)[-1]}:{last.lineno} ({last.name})")
-    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _order(n, schedule, seed):
@@ -177,7 +162,7 @@ def launch(req):
         return {"ok": False, "kind": "load", "message": str(e.args[0] if e.args else e)}
     except Exception as e:  # noqa: BLE001 -- the file's defs raised as they were made
         return {"ok": False, "kind": "load",
-                "message": f"{type(e).__name__}: {str(e)[:600]}{_where(e)}"}
+                "message": f"{type(e).__name__}: {str(e)[:600]}{where_raised(e)}"}
     try:
         fn, meta = executor.kernel_function(ns, req["entry"], config)
     except (KeyError, TypeError) as e:
