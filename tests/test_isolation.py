@@ -410,21 +410,63 @@ def test_a_cuda_kernel_reads_no_other_build(tmp_path):
 def test_the_gpu_path_runs_the_file_in_an_isolated_worker(tmp_path, monkeypatch):
     """--backend cuda used to exec the file in normcheck's own process; now in a worker
     started isolated -- tested with the stand-in (the same worker, Triton's interpreter on
-    torch's CPU tensors)."""
+    torch's CPU tensors).  What it saw comes back in the import error it raises (it may write
+    no file outside its scratch folder: the next test)."""
     from normcheck.backends.triton.backend import TritonGpuStandIn
+    from normcheck.errors import CompileError
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SECRET_TOKEN", "tok-1732050807")
-    where = tmp_path / "where.json"
     p = _triton_file(tmp_path, f"""
         import json, os, sys
-        json.dump({{"pid": os.getpid(), "cwd": os.getcwd(), "isolated": sys.flags.isolated,
-                   "secret": "SECRET_TOKEN" in os.environ,
-                   "path": sys.path}}, open({str(where)!r}, "w"))
+        raise RuntimeError("SEEN" + json.dumps({{"pid": os.getpid(), "cwd": os.getcwd(),
+                           "isolated": sys.flags.isolated, "secret": "SECRET_TOKEN" in os.environ,
+                           "here": {str(tmp_path)!r} in "".join(sys.path)}}) + "END")
         """)
-    r = _check_triton(p, backend=TritonGpuStandIn(), examples=2)
-    assert r.families, r.render()
-    seen = json.loads(where.read_text())
+    with pytest.raises(CompileError) as e:
+        _check_triton(p, backend=TritonGpuStandIn(), examples=2)
+    text = str(e.value)
+    seen = json.loads(text[text.index("SEEN") + 4:text.index("END")].replace('\\"', '"'))
     assert seen["pid"] != os.getpid() and seen["isolated"] == 1 and not seen["secret"]
-    assert seen["cwd"] == isolation.private_cwd()
-    assert str(tmp_path) not in "".join(seen["path"])
+    assert seen["cwd"] == isolation.private_cwd() and not seen["here"]
+
+
+@needs_triton
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_the_gpu_path_writes_no_cache(tmp_path, monkeypatch):
+    """#55: the GPU path's worker runs without the seccomp sandbox (its driver needs its
+    devices), and could write what the user can -- normcheck's cache (a compiled kernel planted
+    for a later check, a launcher replaced) among it.  Now landlock lets it write only its own
+    scratch folder (HOME, TMPDIR, Triton's cache) and /dev: a file's attempts to write the cache,
+    the folder beside it and the working folder all fail, and its scratch folder is removed
+    when the worker ends."""
+    from normcheck.backends import cache
+    from normcheck.backends.triton import backend
+    from normcheck.backends.triton.backend import TritonGpuStandIn
+    from normcheck.errors import CompileError
+
+    monkeypatch.chdir(tmp_path)
+    targets = [cache.cache_root() / "planted-by-gpu-file", tmp_path / "planted-beside"]
+    p = _triton_file(tmp_path, f"""
+        import os, tempfile
+        out = []
+        for t in {[str(t) for t in targets]!r}:
+            try:
+                open(t, "w").write("x")
+                out.append("WROTE " + t)
+            except OSError as e:
+                out.append(type(e).__name__)
+        home = os.environ["HOME"]
+        open(os.path.join(home, "ok"), "w").write("scratch")  # its own folder: allowed
+        raise RuntimeError("SEEN " + " ".join(out) + " HOME=" + home + " END")
+        """)
+    with pytest.raises(CompileError) as e:
+        _check_triton(p, backend=TritonGpuStandIn(), examples=2)
+    text = str(e.value)
+    assert "WROTE" not in text and text.count("PermissionError") == 2, text
+    assert not any(t.exists() for t in targets)
+    home = text[text.index("HOME=") + 5:text.index(" END")]
+    assert "normcheck-gpu-" in home and not home.startswith(str(cache.cache_root()))
+    assert Path(home).is_dir()  # the worker lives on, its scratch with it ...
+    backend._gpu_workers("cpu").close()
+    assert not Path(home).exists()  # ... and goes with it

@@ -45,6 +45,7 @@ import os
 import platform
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -881,8 +882,13 @@ class Worker:
     untrusted (:mod:`normcheck.backends.cpu.wire`)."""
 
     def __init__(self, module: str = "normcheck.backends.cpu.worker", extra_env=None,
-                 roots=(), sandbox: str | None = None):
+                 roots=(), sandbox: str | None = None, writes_scratch: bool = False):
         self.module = module  # the worker's program (python -m ...)
+        #: a worker without the sandbox (the GPU path's: its driver needs its devices) still
+        #: confined by landlock to write only its own scratch folder and /dev (never the cache):
+        #: it reads anywhere; HOME, TMPDIR and TRITON_CACHE_DIR are that folder
+        self.writes_scratch = writes_scratch
+        self.scratch = None
         self.extra_env = extra_env  # a callable: more environment for the worker, or None
         #: the sandbox's mode when it is this worker's own ("off": the GPU path's, whose
         #: driver needs its devices), else NORMCHECK_SANDBOX's
@@ -946,8 +952,16 @@ class Worker:
                 sandbox.read_dirs(sorted(str(Path(r).resolve()) for r in self.roots)))
         if self.extra_env is not None:
             extra.update(self.extra_env())
+        landlock = {}
+        if self.writes_scratch:
+            confine.require_landlock("a Triton file's host code on the GPU path")
+            self._drop_scratch()
+            self.scratch = tempfile.mkdtemp(prefix="normcheck-gpu-")
+            extra.update({"HOME": self.scratch, "TMPDIR": self.scratch,
+                          "TRITON_CACHE_DIR": os.path.join(self.scratch, "triton")})
+            landlock = {"read": ["/"], "write": [self.scratch, "/dev"]}
         # isolated: nothing of the folder normcheck runs in is on its import path
-        cmd = confine.command(isolation.command(self.module))
+        cmd = confine.command(isolation.command(self.module), **landlock)
         env = sandbox.worker_environment(extra)
         # started from one thread that lives as long as normcheck: normcheck-launch dies with
         # the *thread* that started it (PR_SET_PDEATHSIG follows the creating thread), so a
@@ -994,6 +1008,12 @@ class Worker:
                 except OSError:
                     pass
         self.proc = None
+        self._drop_scratch()
+
+    def _drop_scratch(self):
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
     def messages(self, lines: int = 5, width: int = 300) -> str:
         """normcheck's own messages among the worker's last stderr output (lines that start with
@@ -1221,8 +1241,10 @@ class Workers:
     runs again."""
 
     def __init__(self, module: str = "normcheck.backends.cpu.worker", extra_env=None,
-                 keep: int = 4, roots=(), sandbox: str | None = None):
+                 keep: int = 4, roots=(), sandbox: str | None = None,
+                 writes_scratch: bool = False):
         self.module, self.extra_env, self.keep = module, extra_env, keep
+        self.writes_scratch = writes_scratch  # Worker.writes_scratch
         self.roots = tuple(roots)  # what every worker of the pool reads besides its builds
         self.sandbox = sandbox  # the workers' sandbox mode (Worker.sandbox)
         self.own = None
@@ -1236,7 +1258,8 @@ class Workers:
             with self.lock:
                 if self.own is None:
                     self.own = Worker(self.module, self.extra_env,
-                                      roots=(*self.roots, folder), sandbox=self.sandbox)
+                                      roots=(*self.roots, folder), sandbox=self.sandbox,
+                                      writes_scratch=self.writes_scratch)
                     self.own.trusted = True
                 w, grown = self.own, folder not in self.own.roots
                 if grown:  # a new set: a start under way reads the old one
@@ -1249,7 +1272,7 @@ class Workers:
             w = self.users.pop(folder, None)
             if w is None:
                 w = Worker(self.module, self.extra_env, roots=(*self.roots, folder),
-                           sandbox=self.sandbox)
+                           sandbox=self.sandbox, writes_scratch=self.writes_scratch)
             self.users[folder] = w
             while len(self.users) > self.keep:
                 old.append(self.users.popitem(last=False)[1])
@@ -1262,7 +1285,7 @@ class Workers:
         with self.lock:
             if self.own is None:
                 self.own = Worker(self.module, self.extra_env, roots=self.roots,
-                                  sandbox=self.sandbox)
+                                  sandbox=self.sandbox, writes_scratch=self.writes_scratch)
             return self.own
 
     def all(self) -> list:

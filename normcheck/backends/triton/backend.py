@@ -614,8 +614,10 @@ def _gpu_workers(device: str):
         from normcheck.backends.cpu.backend import Workers
 
         def env():
-            out = {"TRITON_CACHE_DIR": str(cache.cache_dir("triton").resolve() / "gpu"),
-                   "HOME": isolation.private_cwd(), "NORMCHECK_TRITON_DEVICE": device}
+            # HOME, TMPDIR and Triton's cache: the worker's own scratch folder, the one place it
+            # may write besides /dev (Worker.writes_scratch) -- never normcheck's cache, whose
+            # compiled kernels a file's host code could otherwise plant for later checks
+            out = {"NORMCHECK_TRITON_DEVICE": device}
             if device == "cpu":
                 out["TRITON_INTERPRET"] = "1"
             for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH"):
@@ -624,7 +626,7 @@ def _gpu_workers(device: str):
             return out
 
         _GPU_WORKERS[device] = Workers("normcheck.backends.triton.gpu_worker", extra_env=env,
-                                       sandbox="off")
+                                       sandbox="off", writes_scratch=True)
         atexit.register(_GPU_WORKERS[device].close)
     return _GPU_WORKERS[device]
 

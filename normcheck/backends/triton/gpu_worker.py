@@ -6,11 +6,13 @@ runs here, started as every Python process normcheck starts is (:mod:`normcheck.
 isolation`: ``python -I`` with only the interpreter's folders and normcheck on its import path,
 in a private empty folder, with the allow-listed environment; by ``normcheck-launch``: in a PID
 namespace that dies with normcheck, every capability dropped).  What it does not get is the cpu
-workers' sandbox -- landlock and the seccomp allow-list -- because the CUDA driver needs its
-device files, its ioctls and its memory mappings: on this path the file's host code can read
-what the user running normcheck can read, but it never holds normcheck's environment (tokens),
-its capabilities, its working folder or its process (DESIGN, "Threat model").  One worker per
-user file, as on the cpu backend.
+workers' sandbox -- landlock's read roots and the seccomp allow-list -- because the CUDA driver
+needs its device files, its ioctls and its memory mappings: on this path the file's host code
+can read what the user running normcheck can read, but it writes only its own scratch folder
+(HOME, TMPDIR, Triton's cache) and /dev (landlock, applied by the launcher:
+``Worker.writes_scratch``), and it never holds normcheck's environment (tokens), its
+capabilities, its working folder or its process (DESIGN, "Threat model").  One worker per user
+file, as on the cpu backend.
 
 The arrays travel as on the cpu backend: the parent places them in the shared arena
 (:meth:`normcheck.backends.cpu.backend.Worker.run_on_arrays`); here each is copied to the device
