@@ -26,7 +26,8 @@ import numpy as np
 from normcheck import formats, norms, spec as specs
 from normcheck.formats import Format
 from normcheck.backends.base import StructArg
-from normcheck.errors import KernelError, KernelRaised, LaunchRefused, SpecError, invalid
+from normcheck.errors import (CompileError, KernelError, KernelRaised, LaunchRefused, SpecError,
+                              invalid)
 
 __all__ = ["Case", "KernelTarget", "CallableTarget", "Outputs", "bind", "buffer_formats",
            "poisoned", "unwritten"]
@@ -651,8 +652,8 @@ class CallableTarget:
                     outs[k] = as_values(v, self.quant.qformat, case.cols)
                 else:  # float scales, or e8m0/ue4m3 codes of block scales
                     outs[k] = as_values(v, qformat(self.quant.scale_format), None)
-        except KernelError:  # a launch it made failed (an op's kernel): as it failed
-            raise
+        except (KernelError, CompileError):  # an op's launch failed, or its module did not
+            raise                              # load: as it failed
         except Exception as e:  # the callable's failure, reported as such
             raise KernelRaised(f"{self.label} raised {type(e).__name__}: {e}",
                                exception=type(e).__name__) from None

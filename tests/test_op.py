@@ -20,7 +20,7 @@ if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch
 from normcheck import check, spec as specs  # noqa: E402
 from normcheck.backends.triton.op import locate_module, parse_call  # noqa: E402
 from normcheck.cli import main  # noqa: E402
-from normcheck.errors import InvalidArgument, SpecError  # noqa: E402
+from normcheck.errors import CompileError, InvalidArgument, SpecError  # noqa: E402
 
 _OPS = '''
 import torch
@@ -245,3 +245,11 @@ def test_the_op_runs_sandboxed(ops):
     assert str(r.verdict) == "fail"
     text = r.render()
     assert "CANARY_OP_7" not in text and "PermissionError" in text
+
+
+def test_an_op_whose_module_does_not_load_cannot_be_judged(ops):
+    # exit 2 (an error, never a verdict): the module exits as it is imported
+    bad = ops.parent / "exits.py"
+    bad.write_text(_OPS + "\nraise SystemExit('no GPU here')\n")
+    with pytest.raises(CompileError, match="SystemExit: no GPU here"):
+        _check(bad, "rms_norm(x, weight, eps)", examples=2)

@@ -195,7 +195,7 @@ class Op:
             if err is not None:
                 raise err
             self.loaded = False
-            raise KernelCrash(f"{name}: the op's worker {w.describe_death(rep)}")
+            raise KernelCrash(f"{name}: {w.describe_death(rep)} (the op's own worker)")
         return rep
 
     def _load(self, w):

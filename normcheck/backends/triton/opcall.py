@@ -97,7 +97,7 @@ def load(req):
             ns = executor.load_module(text, req["filename"], "normcheck_user",
                                       stubs=req.get("stubs", ()), file=req["module"])
             file = req["filename"]
-    except Exception as e:  # noqa: BLE001 -- the project's module raised as it was imported
+    except BaseException as e:  # noqa: BLE001 -- the module raised (or exited) as imported
         return {"ok": False, "kind": "load",
                 "message": f"{type(e).__name__}: {str(e)[:600]}{where_raised(e)}"}
     _OPS[key] = (ns, file)
