@@ -193,6 +193,44 @@ def test_a_triton_file_cannot_forge_its_pass(tmp_path, route):
         assert r.returncode == 1 and "verdict: FAIL" in r.stdout, r.stdout[-2000:]
 
 
+#: The top level of a file that forges its launch on the GPU path: Triton's launch replaced by
+#: torch computing the right RMSNorm into Y (the stand-in runs Triton's interpreter)
+_GPU_FORGERY = """
+import triton.runtime.interpreter as _ti
+
+
+def _forged(self, *args, grid, warmup=False, **kw):
+    import torch
+    Y, X, W, eps, rows, cols = args[:6]
+    x = X[:rows * cols].double().reshape(rows, cols)
+    r = 1 / torch.sqrt((x * x).mean(1, keepdim=True) + eps)
+    Y[:rows * cols] = (x * r * W[:cols].double()).to(Y.dtype).reshape(-1)
+
+
+_ti.InterpretedFunction.run = _forged
+"""
+
+
+def test_a_triton_file_cannot_forge_its_pass_on_the_gpu_path(tmp_path, monkeypatch):
+    """The GPU path ran the file's top level in the worker that launches its kernel: replacing
+    Triton's launch there made a kernel that stores zeros PASS.  Now the top level runs in the
+    cpu path's sandboxed loader and the GPU worker rebuilds the kernel from the file's text
+    (tested with the stand-in: the same worker, Triton's interpreter on torch's CPU tensors):
+    the zeros are judged."""
+    pytest.importorskip("triton")
+    pytest.importorskip("torch")
+    from normcheck import check
+    from normcheck.backends.triton.backend import TritonGpuStandIn
+
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "k.py"
+    src.write_text("import triton\nimport triton.language as tl\n" + _GPU_FORGERY +
+                   _ZEROS_KERNEL.format(body="pass"))
+    r = check.check_kernel(src, "k", "rmsnorm", "fp32", backend=TritonGpuStandIn(),
+                           examples=4, search=0)
+    assert str(r.verdict) == "fail", r.render()[-2000:]
+
+
 def test_a_heuristic_cannot_write_an_output(tmp_path):
     """A heuristic runs beside the launch (as on a GPU, where it runs on the host): it sees the
     arguments read-only, so ``out=`` into the output is refused -- never a PASS."""

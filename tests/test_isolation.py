@@ -408,10 +408,10 @@ def test_a_cuda_kernel_reads_no_other_build(tmp_path):
 @needs_triton
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_the_gpu_path_runs_the_file_in_an_isolated_worker(tmp_path, monkeypatch):
-    """--backend cuda used to exec the file in normcheck's own process; now in a worker
+    """--backend cuda used to exec the file in normcheck's own process; now its top level runs
+    in the cpu path's sandboxed loader and the kernel is rebuilt from its text in a worker
     started isolated -- tested with the stand-in (the same worker, Triton's interpreter on
-    torch's CPU tensors).  What it saw comes back in the import error it raises (it may write
-    no file outside its scratch folder: the next test)."""
+    torch's CPU tensors).  What it saw comes back in the import error it raises."""
     from normcheck.backends.triton.backend import TritonGpuStandIn
     from normcheck.errors import CompileError
 
@@ -435,38 +435,37 @@ def test_the_gpu_path_runs_the_file_in_an_isolated_worker(tmp_path, monkeypatch)
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_the_gpu_path_writes_no_cache(tmp_path, monkeypatch):
     """#55: the GPU path's worker runs without the seccomp sandbox (its driver needs its
-    devices), and could write what the user can -- normcheck's cache (a compiled kernel planted
-    for a later check, a launcher replaced) among it.  Now landlock lets it write only its own
-    scratch folder (HOME, TMPDIR, Triton's cache) and /dev: a file's attempts to write the cache,
-    the folder beside it and the working folder all fail, and its scratch folder is removed
-    when the worker ends."""
-    from normcheck.backends import cache
+    devices) and could write what the user can -- normcheck's cache (a compiled kernel planted
+    for a later check, a launcher replaced) among it.  Now the launcher's landlock lets it write
+    only its own scratch folder (HOME, TMPDIR, Triton's cache) and /dev: the worker is started
+    with those rules, a process under the same rules cannot write the cache, the folder beside
+    the kernel or the working folder, and the scratch folder goes with the worker."""
+    from normcheck.backends import cache, confine
     from normcheck.backends.triton import backend
     from normcheck.backends.triton.backend import TritonGpuStandIn
-    from normcheck.errors import CompileError
 
     monkeypatch.chdir(tmp_path)
+    p = _triton_file(tmp_path, "")
+    assert _check_triton(p, backend=TritonGpuStandIn(), examples=2).families
+    workers = [w for w in backend._gpu_workers("cpu").all() if w.proc is not None]
+    assert workers
+    for w in workers:
+        argv = Path(f"/proc/{w.proc.pid}/cmdline").read_bytes().split(b"\0")
+        writes = [argv[i + 1].decode() for i, a in enumerate(argv[:-1]) if a == b"--write"]
+        assert sorted(writes) == sorted([w.scratch, "/dev"]), argv
+        assert b"--read" in argv and "normcheck-gpu-" in w.scratch
+    # the same rules, on a process of the test's own
     targets = [cache.cache_root() / "planted-by-gpu-file", tmp_path / "planted-beside"]
-    p = _triton_file(tmp_path, f"""
-        import os, tempfile
-        out = []
-        for t in {[str(t) for t in targets]!r}:
-            try:
-                open(t, "w").write("x")
-                out.append("WROTE " + t)
-            except OSError as e:
-                out.append(type(e).__name__)
-        home = os.environ["HOME"]
-        open(os.path.join(home, "ok"), "w").write("scratch")  # its own folder: allowed
-        raise RuntimeError("SEEN " + " ".join(out) + " HOME=" + home + " END")
-        """)
-    with pytest.raises(CompileError) as e:
-        _check_triton(p, backend=TritonGpuStandIn(), examples=2)
-    text = str(e.value)
-    assert "WROTE" not in text and text.count("PermissionError") == 2, text
+    ok = tmp_path / "scratch"
+    ok.mkdir()
+    code = ("import sys\nout = []\nfor t in sys.argv[1:]:\n    try:\n"
+            "        open(t, 'w').write('x'); out.append('WROTE')\n"
+            "    except OSError as e:\n        out.append(type(e).__name__)\nprint(*out)")
+    cmd = confine.command([sys.executable, "-c", code, *map(str, targets), str(ok / "f")],
+                          read=["/"], write=[str(ok), "/dev"])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["PermissionError", "PermissionError", "WROTE"], r
     assert not any(t.exists() for t in targets)
-    home = text[text.index("HOME=") + 5:text.index(" END")]
-    assert "normcheck-gpu-" in home and not home.startswith(str(cache.cache_root()))
-    assert Path(home).is_dir()  # the worker lives on, its scratch with it ...
+    scratch = workers[0].scratch
     backend._gpu_workers("cpu").close()
-    assert not Path(home).exists()  # ... and goes with it
+    assert not Path(scratch).exists()

@@ -655,9 +655,10 @@ class _GpuKernel(base.Kernel):
                "entry": self.entry, "params": list(self.sig.passed[:len(args)]),
                "grid": list(base.dim3(grid, "grid")),
                "num_warps": max(1, base.dim3(block, "block")[0] // 32), "args": records,
-               "dtypes": [a.dtype.name if isinstance(a, np.ndarray) else "" for a in args],
-               "stubs": list(self.sig.stubbed)}
+               "dtypes": [a.dtype.name if isinstance(a, np.ndarray) else "" for a in args]}
         timeout = float(timeout or DEFAULT_TIMEOUT)
+        # the file's top level runs in the cpu path's loader, never where the launch is
+        req["globals"] = described(self.path, self.cached, self.sig.stubbed, timeout)["globals"]
         w = _gpu_workers(self.device).get(str(self.cached.parent), isolation.is_own(self.path))
 
         def dead(rep):

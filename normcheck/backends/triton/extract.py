@@ -239,8 +239,9 @@ def _materialise(name, desc, stood):
 
     import triton.language as tl
 
-    from normcheck.backends.triton import executor, stubs
+    from normcheck.backends.triton import stubs
 
+    ex = _executor()
     where = f"the global {name}"
     kind = desc[0] if isinstance(desc, list) and desc and isinstance(desc[0], str) else None
     if kind in ("value", "float"):
@@ -258,10 +259,10 @@ def _materialise(name, desc, stood):
         except (AssertionError, ValueError, KeyError, TypeError):
             raise Refused(f"{where}: no Triton dtype {desc[1]!r}") from None
     if kind == "libdevice":
-        return executor.LibdeviceModule()
+        return _libdevice(ex)
     if kind == "libdevice_fn" and len(desc) == 2 and isinstance(desc[1], str) and \
             not desc[1].startswith("_"):
-        return getattr(executor.LibdeviceModule(), desc[1])
+        return getattr(_libdevice(ex), desc[1])
     if kind == "module" and len(desc) == 2 and isinstance(desc[1], str) and \
             _module_allowed(desc[1]):
         return importlib.import_module(desc[1])
@@ -281,8 +282,8 @@ def _materialise(name, desc, stood):
             obj = getattr(obj, part)
         if isinstance(obj, types.ModuleType):
             raise Refused(f"{where}: a module")
-        if tl.core.is_builtin(obj):
-            return executor.with_semantic(obj)
+        if tl.core.is_builtin(obj) and ex is not None:
+            return ex.with_semantic(obj)  # the interpreter calls it by name (a compiler, as is)
         return obj
     if kind == "opaque":
         return _Opaque(name, str(desc[1]) if len(desc) > 1 else "?")
@@ -334,10 +335,33 @@ def _chain(node):
     return None, []
 
 
-def _modulish(v) -> bool:
+def _executor():
+    """normcheck's executor where kernels run interpreted (TRITON_INTERPRET=1: the cpu path,
+    the GPU path's stand-in), else None: on a GPU the rebuilt kernels are compiled by Triton
+    itself, and the executor (which sets the interpreter up as it is imported) stays out."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return None
     from normcheck.backends.triton import executor
 
-    return isinstance(v, (types.ModuleType, executor.LibdeviceModule))
+    return executor
+
+
+def _libdevice(ex):
+    """libdevice as the kernel's launch runs it: the executor's under the interpreter, Triton's
+    own where it compiles."""
+    if ex is not None:
+        return ex.LibdeviceModule()
+    import importlib
+
+    return importlib.import_module("triton.language.extra.libdevice")
+
+
+def _modulish(v) -> bool:
+    ex = _executor()
+    return isinstance(v, types.ModuleType) or (ex is not None and
+                                               isinstance(v, ex.LibdeviceModule))
 
 
 def verify(node, ns: dict, filename: str, lambdas: bool = False):
@@ -457,9 +481,11 @@ def rebuild(text: str, filename: str, globals_: dict, entry: str, package: str):
 
     import triton
 
-    from normcheck.backends.triton import executor, stubs
+    from normcheck.backends.triton import stubs
 
-    executor.install()
+    ex = _executor()
+    if ex is not None:
+        ex.install()
     if not isinstance(globals_, dict):
         raise Refused("the file's description is not a map")
     lines = text.splitlines(keepends=True)

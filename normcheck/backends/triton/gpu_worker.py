@@ -1,18 +1,19 @@
 """The triton-gpu backend's worker process: runs a user's ``@triton.jit`` kernel with real
 Triton on torch's CUDA tensors -- in a process of its own, never in normcheck's.
 
-A kernel file is Python: its module-level code runs as it is imported.  On the GPU path it
-runs here, started as every Python process normcheck starts is (:mod:`normcheck.backends.
+A kernel file is Python: its module-level code runs as it is imported -- in the cpu path's
+sandboxed loader, never here: this worker rebuilds the kernels from the file's text (below).
+It is started as every Python process normcheck starts is (:mod:`normcheck.backends.
 isolation`: ``python -I`` with only the interpreter's folders and normcheck on its import path,
 in a private empty folder, with the allow-listed environment; by ``normcheck-launch``: in a PID
 namespace that dies with normcheck, every capability dropped).  What it does not get is the cpu
 workers' sandbox -- landlock's read roots and the seccomp allow-list -- because the CUDA driver
-needs its device files, its ioctls and its memory mappings: on this path the file's host code
-can read what the user running normcheck can read, but it writes only its own scratch folder
-(HOME, TMPDIR, Triton's cache) and /dev (landlock, applied by the launcher:
-``Worker.writes_scratch``), and it never holds normcheck's environment (tokens), its
-capabilities, its working folder or its process (DESIGN, "Threat model").  One worker per user
-file, as on the cpu backend.
+needs its device files, its ioctls and its memory mappings: on this path a kernel's launch
+(its heuristics, Triton's compile) can read what the user running normcheck can read, but it
+writes only its own scratch folder (HOME, TMPDIR, Triton's cache) and /dev (landlock, applied
+by the launcher: ``Worker.writes_scratch``), and it never holds normcheck's environment
+(tokens), its capabilities, its working folder or its process (DESIGN, "Threat model").  One
+worker per user file, as on the cpu backend.
 
 The arrays travel as on the cpu backend: the parent places them in the shared arena
 (:meth:`normcheck.backends.cpu.backend.Worker.run_on_arrays`); here each is copied to the device
@@ -22,11 +23,15 @@ as torch's type of the same name, the kernel runs, and the outputs are copied ba
 the same worker, the same protocol, Triton's own interpreter on torch's CPU tensors
 (``TRITON_INTERPRET=1``) -- everything but the device.
 
+The file's top level never runs here: it ran in a loader (the cpu path's, sandboxed), which
+described what it left as data; the kernels are rebuilt from the file's text and those
+descriptions (:func:`normcheck.backends.triton.extract.rebuild`), as on the cpu path.
+
 Request::
 
     {"op": "launch", "module": cached path, "filename": the user's path, "entry": name,
      "params": [names], "grid": [x, y, z], "num_warps": n, "args": [records],
-     "dtypes": [numpy dtype name | ""], "stubs": [modules]}
+     "dtypes": [numpy dtype name | ""], "globals": the loader's description of the file}
 """
 
 import ctypes
@@ -52,32 +57,35 @@ def _prepare():
 
 
 def _namespace(req):
-    import linecache
+    """The entry's kernels rebuilt from the file's text and the loader's description of its
+    globals (:mod:`extract`), as on the cpu path: this process never runs the file's top level,
+    so nothing of the file's can change what the launch leaves in the arrays."""
+    from normcheck.backends.triton import extract
 
-    from normcheck.backends.triton.stubs import stub_modules
-
-    key = req["module"]
-    ns = _modules.get(key)
-    if ns is None:
-        text = base_worker.read_file(key)
-        path = req["filename"]
-        package = f"normcheck_user_{len(_modules)}_package"
-        ns = {"__name__": f"{package}.kernel", "__file__": path, "__package__": package}
-        stub_modules([package, *req.get("stubs", ())], package)
-        linecache.cache[path] = (len(text), None, text.splitlines(True), path)
-        exec(compile(text, path, "exec"), ns)  # noqa: S102 -- the user's file, in this worker
-        _modules[key] = ns
-    return ns
+    key = (req["module"], req["entry"])
+    got = _modules.get(key)
+    if got is None:
+        text = base_worker.read_file(req["module"])
+        got = extract.rebuild(text, req["filename"], req.get("globals") or {}, req["entry"],
+                              f"normcheck_user_{len(_modules)}_package")
+        _modules[key] = got
+    return got
 
 
 def launch(req):
     import torch
 
+    from normcheck.backends.triton import extract
+
     try:
-        ns = _namespace(req)
+        ns, config, _stood = _namespace(req)
         fn = ns[req["entry"]]
-    except Exception as e:  # noqa: BLE001 -- the user's file raised as it ran
+    except extract.Refused as e:
+        return {"ok": False, "kind": "load", "message": f"refused: {e}"}
+    except Exception as e:  # noqa: BLE001 -- the file's defs raised as they were made
         return {"ok": False, "kind": "load", "message": f"{type(e).__name__}: {str(e)[:600]}"}
+    # an autotuned kernel runs its first config (its decorator is not rebuilt)
+    extra = {k: v for k, v in (config or {}).items() if k not in req["params"]}
     dev = _device()
     maps, copies, call = [], [], []
     try:
@@ -102,7 +110,7 @@ def launch(req):
                 call.append(np.frombuffer(rec[2], np.dtype(rec[1]))[0].item())
         t0 = time.perf_counter()
         try:
-            fn[tuple(req["grid"])](*call, num_warps=int(req["num_warps"]))
+            fn[tuple(req["grid"])](*call, num_warps=int(req["num_warps"]), **extra)
             if dev == "cuda":
                 torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 -- the kernel's own error, named
