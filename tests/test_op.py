@@ -63,6 +63,13 @@ def rms_norm(x, weight, eps):
     return y.view(shape), x
 
 
+def asks_device(x, weight, eps):
+    # launchers ask the GPU what it is (a block size by architecture): answered for sm_90
+    if torch.cuda.get_device_capability()[0] < 8:
+        raise RuntimeError("needs sm_80")
+    return rms_norm(x, weight, eps)
+
+
 def rms_norm_branchy(x, weight, eps):
     # the launcher sends narrow rows to another kernel -- the one with the bug
     y = torch.empty_like(x)
@@ -141,6 +148,8 @@ def test_a_sound_op_passes_through_its_own_launcher(ops):
     r = _check(ops, "rms_norm(x, weight, eps)")
     assert str(r.verdict) == "pass", r.render()
     assert "triton-cpu" in r.render()
+    # its device queries answered for the presented GPU while it runs
+    assert str(_check(ops, "asks_device(x, weight, eps)", examples=2).verdict) == "pass"
 
 
 def test_the_branch_the_launcher_takes_is_what_runs(ops):

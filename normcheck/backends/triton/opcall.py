@@ -16,7 +16,9 @@ triton.op``).
 
 The memory the op allocates with ``torch.empty`` (and its kin) is filled with the poison NaN of
 its format, as the cpu backend fills an output buffer: an element no program writes is seen.
-An autotuned kernel runs its first config, as the executor runs it (:mod:`extract`).
+An autotuned kernel runs its first config, as the executor runs it (:mod:`extract`); torch's
+device queries (``torch.cuda.get_device_capability()`` ...) answer for the presented GPU while
+the op runs, as while its module is imported (``executor.file_imports``).
 
 Requests (each answered as the cpu worker answers; the inner ones are :func:`converse`'s)::
 
@@ -357,8 +359,10 @@ def call(req):
                 f"op's module"}
     args = [_arg(a, inputs) for a in req["args"]]
     kwargs = {k: _arg(a, inputs) for k, a in req["kwargs"].items()}
-    try:
-        with torch.no_grad():
+    from normcheck.backends.triton import executor
+
+    try:  # torch.cuda's device queries answer for the presented GPU, as while it was imported
+        with executor.file_imports(), torch.no_grad():
             res = fn(*args, **kwargs)
     except _Aborted:
         return {"ok": False, "kind": "aborted", "message": "a launch failed"}
