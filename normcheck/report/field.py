@@ -169,8 +169,10 @@ def markdown(outs: list) -> str:
     lines = [
         "Public LayerNorm and RMSNorm kernels as their projects release them on the package "
         "registry (the files pinned by SHA-256 in normcheck/field/corpus.toml, fetched confined, "
-        "nothing of the package built or imported), each launched as its own launcher does "
-        "(normcheck/field/specs/) and checked on the cpu backend like `normcheck check`: "
+        "nothing of the package built or installed, nothing of it run outside the sandbox), "
+        "each launched as its own launcher does (normcheck/field/specs/; an `_op` row calls "
+        "the project's own Python launcher, its module imported in the sandbox) and checked "
+        "on the cpu backend like `normcheck check`: "
         "16 rows a family, seed 0; failures first.  Verdicts beside the ones recorded; the "
         "worst family is the "
         "one furthest beyond (or nearest to) its sound bound; a fault or a non-finite output "
