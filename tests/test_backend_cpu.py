@@ -287,8 +287,8 @@ def test_a_worker_hands_over_after_its_module_budget(monkeypatch):
     MODULES_PER_WORKER distinct modules a fresh worker takes over; launches carry on.  (A user
     build has a worker of its own; the built-ins share one: these sources are taken for
     built-ins.)"""
-    from normcheck.backends.cpu import backend as cpu
-    monkeypatch.setattr(cpu, "MODULES_PER_WORKER", 2)
+    from normcheck.backends.cpu import backend as cpu, workers
+    monkeypatch.setattr(workers, "MODULES_PER_WORKER", 2)
     monkeypatch.setattr(cpu, "is_own", lambda src: True)
     pids = []
     for i in range(5):
@@ -307,8 +307,8 @@ def test_a_worker_out_of_address_space_hands_over(monkeypatch):
     """With the module budget out of the way and a 1000 MiB address space, the third module's
     1024 fiber stacks (~266 MiB, measured: the worker's VmSize grows 496 → 762 → 1028 MiB over
     three such modules) do not fit: the launch runs again in a fresh worker instead of failing."""
-    from normcheck.backends.cpu import backend as cpu
-    monkeypatch.setattr(cpu, "MODULES_PER_WORKER", 100)
+    from normcheck.backends.cpu import backend as cpu, workers
+    monkeypatch.setattr(workers, "MODULES_PER_WORKER", 100)
     monkeypatch.setattr(cpu, "is_own", lambda src: True)  # one worker for them all, as built-ins
     monkeypatch.setenv("NORMCHECK_WORKER_MEMORY_MB", "1000")
     cpu.WORKERS.any()._kill()

@@ -248,11 +248,11 @@ def imports(tree, where) -> tuple:
 
 
 def workers():
-    """The Triton workers (:class:`normcheck.backends.cpu.backend.Workers`): one for the
+    """The Triton workers (:class:`normcheck.backends.cpu.workers.Workers`): one for the
     built-in Triton norms, one for each user file."""
     global _WORKERS
     if _WORKERS is None:
-        from normcheck.backends.cpu.backend import Workers
+        from normcheck.backends.cpu.workers import Workers
 
         torch_home = cache.cache_dir("triton").resolve() / "torch"
 
@@ -285,7 +285,7 @@ def _loaders():
     left; closed after, so no process that ran a file's top level launches its kernels."""
     global _LOADERS
     if _LOADERS is None:
-        from normcheck.backends.cpu.backend import Workers
+        from normcheck.backends.cpu.workers import Workers
 
         w = workers()
         _LOADERS = Workers("normcheck.backends.triton.worker", extra_env=w.extra_env,
@@ -611,7 +611,7 @@ class TritonGpuStandIn(TritonGpuBackend):
 def _gpu_workers(device: str):
     """The GPU path's workers (:mod:`normcheck.backends.triton.gpu_worker`), one a user file."""
     if device not in _GPU_WORKERS:
-        from normcheck.backends.cpu.backend import Workers
+        from normcheck.backends.cpu.workers import Workers
 
         def env():
             # HOME, TMPDIR and Triton's cache: the worker's own scratch folder, the one place it

@@ -16,7 +16,7 @@ by the launcher: ``Worker.writes_scratch``), and it never holds normcheck's envi
 worker per user file, as on the cpu backend.
 
 The arrays travel as on the cpu backend: the parent places them in the shared arena
-(:meth:`normcheck.backends.cpu.backend.Worker.run_on_arrays`); here each is copied to the device
+(:meth:`normcheck.backends.cpu.workers.Worker.run_on_arrays`); here each is copied to the device
 as torch's type of the same name, the kernel runs, and the outputs are copied back.
 
 ``NORMCHECK_TRITON_DEVICE=cpu`` is the stand-in a machine without a GPU tests this path with:

@@ -125,7 +125,7 @@ _OP_WORKERS: dict = {}
 
 
 def _worker(cached: Path, root: Path | None):
-    from normcheck.backends.cpu.backend import Worker
+    from normcheck.backends.cpu.workers import Worker
     from normcheck.backends.triton import backend
 
     key = (str(cached), str(root or ""))
