@@ -122,6 +122,8 @@ def locate_module(name: str, paths=None) -> tuple[Path, Path]:
 
 
 _OP_WORKERS: dict = {}
+#: The op workers kept alive (each holds torch and the op's module): the ones used last
+KEEP = 2
 
 
 def _worker(cached: Path, root: Path | None):
@@ -129,12 +131,16 @@ def _worker(cached: Path, root: Path | None):
     from normcheck.backends.triton import backend
 
     key = (str(cached), str(root or ""))
-    w = _OP_WORKERS.get(key)
+    w = _OP_WORKERS.pop(key, None)
     if w is None:
         pool = backend.workers()
         roots = (*pool.roots, str(cached.parent), *([str(root)] if root else []))
         w = Worker("normcheck.backends.triton.worker", extra_env=pool.extra_env, roots=roots)
-        _OP_WORKERS[key] = w
+    _OP_WORKERS[key] = w  # the newest last
+    while len(_OP_WORKERS) > KEEP:
+        old = _OP_WORKERS.pop(next(iter(_OP_WORKERS)))
+        with old.lock:
+            old.close()
     return w
 
 
