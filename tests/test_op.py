@@ -50,6 +50,24 @@ def _rms_narrow(Y, X, W, stride, N, eps, BLOCK: tl.constexpr):
     tl.store(Y + row * stride + cols, (x * r * w).to(Y.dtype.element_ty))  # LINE-NARROW
 
 
+@triton.jit
+def _rms_in_place(X, W, stride, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(X + row * stride + cols, (x * r * w).to(X.dtype.element_ty), mask=mask)
+
+
+def rms_norm_(x, weight, eps):
+    # in place: y is x, returned nothing
+    n = x.shape[1]
+    _rms_in_place[(x.shape[0],)](x, weight, x.stride(0), n, eps,
+                                 BLOCK=triton.next_power_of_2(n))
+
+
 def _go(kernel, y, x, weight, eps):
     n = x.shape[1]
     kernel[(x.shape[0],)](y, x, weight, x.stride(0), n, eps, BLOCK=triton.next_power_of_2(n))
@@ -150,6 +168,10 @@ def test_a_sound_op_passes_through_its_own_launcher(ops):
     assert "triton-cpu" in r.render()
     # its device queries answered for the presented GPU while it runs
     assert str(_check(ops, "asks_device(x, weight, eps)", examples=2).verdict) == "pass"
+
+
+def test_an_op_that_writes_in_place_is_read_from_its_tensor(ops):
+    assert str(_check(ops, "rms_norm_(x, weight, eps)", output="x").verdict) == "pass"
 
 
 def test_the_branch_the_launcher_takes_is_what_runs(ops):
