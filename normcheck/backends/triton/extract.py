@@ -32,7 +32,7 @@ import ast
 import math
 import types
 
-__all__ = ["describe", "rebuild", "verify", "Refused", "SAFE_BUILTINS"]
+__all__ = ["describe", "rebuild", "rebuilt", "verify", "Refused", "SAFE_BUILTINS"]
 
 
 class Refused(Exception):
@@ -471,6 +471,24 @@ def _decorator_kind(dec, ns) -> str | None:
         if obj is not None and obj is getattr(triton, name, None):
             return kind
     return None
+
+
+_REBUILT: dict = {}
+
+
+def rebuilt(req: dict):
+    """In a launch worker (the cpu path's or the GPU path's): the entry's kernels of a launch
+    request, rebuilt once per file and entry from the file's text (read from normcheck's cache)
+    and the loader's description of its globals -- :func:`rebuild`'s result, kept."""
+    from normcheck.backends.cpu.worker import read_file
+
+    key = (req["module"], req["entry"])
+    got = _REBUILT.get(key)
+    if got is None:
+        got = rebuild(read_file(req["module"]), req["filename"], req.get("globals") or {},
+                      req["entry"], f"normcheck_user_{len(_REBUILT)}_package")
+        _REBUILT[key] = got
+    return got
 
 
 def rebuild(text: str, filename: str, globals_: dict, entry: str, package: str):

@@ -42,7 +42,6 @@ import numpy as np
 
 from normcheck.backends.cpu import worker as base_worker
 
-_modules = {}
 #: numpy dtype names whose torch dtype is named otherwise
 _TORCH_NAMES = {"bool": "bool", "float8_e4m3fnuz": "float8_e4m3fnuz"}
 
@@ -56,29 +55,13 @@ def _prepare():
     import triton  # noqa: F401
 
 
-def _namespace(req):
-    """The entry's kernels rebuilt from the file's text and the loader's description of its
-    globals (:mod:`extract`), as on the cpu path: this process never runs the file's top level,
-    so nothing of the file's can change what the launch leaves in the arrays."""
-    from normcheck.backends.triton import extract
-
-    key = (req["module"], req["entry"])
-    got = _modules.get(key)
-    if got is None:
-        text = base_worker.read_file(req["module"])
-        got = extract.rebuild(text, req["filename"], req.get("globals") or {}, req["entry"],
-                              f"normcheck_user_{len(_modules)}_package")
-        _modules[key] = got
-    return got
-
-
 def launch(req):
     import torch
 
     from normcheck.backends.triton import extract
 
     try:
-        ns, config, _stood = _namespace(req)
+        ns, config, _stood = extract.rebuilt(req)
         fn = ns[req["entry"]]
     except extract.Refused as e:
         return {"ok": False, "kind": "load", "message": f"refused: {e}"}

@@ -46,14 +46,14 @@ import numpy as np
 
 from normcheck.backends.cpu import worker as base_worker
 
-__all__ = ["load", "call", "where_raised"]
+__all__ = ["load", "call", "where_raised", "TENSOR_DTYPES"]
 
 _OPS: dict = {}
 #: the storage each id names (ids given in order of first sight, one call's)
 _STORE: dict = {}
 _PAGE = 4096
-#: torch's dtypes by normcheck's names of them (the check's formats, a kernel's scratch)
-_TORCH_NAMES = ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64",
+#: the tensors' dtypes a launch may take, by name (torch's and numpy's/ml_dtypes' alike)
+TENSOR_DTYPES = ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64",
                 "uint8", "bool")
 
 
@@ -174,9 +174,9 @@ def _bf16():
 
 def _dtype_name(t) -> str:
     name = str(t.dtype).replace("torch.", "")
-    if name not in _TORCH_NAMES:
+    if name not in TENSOR_DTYPES:
         raise _Refused(f"a tensor of {t.dtype}: normcheck launches kernels on "
-                       f"{', '.join(_TORCH_NAMES)}")
+                       f"{', '.join(TENSOR_DTYPES)}")
     return name
 
 
@@ -258,9 +258,9 @@ def _layout(ids, start: int):
     return out, off
 
 
-def _send_storages(rep: dict, ids) -> dict:
-    """Put the storages ``ids`` in the arena after the inputs and send ``rep`` with where they
-    are; normcheck's answer (growing the arena first when they do not fit)."""
+def _place(ids) -> list:
+    """The storages ``ids`` copied into the arena after the inputs (normcheck asked to grow it
+    first where they do not fit): [[id, offset, nbytes]]."""
     placed, end = _layout(ids, _STATE["free"])
     while end > _STATE["arena"]:
         ans = base_worker.converse({"ok": True, "need": end})
@@ -269,7 +269,12 @@ def _send_storages(rep: dict, ids) -> dict:
         _STATE["arena"] = int(ans["arena"])
     for i, off, n in placed:
         _copy(i, off, n, out=True)
-    ans = base_worker.converse({**rep, "storages": placed})
+    return placed
+
+
+def _send_storages(rep: dict, ids) -> dict:
+    """Send ``rep`` with the storages ``ids`` placed in the arena; normcheck's answer."""
+    ans = base_worker.converse({**rep, "storages": _place(ids)})
     if ans is None:
         raise _Aborted()
     return ans
@@ -388,13 +393,8 @@ def call(req):
             done.append(v[1:])
     except _Refused as e:
         return {"ok": False, "kind": "error", "message": f"the op's result: {e}"}
-    ids = sorted({d[0] for d in done})
-    placed, end = _layout(ids, _STATE["free"])
-    if end > _STATE["arena"]:
-        ans = base_worker.converse({"ok": True, "need": end})
-        if ans is None or ans.get("op") != "op_grown":
-            return {"ok": False, "kind": "aborted", "message": "the arena was not grown"}
-        _STATE["arena"] = int(ans["arena"])
-    for i, off, n in placed:
-        _copy(i, off, n, out=True)
+    try:
+        placed = _place(sorted({d[0] for d in done}))
+    except _Aborted:
+        return {"ok": False, "kind": "aborted", "message": "the arena was not grown"}
     return {"ok": True, "done": done, "storages": placed}

@@ -25,7 +25,6 @@ import numpy as np
 from normcheck.backends.cpu import worker as base_worker
 from normcheck.backends.triton.opcall import where_raised
 
-_modules = {}
 
 
 def _prepare():
@@ -110,21 +109,6 @@ def find_library(name: str):
     return None
 
 
-def _namespace(req):
-    """The entry's kernels, rebuilt from the file's text and the loader's description of its
-    globals (:mod:`extract`): this process never runs the file's top level."""
-    from normcheck.backends.triton import extract
-
-    key = (req["module"], req["entry"])
-    got = _modules.get(key)
-    if got is None:
-        text = base_worker.read_file(req["module"])
-        got = extract.rebuild(text, req["filename"], req.get("globals") or {}, req["entry"],
-                              f"normcheck_user_{len(_modules)}_package")
-        _modules[key] = got
-    return got
-
-
 def describe(req):
     """The file run as a module (as ``import`` runs it), what it left described as data."""
     from normcheck.backends.triton import executor, extract
@@ -155,7 +139,7 @@ def launch(req):
     from normcheck.backends.triton import extract
 
     try:
-        ns, config, _stood = _namespace(req)
+        ns, config, _stood = extract.rebuilt(req)
     except extract.Refused as e:
         return {"ok": False, "kind": "load", "message": f"refused: {e}"}
     except KeyError as e:
