@@ -102,18 +102,28 @@ def rms_norm_wide_only(x, weight, eps):
     return y
 
 
-def forged_after(x, weight, eps):
-    y = torch.empty_like(x)
-    _go(_rms_narrow if x.shape[1] <= 64 else _rms_row, y, x, weight, eps)
+def _host_rms(x, weight, eps):
     xf = x.float()
-    good = xf * torch.rsqrt((xf * xf).mean(1, keepdim=True) + eps) * weight.float()
-    y.copy_(good.to(x.dtype))
+    return (xf * torch.rsqrt((xf * xf).mean(1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+def forged_after(x, weight, eps):
+    # its kernel writes 2y; the host then writes the right y over it
+    y = torch.empty_like(x)
+    _go(_rms_row, y, x, weight * 2, eps)
+    y.copy_(_host_rms(x, weight, eps))
     return y
 
 
+def forged_passed_along(x, weight, eps):
+    # the right y made on the host, handed to a launch as its input (read, never written)
+    good = _host_rms(x, weight, eps)
+    _go(_rms_row, torch.empty_like(x), good, weight, eps)
+    return good
+
+
 def host_only(x, weight, eps):
-    xf = x.float()
-    return (xf * torch.rsqrt((xf * xf).mean(1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+    return _host_rms(x, weight, eps)
 
 
 def skips_last_row(x, weight, eps):
@@ -187,12 +197,12 @@ def test_the_branch_the_launcher_takes_is_what_runs(ops):
 
 @pytest.mark.parametrize("fn, said", [
     ("forged_after", "differs from what its kernels wrote"),
+    ("forged_passed_along", "holds no byte a kernel launch wrote"),
     ("host_only", "written by no kernel launch"),
 ])
 def test_an_output_host_code_wrote_is_refused_never_passed(ops, fn, said):
-    # forged_after computes the right answer on the host over its kernel's (faulty at narrow
-    # widths, sound elsewhere) output: without the comparison with what the launch left it
-    # would pass every row
+    # each returns the right y, made on the host (its kernel's own output, 2y, or none): only
+    # the comparison with what the launches left stands between it and a PASS
     r = _check(ops, f"{fn}(x, weight, eps)")
     assert str(r.verdict) == "fail"
     assert said in r.render()

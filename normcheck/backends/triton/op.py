@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from normcheck.errors import (CompileError, InvalidArgument, KernelCrash, KernelError,
-                              KernelRaised, invalid)
+                              KernelRaised, NormcheckError, invalid)
 
 __all__ = ["OpCall", "parse_call", "locate_module", "TENSORS", "NUMBERS", "Op"]
 
@@ -249,7 +249,7 @@ class Op:
             if a is None:  # a norm without it (an RMSNorm's bias): None, as users pass it
                 continue
             a = np.ascontiguousarray(a)
-            inputs[name] = [off, int(a.nbytes), _torch_name(a.dtype), list(a.shape)]
+            inputs[name] = [off, int(a.nbytes), a.dtype.name, list(a.shape)]
             placed.append((a, off))
             off += -(-max(a.nbytes, 1) // _PAGE) * _PAGE
         size = off + sum(a.nbytes for a, _ in placed) * 4 + (16 << 20)
@@ -276,10 +276,23 @@ class Op:
                "args": [arg(a) for a in self.call.args],
                "kwargs": {k: arg(a) for k, a in self.call.kwargs.items()},
                "inputs": inputs, "outputs": self.outputs, "arena": w.size}
-        written: dict = {}  # storage id -> its bytes as the last launch left them
+        # storage id -> its bytes as the last launch left them, and the bytes any launch changed
+        written, changed = {}, {}
         self.launched = []
-        failure = None
         rep = self._request(w, req, cpu_need=self.timeout)
+        try:
+            return self._converse(w, rep, written, changed)
+        except NormcheckError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError) as e:  # a reply out of shape
+            from normcheck.backends.cpu import backend as cpu
+
+            raise cpu.forged_reply(self.call.fn, f"an op's reply out of shape "
+                                   f"({type(e).__name__}: {e})") from None
+
+    def _converse(self, w, rep, written, changed):
+        """The op's messages answered until it is done: launches run, the arena grown."""
+        failure = None
         for _ in range(MAX_MESSAGES):
             if not rep["ok"]:
                 if failure is not None:
@@ -297,7 +310,8 @@ class Op:
                     rep = self._request(w, {"op": "op_abort"})
                     continue
                 try:
-                    stores = self._launch(w, rep["launch"], rep["storages"], written)
+                    stores = self._launch(w, rep["launch"], rep["storages"], written,
+                                          changed)
                 except KernelError as e:
                     failure = e
                     rep = self._request(w, {"op": "op_abort"})
@@ -307,7 +321,7 @@ class Op:
             if "done" in rep:
                 if failure is not None:
                     raise failure
-                return self._outputs(w, rep, written)
+                return self._outputs(w, rep, written, changed)
             raise KernelCrash(f"{self.call.fn}: the op's worker answered out of turn")
         raise KernelRaised(f"{self.call.fn}: more than {MAX_MESSAGES} launches in one call")
 
@@ -326,7 +340,7 @@ class Op:
             del view
         return out
 
-    def _launch(self, w, launch, placed, written) -> list:
+    def _launch(self, w, launch, placed, written, changed) -> list:
         """One launch the op asked for, run here on normcheck's copies."""
         name = str(launch.get("kernel"))
         if str(launch.get("file")) != self.kernel_file:
@@ -355,7 +369,7 @@ class Op:
                 raw = stores.get(i)
                 if raw is None:
                     raise KernelCrash(f"{self.call.fn}: storage {i} of {p} not sent")
-                dt = _numpy_dtype(dtype)
+                dt = numpy_dtype(dtype)
                 n = (raw.nbytes - off) // dt.itemsize
                 if off < 0 or off > raw.nbytes:
                     raise KernelCrash(f"{self.call.fn}: {p} starts outside its storage")
@@ -377,6 +391,7 @@ class Op:
             else:
                 raise KernelRaised(f"{self.call.fn}: {name}'s {p} is a {v[0]}: not launched "
                                    "by normcheck yet", exception="Unsupported")
+        before = {i: stores[i].copy() for i in used}
         note = kern(tuple(grid), None, args, names=names)
         if note and note not in self.notes:
             self.notes.append(note)
@@ -385,6 +400,9 @@ class Op:
         for rec in placed:
             i, off, n = (int(x) for x in rec)
             written[i] = stores[i]
+            if i in before:  # the bytes this launch wrote (a value it left as it was: not)
+                diff = stores[i] != before[i]
+                changed[i] = diff if i not in changed else changed[i] | diff
             out.append([i, off, n])
         view = np.frombuffer(w.map, np.uint8, count=w.size)
         try:
@@ -394,7 +412,7 @@ class Op:
             del view
         return out
 
-    def _outputs(self, w, rep, written) -> list:
+    def _outputs(self, w, rep, written, changed) -> list:
         final = self._storages(w, rep["storages"])
         outs = []
         for (how, what), d in zip(self.outputs, rep["done"]):
@@ -407,19 +425,21 @@ class Op:
                 raise KernelRaised(f"{label} differs from what its kernels wrote (host code "
                                    "changed it after the launch): refused",
                                    exception="HostComputed")
-            dt = _numpy_dtype(dtype)
-            raw = written[i]
-            shape = [int(s) for s in shape]
-            strides = [int(s) * dt.itemsize for s in strides]
-            hi = off + sum((s - 1) * st for s, st in zip(shape, strides) if s > 0) + dt.itemsize
-            if off < 0 or any(st < 0 for st in strides) or (0 not in shape and hi > raw.nbytes):
-                raise KernelCrash(f"{label} lies outside its storage")
-            base = raw[off:].view(np.uint8)
-            arr = np.lib.stride_tricks.as_strided(
-                base.view(dt) if base.nbytes % dt.itemsize == 0 else
-                base[:base.nbytes // dt.itemsize * dt.itemsize].view(dt),
-                shape=shape, strides=strides, writeable=False)
-            outs.append(np.array(arr))
+            dt = numpy_dtype(dtype)
+            shape = [int(x) for x in shape]
+            strides = [int(x) * dt.itemsize for x in strides]
+            try:
+                arr = np.ndarray(shape, dt, buffer=written[i], offset=off, strides=strides)
+                hit = np.ndarray([*shape, dt.itemsize], np.bool_, buffer=changed.get(i),
+                                 offset=off, strides=[*strides, 1]) if i in changed else None
+            except (ValueError, TypeError):
+                raise KernelCrash(f"{label} lies outside its storage") from None
+            if arr.size and (hit is None or not hit.any()):
+                # a tensor the host filled, handed to a launch that only read it
+                raise KernelRaised(f"{label} holds no byte a kernel launch wrote (the op's host "
+                                   "code made it, and passed it to a launch unwritten): "
+                                   "refused", exception="HostComputed")
+            outs.append(arr.copy())
         return outs
 
 
@@ -429,17 +449,12 @@ def _one_line(s: str) -> str:
     return one_line(s)
 
 
-def _torch_name(dt) -> str:
-    dt = np.dtype(dt)
-    return "bfloat16" if dt.name == "bfloat16" else dt.name
-
-
-def _numpy_dtype(name: str):
+def numpy_dtype(name: str):
+    """The numpy dtype of a tensor's dtype name (opcall.TENSOR_DTYPES; bfloat16 ml_dtypes')."""
     import ml_dtypes
 
-    if name == "bfloat16":
-        return np.dtype(ml_dtypes.bfloat16)
-    if name not in ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8",
-                    "bool"):
+    from normcheck.backends.triton.opcall import TENSOR_DTYPES
+
+    if name not in TENSOR_DTYPES:
         raise InvalidArgument(f"a tensor of {name}")
-    return np.dtype(name)
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
