@@ -69,9 +69,18 @@ def _stderr(msg: str):
 
 def prepare(backend: str = "cpu", variants=(), echo=_stderr) -> Preparing:
     """Start building the missing parts (see the module docstring); returns at once."""
+    from normcheck.backends import confine
+
+    # the process launcher first, on this thread, before any build thread forks: every
+    # confined compile execs it, and a child forked while it was being written would hold it
+    # open for writing (ETXTBSY, #64; confine.spawn retries that too)
+    threads, errors = [], []
+    try:
+        confine.launcher()
+    except Exception as e:  # re-raised by wait(), as a build's error is
+        errors.append(e)
     todo = [(what, build) for what, built, build in _parts(backend, variants) if not built()]
     named = [w for w, _ in todo if w]
-    threads, errors = [], []
     t0 = time.perf_counter()
     if named and echo:
         echo(f"normcheck: building {', '.join(named)} -- once on this machine, about 30 s on "

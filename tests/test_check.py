@@ -467,3 +467,22 @@ def test_a_check_that_cannot_judge_still_writes_json_junit_and_summary(tmp_path)
     cases = [c for s in xml for c in s]
     assert len(cases) == 1 and isinstance(cases[0].result[0], junitparser.Error)
     assert "could not judge (CompileError)" in summary.read_text()
+
+
+def test_an_op_without_torch_is_an_error_naming_torch(tmp_path, monkeypatch, capsys):
+    """An op's host code is called on torch tensors: without torch its module's `import torch`
+    met a stand-in and the check ended in a CompileError about `__version__` (#64); now exit 2
+    before anything is imported, naming torch and the install."""
+    import importlib.util
+
+    from normcheck.cli import main
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else find(name, *a))
+    f = tmp_path / "ops.py"
+    f.write_text("import torch\n")
+    rc = main(["check", str(f), "--op", "rms(x, weight, eps)", "--norm", "rmsnorm",
+               "--dtype", "bf16"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "torch is not installed here (pip install torch" in err, err

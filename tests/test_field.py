@@ -214,7 +214,7 @@ def test_the_section_shows_each_kernel_and_marks_a_changed_verdict():
     assert "**not run**" in rows["k3"] and "no such header" in rows["k3"]
     assert "skipped" in rows["k4"]
     line = section.summary_line([o.as_dict() for o in outs])
-    assert line.startswith("4 kernels of 1 projects: 2 ran") and "1 as recorded, 1 not" in line
+    assert line.startswith("4 kernels of 1 projects: 2 ran") and "1 as recorded, 1 differ" in line
     assert "1 skipped" in line and "1 could not run" in line
 
 
@@ -232,6 +232,21 @@ def test_a_kernel_that_needs_torch_is_skipped_with_the_install_where_torch_is_no
     assert not o.ran and not o.error and o.skipped.startswith("needs torch: torch is not "
                                                               "installed; pip install torch")
     assert "skipped (1: needs torch" in section.summary_line([o.as_dict()])
+
+
+def test_an_op_row_needs_torch_and_is_skipped_with_the_install_that_runs_it(monkeypatch):
+    """An op's host code is called on torch tensors: on the README's test install (Triton, no
+    torch) Liger's op rows ended as 'CompileError: ... AttributeError: __version__' from the
+    torch stand-in, and the field exited 1 (#64); now they are skipped like every torch row."""
+    c = corpus.load()
+    ops = [k for k in c.kernels if k.name.endswith("_op") or "_op[" in k.name]
+    assert ops and not any("torch" in k.needs for k in ops)  # no corpus entry says it
+    monkeypatch.setattr(judge, "_unusable", lambda need: f"{need} is not installed")
+    monkeypatch.setattr(sources, "fetched", lambda src, echo=None: pytest.fail("fetched"))
+    for k in ops:
+        o = judge.judge_one(k, c.sources[k.project])
+        assert not o.ran and not o.error and o.skipped.startswith("needs torch"), k.name
+        assert not o.matches and o.as_dict()["skipped"]
 
 
 def test_a_corpus_kernel_needs_only_what_normcheck_knows(tmp_path):

@@ -337,3 +337,31 @@ def test_no_module_outside_the_backends_compares_a_backend_name():
             if re.search(r"""[!=]= ["'](cpu|cuda)["']|in \(["'](cpu|cuda)["']""", line):
                 hits.append(f"{p.relative_to(ROOT)}:{i}: {line.strip()}")
     assert not hits, hits
+
+
+def test_an_executable_still_open_for_writing_elsewhere_is_started_once_it_is_released(
+        tmp_path):
+    """The classic ETXTBSY race of parallel builds (#64: one first run in three died with
+    'g++ could not be started (Text file busy)'): a freshly installed binary is still open for
+    writing in a child another thread forked while it was written.  Here a process holds it
+    open for writing for 0.4 s: a plain exec fails, confine.spawn waits it out."""
+    import errno
+    import shutil
+
+    from normcheck.backends import confine
+
+    exe = tmp_path / "tool"
+    shutil.copy(shutil.which("echo"), exe)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1], "
+                               "'ab'); print('open', flush=True); time.sleep(0.4)", str(exe)],
+                              stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"open\n"
+        with pytest.raises(OSError) as e:
+            subprocess.run([str(exe), "x"])
+        assert e.value.errno == errno.ETXTBSY  # the shape that broke
+        r = confine.spawn(subprocess.run, [str(exe), "ok"], capture_output=True)
+        assert r.returncode == 0 and r.stdout == b"ok\n"
+    finally:
+        holder.wait(10)
+        holder.stdout.close()

@@ -41,7 +41,7 @@ from pathlib import Path
 from normcheck.backends import cache
 from normcheck.errors import BackendUnavailable, CompileError, SandboxUnavailable
 
-__all__ = ["launcher", "mechanism", "describe", "command", "run_compiler", "Limits",
+__all__ = ["launcher", "spawn", "mechanism", "describe", "command", "run_compiler", "Limits",
            "compiler_limits", "toolchain_roots", "temporary_folder", "DIAGNOSTICS_BYTES",
            "sweep_stale", "build_artifact", "build_library", "library_built",
            "child_environment"]
@@ -93,6 +93,28 @@ def compiler_limits() -> Limits:
                   timeout=600.0, stdout=256 << 20)
 
 
+#: How long an exec that meets ETXTBSY is retried (seconds, in all).
+_TXTBSY_WAIT = 5.0
+
+
+def spawn(popen, argv, *args, **kw):
+    """``popen(argv, ...)`` (subprocess.Popen or .run), retried while the executable is "busy"
+    (ETXTBSY): a binary normcheck has just installed can still be open for writing in a child
+    that another thread forked while it was written (the descriptor lives in the child until it
+    execs) -- the classic race of parallel builds; it ends within milliseconds (#64)."""
+    import errno
+
+    deadline, pause = time.monotonic() + _TXTBSY_WAIT, 0.01
+    while True:
+        try:
+            return popen(argv, *args, **kw)
+        except OSError as e:
+            if e.errno != errno.ETXTBSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
+
+
 @functools.lru_cache(maxsize=None)
 def launcher() -> Path:
     """The normcheck-launch executable (built once with the host compiler: normcheck's own file,
@@ -114,8 +136,8 @@ def mechanism() -> dict:
 @functools.lru_cache(maxsize=None)
 def _probe() -> dict:
     try:
-        out = subprocess.run([str(launcher()), "--probe"], capture_output=True, text=True,
-                             timeout=30, env=child_environment()).stdout
+        out = spawn(subprocess.run, [str(launcher()), "--probe"], capture_output=True,
+                    text=True, timeout=30, env=child_environment()).stdout
     except (OSError, subprocess.SubprocessError) as e:
         raise BackendUnavailable(f"normcheck's process launcher does not run here ({e})") \
             from None
@@ -340,10 +362,9 @@ def run_compiler(cmd: list, what: str, *, read=None, write=(), cleanup=None,
     if shutil.which(cmd[0], path=child_env["PATH"]) is None and not Path(cmd[0]).is_file():
         raise CompileError(f"{what}: {cmd[0]} was not found")
     try:
-        proc = subprocess.Popen(full, stdin=subprocess.PIPE if stdin is not None else
-                                subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=child_env, start_new_session=True,
-                                cwd=cwd)
+        proc = spawn(subprocess.Popen, full, stdin=subprocess.PIPE if stdin is not None else
+                     subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     env=child_env, start_new_session=True, cwd=cwd)
     except OSError as e:
         raise CompileError(f"{what}: {cmd[0]} could not be started ({e.strerror})") from None
     out, err, cut = bytearray(), bytearray(), [0, 0]  # bytes, lines cut from the diagnostics

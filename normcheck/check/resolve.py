@@ -26,7 +26,7 @@ from normcheck.backends.base import Backend, parse_arch
 from normcheck.backends.triton.backend import is_triton, signature as triton_signature
 from normcheck.check.options import CheckOptions
 from normcheck.files import SOURCE_BYTES, read_limited
-from normcheck.errors import invalid
+from normcheck.errors import BackendUnavailable, invalid
 from normcheck.formats import Format
 
 __all__ = ["Resolved", "resolve", "resolve_case", "check_counts", "check_timeout", "check_cols",
@@ -320,8 +320,11 @@ def _resolve_op(o: CheckOptions, spec) -> Resolved:
     """A check of an op called as its users call it (spec ``[op]``, or ``check --op``): the
     project's function on the rows, each kernel it launches run by normcheck
     (normcheck.backends.triton.op), judged as a Python function is."""
-    from normcheck.backends.triton.op import Op, parse_call
+    from normcheck.backends.triton.op import Op, needs_missing, parse_call
 
+    why = needs_missing()
+    if why is not None:  # before its module is imported with torch stood in for (#64)
+        raise BackendUnavailable(why)
     for name, v in (("entry", o.entry), ("block", o.block if o.block != 256 else None),
                     ("defines", o.defines or None), ("quant", o.quant),
                     ("dtypes", o.dtypes or None)):

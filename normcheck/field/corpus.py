@@ -47,8 +47,9 @@ _KERNEL_KEYS = {"name", "project", "language", "expect", "cause", "why", "needs"
 #: The formats a row of another dtype may run in.
 DTYPES = ("fp16", "bf16", "fp32")
 #: What a kernel may need beyond normcheck's own install (``needs``), and how to get it.
-NEEDS = {"torch": "pip install torch runs it (a CPU build is enough: the file needs torch's "
-                  "headers, or its import for the host code a Triton file runs as it loads)"}
+NEEDS = {"torch": "pip install torch runs it (a CPU build is enough: torch's headers for a file "
+                  "that includes them, its import for a Triton file's host code or an op's "
+                  "tensors)"}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import time
+import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -96,6 +97,19 @@ def _unusable(need: str) -> str | None:
     return None
 
 
+def _needs(k: corpus_mod.Kernel) -> tuple:
+    """What a kernel needs beyond normcheck's install: the corpus's ``needs``, and torch for an
+    op (its host code is called on torch tensors: without torch its module's ``import torch``
+    would meet a stand-in, #64)."""
+    from normcheck.backends.triton.op import NEEDS as OP_NEEDS
+
+    try:
+        is_op = "op" in tomllib.loads(k.spec.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        is_op = False  # the spec's own load says what is wrong with it
+    return tuple(k.needs) + ((OP_NEEDS,) if is_op and OP_NEEDS not in k.needs else ())
+
+
 def spec_header(path) -> str:
     """A spec's leading comment, as one paragraph: what it launches and how (the branch of the
     project's launcher it judges, read from the launcher)."""
@@ -123,7 +137,7 @@ def judge_one(k: corpus_mod.Kernel, src: corpus_mod.Source, save_dir=None,
     if k.language == "triton" and _triton_missing():
         out.skipped = "Triton is not installed here (pip install 'normcheck[triton]')"
         return out
-    for need in k.needs:  # before anything is fetched
+    for need in _needs(k):  # before anything is fetched
         why = _unusable(need)
         if why is not None:
             out.skipped = f"needs {need}: {why}; {corpus_mod.NEEDS[need]}"

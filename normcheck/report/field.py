@@ -94,7 +94,7 @@ def summary_line(outs: list) -> str:
     rows = f" ({len(outs)} rows with their other formats)" if kernels != len(outs) else ""
     return (f"{kernels} kernels{rows} of {projects} projects: {len(ran)} ran "
             f"({counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail), "
-            f"{same} as recorded, {len(ran) - same} not"
+            f"{same} as recorded, {len(ran) - same} differ"
             + (f", {skipped} skipped ({_why_skipped(outs)})" if skipped else "")
             + (f", {len(outs) - len(ran) - skipped} could not run"
                if len(outs) - len(ran) - skipped else ""))

@@ -156,7 +156,7 @@ class Worker:
         # the *thread* that started it (PR_SET_PDEATHSIG follows the creating thread), so a
         # worker started from a build thread (normcheck.parts) would die when that thread ends
         self.proc = _spawner().submit(
-            subprocess.Popen, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            confine.spawn, subprocess.Popen, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.stderr, env=env, bufsize=0, pass_fds=(self.fd,),
             start_new_session=True, cwd=isolation.private_cwd()).result()
         self.cpu_used = 0.0

@@ -31,7 +31,7 @@ import numpy as np
 from normcheck.errors import (CompileError, InvalidArgument, KernelCrash, KernelError,
                               KernelRaised, NormcheckError, invalid)
 
-__all__ = ["OpCall", "parse_call", "locate_module", "TENSORS", "NUMBERS", "Op"]
+__all__ = ["OpCall", "parse_call", "needs_missing", "NEEDS", "locate_module", "TENSORS", "NUMBERS", "Op"]
 
 #: The check's tensors a call may name, and its numbers
 TENSORS = ("x", "residual", "weight", "bias")
@@ -63,6 +63,23 @@ class OpCall:
         for a in [*self.args, *self.kwargs.values()]:
             walk(a)
         return out
+
+
+#: What an op's host code is called with: torch tensors on the CPU (a CPU build is enough).
+NEEDS = "torch"
+
+
+def needs_missing() -> str | None:
+    """Why an op cannot be called here (torch, its tensors, not installed), or None."""
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec(NEEDS) is not None:
+            return None
+    except (ImportError, ValueError):
+        pass
+    return (f"an op is called on {NEEDS} tensors and {NEEDS} is not installed here "
+            f"(pip install {NEEDS}: a CPU build is enough)")
 
 
 def parse_call(text, where: str = "op.call") -> OpCall:
