@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,28 @@ def test_user_kernels_sit_beside_the_built_ins(user_report):
                        capture_output=True, text=True, timeout=300)
     # the worst row of an unsafe kernel replays as the fail it is
     assert r.returncode == 1 and "rms_norm_kernel" in r.stdout and "verdict: FAIL" in r.stdout
+
+
+def test_quick_report_never_calls_safe_a_kernel_check_fails(tmp_path):
+    """A kernel of yours wrong only on its path above 1024 columns: the quick report ran one
+    width a family (768) and called it safe, and --strict exited 0 where `normcheck check`
+    fails it (#64).  Now it runs at the check's widths, the check itself judges it (the
+    record of family 'check'), and --strict exits 1 naming it."""
+    spec = Path(__file__).parent / "cuda" / "report" / "wide_path.toml"
+    r = subprocess.run([sys.executable, "-m", "normcheck", "report", "--quick", "--backend",
+                        "cpu", "--kernels", "rmsnorm_rms_fp16_upcast*", "--spec", str(spec),
+                        "--strict", "--out", str(tmp_path / "r")],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "unsafe kernels of yours: rms_wide_path" in r.stdout
+    data = json.loads((tmp_path / "r" / "results.json").read_text())
+    mine = [rec for rec in data["records"] if rec["kernel"] == "rms_wide_path"]
+    assert {4096, 768} <= {rec["cols"] for rec in mine if rec["family"] == "gaussian"}
+    chk = next(rec for rec in mine if rec["family"] == findings.CHECK_TASK)
+    assert chk["error"] and "normcheck check fails it" in chk["error"]["detail"]
+    md = (tmp_path / "r" / "report.md").read_text()
+    row = next(ln for ln in md.splitlines() if ln.startswith("| rmsnorm | fp16 | rms_wide_path"))
+    assert "check, " in row.split("|")[4]  # among the families it breaks on
 
 
 def test_report_junit_and_summary(user_report, tmp_path):

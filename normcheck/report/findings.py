@@ -5,7 +5,9 @@ A record is **unsafe** where no sound kernel would have written what it wrote --
 fail rule (normcheck.check.tolerances): an element beyond the sound bound
 (normcheck.bounds.sound_bound, never below the format's floor), a non-finite value where the
 exact result is finite (or a number where it is NaN), or a launch that failed.  A kernel is
-safe on a family when every width of it is; the findings name, for each unsafe kernel, the
+safe on a family when every width of it is (a kernel of yours runs at every width the check
+runs it, and ``normcheck check`` itself judges it: its record, family ``check``, is unsafe
+where the check fails); the findings name, for each unsafe kernel, the
 family where it breaks worst, with its worst element and the command that replays it.  Records
 of the parameter sweeps (κ, magnitude) feed the plots only, and the families the check does not
 judge (``extremes``: x² overflows float itself, so no float kernel can promise anything there)
@@ -21,6 +23,9 @@ from pathlib import Path
 from normcheck import escape
 from normcheck.measure import mismatch
 from normcheck.metrics import short, times_bound
+
+#: The family of a kernel of yours' ``normcheck check`` record (normcheck.report.sweep).
+CHECK_TASK = "check"
 
 __all__ = ["Finding", "findings", "by_kernel", "kernel_label", "worst_records", "bound_of",
            "findings_markdown", "ORDER_NAMES", "md_cell"]
@@ -82,6 +87,9 @@ class Finding:
         """The verdict's measure as a table shows it: the largest error over the sound bound
         (enough digits to be on the right side of 1), or what makes it meaningless -- a
         non-finite output, a failed launch -- never a finite ratio beside those."""
+        if self.family == CHECK_TASK:  # the check's own verdict stands for every run it made
+            return "check: FAIL" if self.error else (
+                times_bound(self.of_bound) if self.of_bound is not None else "check: pass")
         if self.error:
             return "launch failed"
         if self.nonfinite:
@@ -107,6 +115,8 @@ class Finding:
 def _unsafe(r) -> str:
     """Why a record is unsafe, or ""."""
     if r.error:
+        if r.family == CHECK_TASK:
+            return r.error.get("detail") or "normcheck check fails it"
         return f"launch failed: {r.error['kind']}"
     nf = int(sum((r.nonfinite or {}).values()))
     if nf:
@@ -130,7 +140,7 @@ def findings(records) -> list[Finding]:
 
     groups = {}
     for r in records:
-        if r.param or r.family not in CHECK_FAMILIES:
+        if r.param or (r.family not in CHECK_FAMILIES and r.family != CHECK_TASK):
             continue
         groups.setdefault((r.kernel, r.family), []).append(r)
     out = []

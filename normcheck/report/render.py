@@ -419,7 +419,11 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
             "fail rule; the extremes family, where x² overflows float itself, is not judged).  "
             "For each unsafe one: the families where it breaks, the worst, its error and the "
             "command that replays its worst row." + (
-                "  Your kernels come first, each named with its spec file." if n_user else "")
+                "  Your kernels come first, each named with its spec file, run at every width "
+                "`normcheck check` runs them, and judged by the check itself too (the family "
+                "*check*: every run it makes -- the search, the hazard build, the padded-pitch "
+                "and large-index runs): one of yours is safe only where the check passes it."
+                if n_user else "")
             + "  The seed articles are the two posts this project grew from: each of their "
             "claims about these kernels is checked against a measurement here (HOLDS, FALSE, "
             "or pending with the reason).\n", fnd.findings_markdown(recs, audit, out_dir),

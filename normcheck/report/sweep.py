@@ -26,15 +26,16 @@ from pathlib import Path
 
 import numpy as np
 
-from normcheck import __version__, cases, families, kernels, metrics
+from normcheck import __version__, cases, escape, families, kernels, metrics
 from normcheck.backends import get_backend
 from normcheck.files import read_limited
 from normcheck.errors import KernelError, invalid
 from normcheck.launch import Case
 from normcheck.report import folder
+from normcheck.report.findings import CHECK_TASK
 from normcheck.report.record import Record, RecordError
 
-__all__ = ["Plan", "plan", "run_sweep", "load_results", "Record", "HIST_BINS", "KAPPA_VARIANTS",
+__all__ = ["Plan", "plan", "CHECK_TASK", "run_sweep", "load_results", "Record", "HIST_BINS", "KAPPA_VARIANTS",
            "MAGNITUDE_VARIANTS"]
 
 #: Histogram bin edges of the ULP error (the last bin holds everything above 64, and inf).
@@ -138,19 +139,16 @@ def plan(mode="quick", kernels_pattern=None, seed=0, specs=None) -> Plan:
     from normcheck import spec as spec_mod
 
     for label, path in specs or ():
+        # a kernel of yours at every width the check runs it, quick or full (#64: quick ran one
+        # width a family, 768, and called safe a kernel check fails on its path above 1024) ...
         sp = spec_mod.load(path)
         for fam in families.FAMILIES.values():
-            base = fam.cols if not quick else (fam.cols[:1] if fam.name != "tails"
-                                               else (1, 3, 33, 257))
-            lo, hi = sp.cols
-            ws = []
-            for c in base:
-                for w in families.widths(fam.name, (max(lo, min(c, hi)), hi),
-                                         sp.cols_multiple_of)[:1]:
-                    if w not in ws:
-                        ws.append(w)
-            for c in ws:
+            for c in families.widths(fam.name, sp.cols, sp.cols_multiple_of):
                 tasks.append(Task(label, fam.name, c, rows, (), path))
+        # ... and the check itself, every run of it: its verdict is the report's for the kernel
+        tasks.append(Task(label, CHECK_TASK, max(families.widths("gaussian", sp.cols,
+                                                                 sp.cols_multiple_of)),
+                          0, (), path))
     names = {v.name for v in vs}
     kd = 256 if quick else 1024
     for name in KAPPA_VARIANTS:
@@ -252,10 +250,50 @@ def _measure_user(task: Task, seed: int, backend) -> tuple[Record, dict | None]:
                    t0, desc, "normcheck replay {dir}/worst/{file}", extra)
 
 
+def _checked_user(task: Task, seed: int, backend) -> tuple[Record, None]:
+    """A kernel of yours judged by ``normcheck check --spec`` with its defaults (every family,
+    width, hazard, large-index and padded-pitch run and the search): its record holds the
+    check's verdict -- an error (the check's headline failure) where it fails, so the report
+    calls safe nothing the check fails, and ``--strict`` exits 1 on it."""
+    from normcheck import check
+    from normcheck.errors import NormcheckError
+
+    _judge, sp = _user_judge(task.spec, backend)
+    rec = {"kernel": task.kernel, "norm": sp.norm, "algorithm": "yours", "storage": sp.dtype,
+           "user": True, "spec": task.spec, "family": task.family, "cols": task.cols,
+           "param": {}, "key": task.key}
+    t0 = time.perf_counter()
+    try:
+        r = check.run(check.CheckOptions(spec=task.spec, backend=getattr(backend, "name",
+                                                                         backend), seed=seed))
+    except NormcheckError as e:  # an error is never a pass
+        rec.update({"rows": 0, "max_ulp": math.inf, "seconds": time.perf_counter() - t0,
+                    "error": {"kind": "error", "detail": escape.one_line(str(e))}})
+        return Record(**rec), None
+    widths = sorted({int(c) for f in r.families for c in (getattr(f, "cols", None) or [])})
+    ob = r.of_bound
+    rec.update({"rows": int(r.rows_checked), "max_ulp": float(r.max_ulp),
+                "of_bound": float(ob) if ob is not None else None,
+                "cols": widths[-1] if widths else task.cols,
+                "seconds": time.perf_counter() - t0})
+    if r.verdict == "fail":
+        f = next((f for f in r.failures if r.cause is not None and f.cause is r.cause),
+                 r.failures[0] if r.failures else None)
+        kind = str(f.kind) if f is not None else "error"
+        said = f"normcheck check fails it ({len(r.failures)} failure(s); {f.family}: {kind})" \
+            if f is not None else "normcheck check fails it"
+        if r.cause:
+            said += f"; likely cause: {r.cause}"
+        rec["error"] = {"kind": kind, "detail": escape.one_line(said)}
+    return Record(**rec), None
+
+
 def measure(task: Task, seed: int, backend, workers=None) -> tuple[Record, dict | None]:
     """One task, measured: (its record, the worst row's case to save as ``case["file"]`` under
     the output folder, or None).  Pure: it depends on the task and the seed only, writes
     nothing, and may run anywhere (a worker of a cluster)."""
+    if task.spec and task.family == CHECK_TASK:
+        return _checked_user(task, seed, backend)
     if task.spec:
         return _measure_user(task, seed, backend)
     v = kernels.get(task.kernel)
