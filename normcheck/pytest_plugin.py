@@ -109,8 +109,8 @@ def failure_message(result, verbose: bool = False) -> str:
     parts = [f"normcheck: {result.kernel} {result.verdict.upper()}"]
     if first is not None:
         parts.append(f"[{first.kind}] {first.family}: {first.detail.split('; the launch')[0]}")
-    if result.cause:
-        parts.append(f"cause: {result.cause.title if hasattr(result.cause, 'title') else result.cause}")
+    if result.cause and result.verdict != "pass":  # the CLI's verdict line's words (#64)
+        parts.append(f"likely cause: {result.cause}")
     if result.counterexample:
         from normcheck import cases
 

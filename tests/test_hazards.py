@@ -206,6 +206,20 @@ def test_an_unsigned_32_bit_offset_fails_past_2_to_the_32_and_its_twin_passes():
     assert {"large_index", "large_index_u32"} <= {fr.family for fr in ok.families}
 
 
+def test_an_accuracy_bug_is_not_blamed_on_a_wrap_it_does_not_show():
+    """rstd rounded to half, every offset 64 bits: the 2^32 run's error is the same as every
+    family's, so its cause is the same (rstd_storage) -- it was blamed on 'an index computed
+    in unsigned 32 bits ... wraps past 2^32 elements' (#64); an accuracy failure at 2^31 no
+    longer hides the 2^32 run either."""
+    r = check.check_kernel(SRC, "rms_rstd_half_u64", "rmsnorm", "fp16", search=0, examples=8)
+    fams = {fr.family: fr for fr in r.families}
+    assert {"large_index", "large_index_u32"} <= set(fams), r.render()
+    assert r.cause.key == "rstd_storage", r.render()
+    for name in ("large_index", "large_index_u32"):
+        assert fams[name].cause is None or fams[name].cause.key == "rstd_storage", r.render()
+    assert "index_wrap_u32" not in r.render()
+
+
 # -- one hazard, one verdict (#56): the padded pitches follow the launcher, not cols_multiple_of --
 EXAMPLES = Path(__file__).parents[1] / "cuda_src" / "examples"
 

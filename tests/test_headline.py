@@ -70,6 +70,20 @@ def test_the_headline_names_what_the_evidence_shows(entry, norm, dtype, key, evi
     assert d["cause_key"] == key and d["cause"] == str(r.cause)
 
 
+def test_one_bug_is_one_cause_on_every_family_it_explains(tmp_path, monkeypatch):
+    """ε on σ reproduces every family's elements off bit for bit; on bimodal's 16 (and a
+    search example's) 'ε missing from the variance' fits as well, and was named there: three
+    causes for one bug (#64).  A cause found on the kernel's rows is kept wherever it explains
+    the elements too."""
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(SRC, "ln_eps_on_sigma_fp16", "layernorm", "fp16", examples=64,
+                           search=40, timeout=30)
+    assert r.verdict == "fail" and r.cause.key == "eps_on_sigma", r.render()
+    keys = {f.cause.key for f in r.failures if f.cause is not None}
+    assert keys == {"eps_on_sigma"}, r.render()
+    assert "elsewhere" not in r.cause
+
+
 def test_a_tree_sum_in_bf16_is_named_with_its_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = check.check_kernel(SRC, "rms_tl_bf16_tree_sum", "rmsnorm", "bf16", examples=16,

@@ -117,6 +117,13 @@ def test_assert_accurate_passes_and_fails_with_the_checks_report():
     msg = str(e.value)
     assert "\n" not in msg and "FAIL -- [accuracy]" in msg, msg
     assert "cause: rstd rounded to the storage format" in msg and "replay: normcheck replay" in msg
+    # the very words of the CLI's verdict line (#64: the plugin gave the model's short title,
+    # "squares rounded to the storage format (in fp16 ...)" for a bf16 kernel, where the CLI
+    # said what the headline said)
+    r = check.check_kernel(src, entry="rms_rstd_in_fp16", norm="rmsnorm", dtype="fp16",
+                           search=0, examples=16)
+    said = r.render().splitlines()[-1].split("; likely cause: ", 1)[1]
+    assert f"likely cause: {said}" in msg, (msg, said)
 
 
 def test_assert_accurate_in_a_users_suite_is_one_line_without_the_plugins_source(pytester,

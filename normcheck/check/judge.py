@@ -115,6 +115,27 @@ CAUSE_U32 = ("an index computed in unsigned 32 bits (blockIdx.x × cols: an unsi
 _SUMS = {"exact": "exact sum x + residual", "stored": "sum as stored (h, rounded)"}
 
 
+#: A wrapped offset's evidence in the 2^32 run where nothing is unwritten: at least this share
+#: of the elements off the sound bound, by at least WRAP_RATIO times it (the last rows read an
+#: early row's untouched pages, zeros: their results are wholly wrong, never a few ulps off).
+WRAP_SHARE, WRAP_RATIO = 0.5, 16.0
+
+
+def _wrapped(measured, fails) -> bool:
+    """Whether the 2^32 run's failures show a wrapped offset: an element never written (the
+    writes went to an early row), or most elements wholly wrong (the reads came from one) --
+    never an error like every family's, which is that error's cause (#64: rstd rounded to half
+    was blamed on an unsigned 32-bit wrap)."""
+    if any(f.kind == "unwritten" for f in fails):
+        return True
+    if measured is None:
+        return False
+    mm = measured.m
+    n = max(int(mm.n), 1)
+    off = int(mm.over) + sum(int(mm.classes[k]) for k in metrics.FAILURE_CLASSES)
+    return off >= WRAP_SHARE * n and float(mm.max_ratio) >= WRAP_RATIO
+
+
 def _off(measured, fails):
     """(failures, elements) of y's accuracy off the sound bound on a case, or () where none is."""
     acc = [f for f in fails if f.kind in ("accuracy", "nonfinite") and
@@ -200,6 +221,9 @@ class ForwardJudge(engine.Judge):
         self.baselines, self.baseline_note = self._baselines()
         self.hazards_done = False  # the grid in parts and the padded rows: once a check
         self.spreads = {}  # family -> {role: elements}: a kernel declared nondeterministic
+        #: the keys of the causes diagnosed so far, first found first: preferred where they
+        #: explain a later family's elements too (one bug, one cause: diagnose.explain)
+        self.causes_found = []
         # what the launches noted (a divergent barrier, an undefined shuffle), and a buffer the
         # padded-row sweep leaves alone (its pitch reaches the kernel some other way)
         self.notes = [f"padded rows not run for {why}"
@@ -837,8 +861,9 @@ class ForwardJudge(engine.Judge):
             if acc and m is not None:
                 fr.cause = acc[0].cause = self.diagnose(case, m)
             fr.cause = fr.cause or next((f.cause for f in fails if f.cause), None)
-            if span == 32 and (fr.cause is None or fr.cause.key == "unexplained" or
-                               fr.cause.evidence not in ("fault", "undefined", "race")):
+            if span == 32 and _wrapped(m, fails) and (
+                    fr.cause is None or fr.cause.key == "unexplained" or
+                    fr.cause.evidence not in ("fault", "undefined", "race")):
                 # 2^31 held, 2^32 does not: an unsigned 32-bit offset, measured so
                 what = ("never written" if any(f.kind == "unwritten" for f in fails) else
                         "off")
@@ -905,8 +930,12 @@ class ForwardJudge(engine.Judge):
         if not bad.any():
             s = np.where(np.isfinite(m.scaled), m.scaled, 0.0)
             bad = s >= max(np.percentile(s, 99), 1e-300)
-        return diagnose.explain(self.norm, self.fmt, self.out, case, m.ref, m.y, bad,
-                                self.convention)
+        c = diagnose.explain(self.norm, self.fmt, self.out, case, m.ref, m.y, bad,
+                             self.convention, prefer=self.causes_found)
+        key = getattr(c, "key", None)
+        if key is not None and key not in self.causes_found:
+            self.causes_found.append(key)
+        return c
 
     # the search -----------------------------------------------------------------------------------
     def search(self, fams, examples: int):

@@ -26,6 +26,8 @@
 //   ln_half_warp_vec4_fp32     the same in a float4 two-pass LayerNorm (4 elements a thread)
 //   rms_lane0_total_warp_fp32  a warp per row whose shfl_down total is lane 0's only: the other
 //                              lanes normalise by their own partial sums
+//   ln_eps_on_sigma_fp16       a two-pass LayerNorm with rstd = 1/(σ + ε): one bug, one cause on
+//                              every family (on a few rows 'ε missing' fits as well)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -298,4 +300,22 @@ extern "C" __global__ void rms_lane0_total_warp_fp32(float* y, const float* x, c
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_down_sync(0xffffffffu, ss, o);
   const float r = rsqrtf(ss / cols + eps);  // lane 0's ss only is the row's
   for (int j = lane; j < cols; j += 32) y[(size_t)row * cols + j] = xr[j] * r * g[j];
+}
+
+extern "C" __global__ void ln_eps_on_sigma_fp16(__half* y, const __half* x, const __half* g,
+                                                const __half* b, float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) s += __half2float(xr[j]);
+  const float mu = block_sum(s) / cols;
+  __syncthreads();
+  float q = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float d = __half2float(xr[j]) - mu;
+    q += d * d;
+  }
+  const float r = 1.f / (sqrtf(block_sum(q) / cols) + eps);  // the bug: ε on σ, not on σ²
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = __float2half(
+        (__half2float(xr[j]) - mu) * r * __half2float(g[j]) + __half2float(b[j]));
 }

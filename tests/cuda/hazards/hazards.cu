@@ -290,3 +290,18 @@ extern "C" __global__ void out_offset_u64(float* y, const float* x, const float*
                                           int rows, int cols) {
   rms_out_offset<true>(y, x, g, eps, cols);
 }
+
+// -- an accuracy bug and no index bug: 64-bit offsets, rstd rounded to half before the products
+//    (#64: the 2^32 run's error, the same as every family's, was blamed on a 32-bit wrap) -------
+extern "C" __global__ void rms_rstd_half_u64(__half* y, const __half* x, const __half* g,
+                                             float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float q = 0.f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = __half2float(xr[i]);
+    q += v * v;
+  }
+  const __half r = __float2half(rsqrtf(block_sum<true>(q) / cols + eps));
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    y[(size_t)blockIdx.x * cols + i] = __hmul(__hmul(xr[i], r), g[i]);
+}
