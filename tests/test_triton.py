@@ -295,6 +295,61 @@ def test_planted_bugs_fail_with_their_cause(capsys, entry, norm, dtype, kind, ca
         assert d["cause_key"] == cause, d["cause"]
 
 
+_BOOLEAN_MASKS = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rms_and_mask(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = (offs < cols) and (row < rows)
+    x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * cols + offs, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def rms_not_mask(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = not (offs >= cols)
+    x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(W + offs, mask=mask or False, other=0.0).to(tl.float32)
+    tl.store(Y + row * cols + offs, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def rms_and_mask_wrong(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = (offs < cols) or (row < rows)
+    x = tl.load(X + row * cols + offs, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * cols + offs, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+'''
+
+
+@pytest.mark.parametrize("entry, verdict", [("rms_and_mask", "pass"), ("rms_not_mask", "pass"),
+                                            ("rms_and_mask_wrong", "fail")])
+def test_and_or_not_on_tensors_are_read_as_the_compiler_reads_them(capsys, tmp_path, entry,
+                                                                   verdict):
+    """`mask = (cols < N) and (rows < M)` is logical_and to Triton's compiler; the interpreter
+    evaluated Python's `and`, the mask was the second operand, and a sound kernel failed with
+    an out-of-bounds load (#64).  `or` with an always-true operand is a real missing mask."""
+    p = tmp_path / "masks.py"
+    p.write_text(_BOOLEAN_MASKS)
+    rc, d = _check(capsys, p, "--entry", entry, "--norm", "rmsnorm", "--dtype", "bf16",
+                   "--examples", "4", "--search", "0")
+    assert d["verdict"] == verdict, d.get("failures")
+    if verdict == "fail":
+        assert "out_of_bounds" in {f["kind"] for f in d["failures"]}
+
+
 def test_a_quantised_triton_kernel_is_judged_by_its_contract(capsys):
     # fp8 e4m3 codes through a tl.float8e4nv pointer, scales per token: vLLM's contract
     rc, d = _check(capsys, "--spec", EXAMPLES / "vllm_rms_norm_dynamic_fp8.toml", "--examples",

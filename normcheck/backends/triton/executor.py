@@ -24,6 +24,8 @@ bf16 comparisons, min/max on bits     on the values                        on th
 fold, element by element, in order                                         a call on whole halves
 libdevice (``rsqrt``) unsupported     ``__nv_rsqrtf`` (<= 2 ulp)           correctly rounded
 fp32 -> fp8 e4m3 past 448: NaN        saturates (``satfinite``)            saturates
+``a and b`` on tensors: Python's      ``logical_and`` (``or``: ``_or``;    as the compiler
+truthiness (the mask = ``b``)         ``not``: ``__not__``)
 ====================================  ===================================  ==========================
 
 Not reproduced (stated in the provenance): the GPU contracts ``a*b+c`` into one fma by
@@ -418,10 +420,65 @@ def _getsourcefile(obj):
     return _ORIGINAL["getsourcefile"](obj)
 
 
+# -- Python's and / or / not on tensors, as Triton's compiler reads them --------------------------
+def _bool_op(is_and: bool, *thunks):
+    """``a and b`` / ``a or b`` as Triton's code generator evaluates them: a compile-time value
+    (a Python scalar, a constexpr) short-circuits as in Python; the tensors are combined by
+    ``logical_and`` / ``logical_or`` -- never Python's truthiness of a whole tensor, which made
+    ``mask = (cols < N) and (rows < M)`` the second operand alone (#64)."""
+    tensors, last = [], None
+    for thunk in thunks:
+        last = thunk()
+        if isinstance(last, tl.tensor):
+            tensors.append(last)
+        elif bool(last) is not is_and:  # False in an `and`, True in an `or`: it is the value
+            return last
+    if not tensors:
+        return last
+    out = tensors[0]
+    for t in tensors[1:]:
+        out = out.logical_and(t) if is_and else out.logical_or(t)
+    return out
+
+
+def _not(value):
+    """``not v``: a tensor's logical not (Triton's ``__not__``), else Python's."""
+    return value.__not__() if isinstance(value, tl.tensor) else not value
+
+
+class _Transformer(ti.ASTTransformer):
+    """The interpreter's rewrite of a kernel, and ``and`` / ``or`` / ``not`` as the compiler
+    reads them (:func:`_bool_op`, :func:`_not`)."""
+
+    def visit_BoolOp(self, node):
+        import ast
+
+        node = self.generic_visit(node)
+        thunks = [ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[],
+                                                kw_defaults=[], defaults=[]), body=v)
+                  for v in node.values]
+        return ast.copy_location(ast.Call(
+            func=ast.Name(id="_normcheck_bool_op", ctx=ast.Load()),
+            args=[ast.Constant(isinstance(node.op, ast.And)), *thunks], keywords=[]), node)
+
+    def visit_UnaryOp(self, node):
+        import ast
+
+        node = self.generic_visit(node)
+        if not isinstance(node.op, ast.Not):
+            return node
+        return ast.copy_location(ast.Call(func=ast.Name(id="_normcheck_not", ctx=ast.Load()),
+                                          args=[node.operand], keywords=[]), node)
+
+
 def install():
     """Apply the corrections to the interpreter (once; idempotent)."""
     if _ORIGINAL:
         return
+    # the kernel's own text rewritten as the compiler reads its boolean operators (the names are
+    # the interpreter module's: its rewrite gives a kernel's namespace those it lacks)
+    ti._normcheck_bool_op, ti._normcheck_not = _bool_op, _not
+    ti.FunctionRewriter.ast_transformer = _Transformer()
     _ORIGINAL["getsourcefile"] = inspect.getsourcefile
     inspect.getsourcefile = _getsourcefile
     for name in ("create_fneg", "cast_impl", "create_fma"):
