@@ -118,3 +118,17 @@ def test_e5m2_rows_are_e5m2_values_and_reach_its_range():
         assert set(np.unique(fin)) <= vals, fam
     big = np.abs(families.generate("fp16_large", "e5m2", 5, 512, seed=1).astype(np.float64))
     assert big.min() >= 256 and big.max() <= 57344
+
+
+def test_a_backward_of_bf16_statistics_is_judged_from_the_statistics_as_stored(
+        tmp_path, monkeypatch):
+    """The saved mean and rstd in bf16: the exact dx is the gradient of the statistics the
+    kernel receives (as the forward's is of x as stored); judged against float32's, a sound
+    kernel failed at 28.5x the bound (#64).  The spec says backward = true: no --backward."""
+    from normcheck.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    r = check.run(check.CheckOptions(spec=DIR / "ln_backward_bf16_stats.toml", examples=16))
+    assert r.kind == "backward" and r.verdict == "pass", r.render()
+    assert main(["check", "--spec", str(DIR / "ln_backward_bf16_stats.toml"), "--examples",
+                 "8", "-q"]) == 0

@@ -21,6 +21,7 @@ Python API: :func:`check_kernel` (a CUDA C kernel with or without a spec),
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -36,7 +37,7 @@ from normcheck.check.resolve import LIMITS, check_cols, check_counts, long_run, 
 from normcheck.check.options import CallableOptions, CheckOptions
 from normcheck.check.result import CheckResult
 from normcheck.check.tolerances import STATISTICS, TOLERANCES, Tolerance
-from normcheck.errors import SandboxViolation, invalid
+from normcheck.errors import NormcheckError, SandboxViolation, invalid
 from normcheck.metrics import to_json
 
 __all__ = ["check_kernel", "check_callable", "check_backward", "run", "CheckOptions",
@@ -89,6 +90,8 @@ def run(options: CheckOptions, progress=None) -> CheckResult:
     the kind of check that claims it (normcheck.check.kinds: forward, quantised, backward).
     What the command line calls, with the options it parsed; ``progress(done, rows,
     rows_per_s)`` every few seconds of a long run."""
+    if not options.backward and _spec_says_backward(options.spec):
+        options = dataclasses.replace(options, backward=True)  # backward = true: no flag needed
     o = options.for_backward() if options.backward else options.for_forward()
     check_counts(o.examples, o.search if not o.backward else 0, o.seed)
     prep = parts.prepare(o.backend if o.backend != "auto" else "cpu",
@@ -109,6 +112,20 @@ def run(options: CheckOptions, progress=None) -> CheckResult:
             "that behaves otherwise under test is sound only under test -- a GPU build sees "
             "none of these names")]
     return result
+
+
+def _spec_says_backward(spec) -> bool:
+    """Whether a spec (a path or a KernelSpec) is a backward kernel's (``backward = true``, or
+    its backward roles): a check of it is a backward check without --backward (#68).  A spec
+    that does not load says so where the check loads it."""
+    if spec is None:
+        return False
+    if not hasattr(spec, "backward"):
+        try:
+            spec = specs.load(spec)
+        except NormcheckError:
+            return False
+    return bool(spec.backward)
 
 
 def check_kernel(source=None, entry=None, norm=None, dtype=None, **options) -> CheckResult:

@@ -43,6 +43,12 @@ def case(plan: Plan, fam, rows, cols, seed):
     mean = rstd = None
     if plan.stats == "saved" or plan.mode == "y":
         mean, rstd = oracle.saved_statistics(base, x, eps=eps)
+        # as the kernel receives them: a statistic stored in fp16 or bf16 is that rounding of
+        # the exact one, and the reference is the gradient *of the statistics as stored*, as
+        # the forward's is of x as stored (#64: judged against float32's, a sound bf16-stats
+        # kernel failed at 28.5x the bound)
+        mean, rstd = (None if v is None else _as_stored(v, formats_.get(role))
+                      for v, role in ((mean, "mean"), (rstd, "rstd")))
     extra = {}
     beta = None
     if norm.fused:
@@ -55,6 +61,13 @@ def case(plan: Plan, fam, rows, cols, seed):
         extra["y"] = oracle.for_norm(base, x, g, beta, eps=eps).rounded
     return launch.Case(x=x, gamma=g if norm.has_gamma else None, beta=beta,
                        eps=np.float32(eps), dy=dy, mean=mean, rstd=rstd, extra=extra)
+
+
+def _as_stored(v, fmt):
+    """A saved statistic (float32, correctly rounded) in its role's own format, if narrower."""
+    if not isinstance(fmt, formats.Format) or fmt.precision >= formats.FP32.precision:
+        return v
+    return fmt.cast(np.asarray(v, np.float64))
 
 
 def reference(plan: Plan, case):

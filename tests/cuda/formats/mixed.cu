@@ -7,6 +7,8 @@
 //   rms_fp8_squared_in_half the same, squaring each value in half: 448² = 200704 overflows fp16
 //   rms_e5m2_rows           RMSNorm of e5m2 rows (the same code on __nv_fp8_e5m2) -- sound
 //   rms_e5m2_squared_in_half  squaring in half: from |x| >= 256 (e5m2 reaches 57344) overflows
+//   ln_backward_bf16_stats  a LayerNorm dx reading its saved mean and rstd as bf16 (Liger's
+//                           stores): dx in float from the statistics as stored -- sound
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -97,4 +99,28 @@ extern "C" __global__ void rms_e5m2_squared_in_half(__nv_bfloat16* y, const __nv
                                                     const float* g, float eps, int rows,
                                                     int cols) {
   rms_fp8<true>(y, x, g, eps, cols);
+}
+
+// -- a backward reading its saved statistics in bf16 -------------------------------------------
+extern "C" __global__ void ln_backward_bf16_stats(__nv_bfloat16* dx, const __nv_bfloat16* dy,
+                                                  const __nv_bfloat16* x,
+                                                  const __nv_bfloat16* g,
+                                                  const __nv_bfloat16* mean,
+                                                  const __nv_bfloat16* rstd, int rows,
+                                                  int cols) {
+  const size_t off = (size_t)blockIdx.x * cols;
+  const float mu = __bfloat162float(mean[blockIdx.x]), r = __bfloat162float(rstd[blockIdx.x]);
+  float s1 = 0.f, s2 = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float gv = __bfloat162float(dy[off + j]) * __bfloat162float(g[j]);
+    s1 += gv;
+    s2 += gv * ((__bfloat162float(x[off + j]) - mu) * r);
+  }
+  s1 = block_sum(s1);
+  s2 = block_sum(s2);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float xh = (__bfloat162float(x[off + j]) - mu) * r;
+    const float gv = __bfloat162float(dy[off + j]) * __bfloat162float(g[j]);
+    dx[off + j] = __float2bfloat16(r * (gv - s1 / cols - xh * s2 / cols));
+  }
 }
