@@ -165,7 +165,7 @@ def test_counterexamples_are_capped(tmp_path, monkeypatch):
     assert len(list(Path(".normcheck").glob("counterexample-*.npz"))) == cases.KEEP
 
 
-def test_a_divergent_barrier_fails_with_its_line(tmp_path):
+def test_warps_that_return_before_a_barrier_pass_with_a_note(tmp_path):
     src = tmp_path / "d.cu"
     src.write_text("""
 extern "C" __global__ void rms(float* y, const float* x, const float* g, float eps, int rows,
@@ -176,19 +176,21 @@ extern "C" __global__ void rms(float* y, const float* x, const float* g, float e
   }
   if (threadIdx.x == 0) {
     float a = 0.f;
-    for (int j = 0; j < cols; ++j) a += x[blockIdx.x * cols + j] * x[blockIdx.x * cols + j];
+    for (int j = 0; j < cols; ++j) a += x[(size_t)blockIdx.x * cols + j] * x[(size_t)blockIdx.x * cols + j];
     s = rsqrtf(a / cols + eps);
   }
   __syncthreads();
   for (int j = threadIdx.x; j < cols; j += 32)
-    y[blockIdx.x * cols + j] = x[blockIdx.x * cols + j] * s * g[j];
+    y[(size_t)blockIdx.x * cols + j] = x[(size_t)blockIdx.x * cols + j] * s * g[j];
 }
 """)
     r = check.check_kernel(src, "rms", "rmsnorm", "fp32", search=0, examples=4)
-    # synccheck's finding, a fail with its line (#54: it was a note on a pass)
-    f = next(f for f in r.failures if f.kind == "barrier")
-    assert r.verdict == "fail" and "d.cu:13" in f.detail and "the other 224 had exited" in \
-        f.detail, r.render()
+    # the warps that return touch nothing the barrier orders: since Volta a barrier waits only
+    # for threads that have not exited -- sound on sm_90, said with the verdict (#64: it failed
+    # as a divergent barrier; #54 had made it one)
+    assert r.verdict in ("pass", "warn") and not r.failures, r.render()  # one thread sums: warn
+    assert any("d.cu:13" in n and "the 32 of its 256 threads that had not exited" in n
+               for n in r.detail.notes), r.detail.notes
 
 
 @pytest.fixture(scope="module")

@@ -260,6 +260,7 @@ NC_NOTSAN static inline bool hz_unordered(const HzRec& r, const Fiber* f) {
 
 NC_NOTSAN static void hz_cells(HzRegion& R, size_t off, int size, int write, uintptr_t ret) {
   Fiber* f = tls_cur;
+  f->smem_bar = hz_bar + 1;
   HzRec me;
   me.bar = hz_bar;
   me.ep = f->vc[f->lane];

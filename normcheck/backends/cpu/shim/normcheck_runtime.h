@@ -102,7 +102,9 @@ static void hz_barrier();
 static void hz_collective(Fiber* base, unsigned need);
 static std::string hz_take();
 static void hz_span();
+static void hz_thread_name(char* buf, size_t n, int t);
 extern NC_TLS int hz_on;
+extern NC_TLS uint32_t hz_bar;
 
 void register_shared(void* p, unsigned long size, const char* name) {
   shared_regions().push_back(SharedRegion{p, size});
@@ -1062,10 +1064,14 @@ struct DynSmem {
 };
 
 // A barrier that not every live thread of the block reached through the same __syncthreads():
-// part of the block exited before it, or threads wait at two different barriers (compute-
-// sanitizer's synccheck reports both; CUDA allows __syncthreads() in conditional code only where
-// the condition is the same for the whole block).  "" when the barrier is sound.
-NC_NOTSAN static std::string barrier_divergence(BlockCtx* B) {
+// threads wait at two different barriers (compute-sanitizer's synccheck reports it; CUDA allows
+// __syncthreads() in conditional code only where the condition is the same for the whole block).
+// "" when the barrier is sound.  Threads that *exited* before it are not waited for: since Volta
+// "__syncthreads() ... will not succeed until reached by all non-exited threads in the block"
+// (CUDA Programming Guide, independent thread scheduling), so `if (tid >= n) return; ...
+// __syncthreads();` is sound on the sm_90 presented -- said in ``*exited`` (a note with the
+// verdict: undefined before Volta), never a failure (#64).
+NC_NOTSAN static std::string barrier_divergence(BlockCtx* B, std::string* exited) {
   const Fiber *first = nullptr, *other = nullptr;
   for (int t = 0; t < B->n; ++t) {
     const Fiber& f = B->fibers[t];
@@ -1084,13 +1090,28 @@ NC_NOTSAN static std::string barrier_divergence(BlockCtx* B) {
     return std::string(b);
   };
   char buf[1400];
-  if (B->alive < B->n) {
+  const Fiber* touched = nullptr;  // a thread that exited after a shared access of this interval
+  for (int t = 0; t < B->n && !touched; ++t)
+    if (B->fibers[t].state == DONE && hz_on && B->fibers[t].smem_bar == hz_bar + 1)
+      touched = &B->fibers[t];
+  if (touched && !other) {
+    char who[48];
+    hz_thread_name(who, sizeof who, touched->linear);
     snprintf(buf, sizeof buf, "barrier divergence in block (%u,%u,%u): __syncthreads()%s was "
-             "reached by %d of its %d threads; the other %d had exited (a barrier not every "
-             "thread of the block reaches: compute-sanitizer's synccheck reports it, and a GPU's "
-             "behaviour there is undefined)", ::blockIdx.x, ::blockIdx.y, ::blockIdx.z,
-             at(first).c_str(), B->alive, B->n, B->n - B->alive);
+             "reached by %d of its %d threads; the other %d ran past it to their exit, thread "
+             "%s after accessing shared memory in the barrier's interval (unordered with what "
+             "the others do after it: a barrier every thread must reach; compute-sanitizer's "
+             "synccheck and racecheck report it)", ::blockIdx.x, ::blockIdx.y, ::blockIdx.z,
+             at(first).c_str(), B->alive, B->n, B->n - B->alive, who);
     return buf;
+  }
+  if (B->alive < B->n && !other && exited && exited->empty()) {
+    snprintf(buf, sizeof buf, "__syncthreads()%s was reached by the %d of its %d threads "
+             "that had not exited (the other %d returned before it): sound from Volta on "
+             "(sm_70+, a barrier waits only for threads that have not exited; sm_90 presented), "
+             "undefined on sm_6x and older", at(first).c_str(), B->alive, B->n,
+             B->n - B->alive);
+    *exited = buf;
   }
   if (other) {
     snprintf(buf, sizeof buf, "barrier divergence in block (%u,%u,%u): its threads wait at two "
@@ -1109,6 +1130,7 @@ struct Shared {
   std::mutex mu;
   std::string error;
   std::string undefined;  // an undefined shuffle read (undefined_read), of the lowest block
+  std::string exited;     // a barrier that threads which had exited did not reach (a note)
   unsigned long long undefined_block = ~0ull;
 };
 
@@ -1161,6 +1183,7 @@ NC_NOTSAN static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
   std::vector<int> warp_order((size_t)nwarps);
   BlockCtx B;
   std::string undefined, first_undefined;  // this block's undefined read, and the lowest block's
+  std::string exited;  // the first barrier of this worker's blocks that exited threads skipped
   unsigned long long first_block = ~0ull;
   B.undefined = &undefined;
   tls_block = &B;
@@ -1225,6 +1248,7 @@ NC_NOTSAN static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
       f->warp = t >> 5;
       f->state = RUNNABLE;
       f->mask = 0;
+      f->smem_bar = 0;
       std::memset(f->vc, 0, sizeof f->vc);
       f->vc[f->lane] = 1;
       init_fiber_stack(f);
@@ -1247,7 +1271,7 @@ NC_NOTSAN static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
         continue;
       }
       if (B.at_barrier == B.alive) {
-        std::string divergent = barrier_divergence(&B);
+        std::string divergent = barrier_divergence(&B, &exited);
         if (!divergent.empty()) {  // synccheck's finding: the launch fails with it
           std::lock_guard<std::mutex> lk(S->mu);
           if (!S->failed) S->error = divergent;
@@ -1295,6 +1319,10 @@ NC_NOTSAN static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
       S->undefined_block = first_block;
       S->undefined = first_undefined;
     }
+  }
+  if (!exited.empty()) {
+    std::lock_guard<std::mutex> lk(S->mu);
+    if (S->exited.empty()) S->exited = exited;
   }
   if (!S->failed) {
     std::string refused = shared_total_refused(p);
@@ -1355,8 +1383,9 @@ static int launch(Thunk thunk, LaunchParams* p) {
   }
   // a launch that completed may leave a note: the first undefined shuffle read (the caller
   // passes err zeroed; a note does not replace one already there)
-  if (!S.undefined.empty() && p->err[0] == 0)
-    snprintf(p->err, (size_t)p->errlen, "%s", S.undefined.c_str());
+  if (p->err[0] == 0 && (!S.undefined.empty() || !S.exited.empty()))
+    snprintf(p->err, (size_t)p->errlen, "%s%s%s", S.undefined.c_str(),
+             !S.undefined.empty() && !S.exited.empty() ? "; " : "", S.exited.c_str());
   return 0;
 }
 

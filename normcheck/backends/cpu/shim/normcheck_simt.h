@@ -210,6 +210,9 @@ struct Fiber {
   // the hazard run's vector clock of this lane's warp (normcheck_hazards.h): entry l is what
   // this lane has seen of lane l's accesses through warp collectives
   uint32_t vc[32];
+  // the hazard run: 1 + the barrier interval of this thread's last shared-memory access (0:
+  // none) -- a thread that exits after one is not a thread that left before the barrier
+  uint32_t smem_bar;
 };
 
 struct BlockCtx;
