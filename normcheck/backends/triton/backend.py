@@ -368,8 +368,24 @@ def _reply(rep):
     if rep.get("ok") is True:
         return wire.check(rep, {"ok": (True,), "seconds": float, "note?": str},
                           "the launch reply")
-    kinds = tuple(str(k) for k in FailureKind) + ("load", "launch")
+    kinds = tuple(str(k) for k in FailureKind) + ("load", "launch", "unsupported")
     return wire.check(rep, {"ok": (False,), "kind": kinds, "message": str}, "the launch reply")
+
+
+def _failed(path, entry, rep) -> Exception:
+    """The error of a failed launch reply: the file did not load (CompileError), the worker's
+    launch machinery failed (KernelCrash), a construct normcheck cannot run (Unsupported: no
+    verdict), or the kernel's own failure (its FailureKind)."""
+    msg = one_line(rep["message"])
+    if rep["kind"] == "load":
+        return CompileError(f"{path.name}: {msg}")
+    if rep["kind"] == "launch":
+        return KernelCrash(f"{entry}: {msg}")
+    if rep["kind"] == "unsupported":
+        return Unsupported(f"{entry}: {msg}")
+    err = KernelError(f"{entry}: {msg}")
+    err.kind = FailureKind(rep["kind"])
+    return err
 
 
 class TritonKernel(base.Kernel):
@@ -462,13 +478,7 @@ class TritonKernel(base.Kernel):
             rep = w.run_on_arrays(layout, size, req, timeout, _reply, cpu_need=timeout,
                                   on_dead=dead)
         if not rep["ok"]:
-            if rep["kind"] == "load":
-                raise CompileError(f"{self.path.name}: {one_line(rep['message'])}")
-            if rep["kind"] == "launch":
-                raise KernelCrash(f"{self.entry}: {one_line(rep['message'])}")
-            err = KernelError(f"{self.entry}: {one_line(rep['message'])}")
-            err.kind = FailureKind(rep["kind"])
-            raise err
+            raise _failed(self.path, self.entry, rep)
         self.last_seconds = rep["seconds"]
         return rep.get("note") or None
 
@@ -672,12 +682,6 @@ class _GpuKernel(base.Kernel):
             rep = w.run_on_arrays(layout, size, req, timeout, _reply, cpu_need=timeout,
                                   on_dead=dead)
         if not rep["ok"]:
-            if rep["kind"] == "load":
-                raise CompileError(f"{self.path.name}: {one_line(rep['message'])}")
-            if rep["kind"] == "launch":
-                raise KernelCrash(f"{self.entry}: {one_line(rep['message'])}")
-            err = KernelError(f"{self.entry}: {one_line(rep['message'])}")
-            err.kind = FailureKind(rep["kind"])
-            raise err
+            raise _failed(self.path, self.entry, rep)
         self.last_seconds = rep["seconds"]
         return None

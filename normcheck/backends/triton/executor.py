@@ -71,9 +71,9 @@ from triton.runtime import interpreter as ti  # noqa: E402
 
 from normcheck import formats  # noqa: E402
 from normcheck.backends.triton import grid  # noqa: E402
-from normcheck.backends.triton.stubs import Missing, stub_modules  # noqa: E402
+from normcheck.backends.triton.stubs import Missing, MissingHelper, stub_modules  # noqa: E402
 from normcheck.errors import (FailureKind, KernelError, KernelRaised,  # noqa: E402
-                              MisalignedAccess, OutOfBounds)
+                              MisalignedAccess, OutOfBounds, Unsupported)
 
 __all__ = ["install", "load_module", "kernel_function", "run", "Memory", "RacyRead", "ReadUnwritten",
            "OverlappingWrites", "LibdeviceModule", "with_semantic"]
@@ -1462,8 +1462,11 @@ class _Launch:
             self.rewritten(**self.call)
         except Exception as e:  # noqa: BLE001 -- the kernel's, named; ours pass through
             cause = e
-            while cause is not None and not isinstance(cause, KernelError):
+            while cause is not None and not isinstance(cause, (KernelError, MissingHelper)):
                 cause = cause.__cause__
+            if isinstance(cause, MissingHelper):  # nothing ran as written: no verdict (#64)
+                raise Unsupported(f"{cause}{self.mem.where_of(e)}; nothing of the kernel can "
+                                  "be judged without it") from None
             if cause is not None:
                 raise cause from None
             b = grid.active()

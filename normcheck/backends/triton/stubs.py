@@ -10,6 +10,11 @@ import sys
 __all__ = ["Missing", "stub_modules", "REEXPORTS"]
 
 
+class MissingHelper(ImportError):
+    """A kernel called a name of a module not installed here: nothing of the launch ran as
+    written, so normcheck cannot judge it (the executor raises it as Unsupported: exit 2)."""
+
+
 class Missing:
     """What a name from a module that is not installed stands for while the file is imported:
     called, it gives another (a decorator factory, a version test), but applied to a function,
@@ -29,7 +34,7 @@ class Missing:
 
     def __call__(self, *args, **kwargs):
         if Missing.running():
-            raise ImportError(f"the kernel calls {self._name}, from a module not installed "
+            raise MissingHelper(f"the kernel calls {self._name}, from a module not installed "
                               "here (stood in for while the file was imported): install it, "
                               "or copy what the kernel needs into the file")
         if len(args) == 1 and not kwargs and _decorated(args[0]):

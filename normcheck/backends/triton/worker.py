@@ -134,7 +134,7 @@ def _order(n, schedule, seed):
 
 def launch(req):
     from normcheck.backends.triton import executor
-    from normcheck.errors import KernelError
+    from normcheck.errors import KernelError, Unsupported
 
     from normcheck.backends.triton import extract
 
@@ -191,6 +191,8 @@ def launch(req):
                                 poison, order, batched=bool(req.get("batched", True)))
         except KernelError as e:
             return {"ok": False, "kind": str(e.kind), "message": str(e)}
+        except Unsupported as e:  # a construct normcheck cannot run: no verdict
+            return {"ok": False, "kind": "unsupported", "message": str(e)}
         stood_in = req.get("stood_in") or {}
         if stood_in:  # said with every launch: the check keeps each note once
             note = "; ".join(filter(None, [note, "installed but not importable here, so stood "
