@@ -116,6 +116,17 @@ PLANTED = {
 }
 
 
+def test_row_sums_mixed_across_rows_are_not_the_old_formula(tmp_path, monkeypatch):
+    """Each row's Σg, Σg·x̂ over the next row's dy: wrong sums, affine in x̂ on each row like the
+    old formula's, but wholly wrong, never the few float ulps its cancellation magnifies --
+    it was named 'PyTorch 1.x's formula' on the offset rows (#64)."""
+    monkeypatch.chdir(tmp_path)
+    r = check_backward(spec=_dx_saved(7), examples=16, families=("gaussian", "offset"))
+    assert r.verdict == "fail", r.render()
+    assert "old_formula" not in {getattr(f.cause, "key", None) for f in r.failures}, r.render()
+    assert "PyTorch 1.x" not in r.render()
+
+
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_planted_backward_bugs_are_named(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -84,6 +84,33 @@ def test_one_bug_is_one_cause_on_every_family_it_explains(tmp_path, monkeypatch)
     assert "elsewhere" not in r.cause
 
 
+def test_a_cause_is_one_the_kernels_norm_can_have(tmp_path, monkeypatch):
+    """Rounding once where Hugging Face's definition rounds x̂ first: the exact definition, not
+    'γ·x̂ and +β rounded separately' (an RMSNorm has no β) nor a perturbation ('squares
+    rounded', 'ε missing') that lands on the same values (#64)."""
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(SRC, "rms_rounded_once_fp16", "rmsnorm", "fp16", reference="hf",
+                           examples=16, search=0, timeout=30)
+    assert r.verdict == "fail" and r.cause.key == "exact_not_hf", r.render()
+    assert {f.cause.key for f in r.failures if f.cause is not None} == {"exact_not_hf"}
+    assert "affine_separate" not in r.render()
+
+
+def test_nan_on_every_row_is_not_the_one_pass_variance(tmp_path, monkeypatch):
+    """A two-pass LayerNorm that reads its output (the poison NaN) for the mean: NaN on every
+    row of every family, the offset rows among them -- not 'one-pass variance', whose NaN rows
+    are only those whose variance can come out negative (#64)."""
+    monkeypatch.chdir(tmp_path)
+    r = check.check_kernel(SRC, "ln_mean_from_output_fp16", "layernorm", "fp16", examples=16,
+                           search=0, timeout=30)
+    assert r.verdict == "fail", r.render()
+    assert "one_pass" not in {getattr(f.cause, "key", None) for f in r.failures}, r.render()
+    # the real one-pass kernel keeps its cause
+    r = check.check_kernel(SRC, "ln_trt_one_pass_fp16", "layernorm", "fp16", examples=16,
+                           search=0, timeout=30)
+    assert r.cause.key == "one_pass", r.render()
+
+
 def test_a_tree_sum_in_bf16_is_named_with_its_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = check.check_kernel(SRC, "rms_tl_bf16_tree_sum", "rmsnorm", "bf16", examples=16,

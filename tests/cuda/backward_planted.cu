@@ -7,7 +7,7 @@
 //       3 γ where Gemma has 1+γ, 4 PyTorch 1.x's formula (b·x + c from Σg·x and Σg),
 //       5 the row sums accumulated in T, 6 the sums of each warp only (never combined)
 //   bwd_dx_saved<T, BUG>  LayerNorm's dx from the saved mean and rstd; BUG 0 sound, 4 PyTorch
-//       1.x's formula
+//       1.x's formula, 7 the row sums Σg, Σg·x̂ taken over the next row's dy (rows mixed)
 //   dgb_part<T> / dgb_final<BUG>  a two-stage dγ, dβ: per-block partials over 64 rows in float,
 //       then a second kernel over the partials; BUG 0 sound, 1 the second stage in __half,
 //       2 dβ never written (its buffer starts at zero)
@@ -109,10 +109,11 @@ __global__ void bwd_dx_saved(T* dx, const T* dy, const T* x, const T* gamma, con
   const int row = blockIdx.x;
   const T* xr = x + (size_t)row * cols;
   const T* dyr = dy + (size_t)row * cols;
+  const T* dys = BUG == 7 ? dy + (size_t)((row + 1) % rows) * cols : dyr;  // the sums' rows
   const float mean = mean_[row], rstd = rstd_[row];
   float sg = 0.f, sgx = 0.f, sgxr = 0.f;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-    float g = f(dyr[j]) * f(gamma[j]);
+    float g = f(dys[j]) * f(gamma[j]);
     sg += g;
     sgx += g * (f(xr[j]) - mean) * rstd;
     sgxr += g * f(xr[j]);

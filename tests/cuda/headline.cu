@@ -28,6 +28,11 @@
 //                              lanes normalise by their own partial sums
 //   ln_eps_on_sigma_fp16       a two-pass LayerNorm with rstd = 1/(σ + ε): one bug, one cause on
 //                              every family (on a few rows 'ε missing' fits as well)
+//   rms_rounded_once_fp16      γ·x·rstd in float, rounded once: judged by Hugging Face's definition
+//                              (x̂ rounded first) it is the exact definition, not two roundings of
+//                              a γ·x̂ + β an RMSNorm does not have
+//   ln_mean_from_output_fp16   a two-pass LayerNorm whose mean is read from y before y is written
+//                              (the poison NaN): NaN everywhere, no one-pass variance
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -315,6 +320,36 @@ extern "C" __global__ void ln_eps_on_sigma_fp16(__half* y, const __half* x, cons
     q += d * d;
   }
   const float r = 1.f / (sqrtf(block_sum(q) / cols) + eps);  // the bug: ε on σ, not on σ²
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = __float2half(
+        (__half2float(xr[j]) - mu) * r * __half2float(g[j]) + __half2float(b[j]));
+}
+
+extern "C" __global__ void rms_rounded_once_fp16(__half* y, const __half* x, const __half* g,
+                                                 float eps, int rows, int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  float q = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float v = __half2float(xr[j]);
+    q += v * v;
+  }
+  const float r = rsqrtf(block_sum(q) / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x)
+    y[(size_t)blockIdx.x * cols + j] = __float2half(__half2float(xr[j]) * r * __half2float(g[j]));
+}
+
+extern "C" __global__ void ln_mean_from_output_fp16(__half* y, const __half* x, const __half* g,
+                                                    const __half* b, float eps, int rows,
+                                                    int cols) {
+  const __half* xr = x + (size_t)blockIdx.x * cols;
+  const float mu = __half2float(y[(size_t)blockIdx.x * cols]);  // the bug: y, not Σx / D
+  __syncthreads();
+  float q = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float d = __half2float(xr[j]) - mu;
+    q += d * d;
+  }
+  const float r = rsqrtf(block_sum(q) / cols + eps);
   for (int j = threadIdx.x; j < cols; j += blockDim.x)
     y[(size_t)blockIdx.x * cols + j] = __float2half(
         (__half2float(xr[j]) - mu) * r * __half2float(g[j]) + __half2float(b[j]));
