@@ -479,6 +479,8 @@ def _check(args) -> int:
 
     if args.source and args.source.endswith(".toml") and not args.spec:
         args.spec, args.source = args.source, None  # `normcheck check SPEC.toml`
+    if args.source:
+        _kernel_file(args.source)
     from normcheck import spec as specs
 
     dtypes = specs.parse_dtypes(args.dtypes, "--dtypes") if args.dtypes else None
@@ -493,6 +495,33 @@ def _check(args) -> int:
     print(result.to_json() if args.json else result.render())
     _github(args, result)
     return result.exit_code(strict=args.strict)
+
+
+def _kernel_file(source: str) -> None:
+    """A kernel file named on the command line, answered in one line before any compiler runs
+    (#64: a missing path or a folder was compiled as CUDA C text, 9 s of g++ errors): it exists,
+    is a file with a CUDA C or Python suffix, and holds something."""
+    from normcheck.backends.cpu.backend import SOURCE_SUFFIXES
+
+    p = Path(source)
+    if not p.exists():
+        raise invalid("source", source, "an existing kernel file (a .cu file, or a Triton "
+                      ".py)", f"check the path (relative to {Path.cwd()})")
+    if p.is_dir():
+        raise invalid("source", source, "a kernel file, not a folder",
+                      "name the .cu or .py file that holds the kernel")
+    suffixes = sorted(SOURCE_SUFFIXES | {".py"})
+    if p.suffix.lower() not in suffixes:
+        raise invalid("source", source, "a CUDA C file (.cu, .cuh, .h ...) or a Triton .py",
+                      "rename it, or pass a spec (.toml) naming it")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError as e:
+        raise invalid("source", source, "a readable file", e.strerror or str(e)) from None
+    if not head.strip():
+        raise invalid("source", source, "a file holding a kernel (it is empty)",
+                      "name the file that defines your __global__ or @triton.jit kernel")
 
 
 def _op_spec(args):
@@ -596,6 +625,7 @@ def _spec(args) -> int:
     from normcheck.backends import get_backend
     from normcheck.backends.triton.backend import is_triton, load, signature
 
+    _kernel_file(args.source)
     # the source as the spec names it: relative to where the spec lands (-o), else to the
     # current folder, where a redirect (> my.toml) most likely puts it
     import os
@@ -782,7 +812,16 @@ def _main(argv=None) -> int:
         print(f"normcheck: error: {e}", file=sys.stderr)
         _cannot_judge(args, str(e), type(e).__name__)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        result = getattr(e, "result", None)  # a check's later run: what ran, shown and saved
+        if result is not None and getattr(args, "func", None) is _check:
+            try:
+                _ci_files(args, result)
+                print(result.to_json() if args.json else result.render())
+            except Exception:  # noqa: BLE001 -- the interrupt is what is said
+                pass
+            print(f"normcheck: interrupted during {result.interrupted}", file=sys.stderr)
+            return result.exit_code(strict=getattr(args, "strict", False))
         print("normcheck: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as SIGPIPE would

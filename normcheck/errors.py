@@ -33,6 +33,7 @@ __all__ = [
     "Unsupported",
     "SpecError",
     "FolderLocked",
+    "Interrupted",
     "invalid",
 ]
 
@@ -105,6 +106,15 @@ class Unsupported(NormcheckError):
     """The kernel reached a construct the backend cannot run (an inline PTX instruction outside
     normcheck's table, a barrier of some warps ...): normcheck cannot judge it -- never the
     kernel's failure, never a pass.  The message names the construct and its line."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a check's later runs: ``result`` holds what was measured before it (a
+    CheckResult with ``interrupted`` set) -- shown and saved, never a verdict of pass."""
+
+    def __init__(self, result):
+        super().__init__(f"interrupted during {result.interrupted}")
+        self.result = result
 
 
 class FolderLocked(NormcheckError):

@@ -58,8 +58,8 @@ def load(part: Part) -> ctypes.CDLL:
 
             from normcheck import progress
 
-            with progress.step(f"building normcheck's {part.what.removeprefix('building ')} "
-                               "(g++, once per machine)"):
+            with progress.step(f"{part.what} (normcheck's own, g++, once per machine)",
+                               once=True):
                 path = confine.build_library(part.source, part.section, part.name,
                                              list(part.flags), part.what)
             lib = ctypes.CDLL(str(path))

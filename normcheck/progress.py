@@ -29,12 +29,14 @@ LOG_EVERY = 5.0
 
 
 class _Step:
-    __slots__ = ("what", "start", "done", "total", "spoke", "last")
+    __slots__ = ("what", "start", "done", "total", "spoke", "last", "inner", "once")
 
     def __init__(self, what: str):
         self.what, self.start = what, time.monotonic()
         self.done, self.total = 0, None
         self.spoke, self.last = False, 0.0
+        self.inner = 0.0  # seconds its nested one-off steps took (builds), not its parts' pace
+        self.once = False
 
     def line(self, now: float) -> str:
         el = now - self.start
@@ -42,7 +44,10 @@ class _Step:
         if self.total:
             s += f", {self.done}/{self.total}"
             if self.done:
-                s += f", ~{el / self.done * (self.total - self.done):.0f} s left"
+                # the measured rate of its own parts: a build inside the first one is not a
+                # part's cost (#64: "~201 s left" for a check done 21 s later)
+                rate = max(el - self.inner, 0.0) / self.done
+                s += f", ~{rate * (self.total - self.done):.0f} s left"
         return s
 
 
@@ -113,10 +118,12 @@ def _beat() -> None:
 
 
 @contextmanager
-def step(what: str, total: int | None = None):
+def step(what: str, total: int | None = None, once: bool = False):
     """A step of work, named (``what``: "building rms.cu (g++)", "family offset"); ``total``
-    parts for an ETA (:func:`advance`)."""
+    parts for an ETA (:func:`advance`); ``once``: a cost paid once (a build), not part of the
+    pace of the step it runs inside."""
     st = _Step(what)
+    st.once = once
     st.total = total
     with _lock:
         _stack.append(st)
@@ -125,7 +132,10 @@ def step(what: str, total: int | None = None):
     finally:
         with _lock:
             if st in _stack:
+                i = _stack.index(st)
                 _stack.remove(st)
+                if i > 0 and st.once:  # a build: not its parent's parts' pace
+                    _stack[i - 1].inner += time.monotonic() - st.start
             if st.spoke and _on["stream"] is not None:
                 _clear_live()
                 _write(f"normcheck: {what}: done in {time.monotonic() - st.start:.1f} s\n")

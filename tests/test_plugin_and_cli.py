@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -77,3 +78,46 @@ def test_check_benchmark_prints_its_three_figures():
         assert np.isfinite(r[k]) and r[k] > 0, k
     assert "check/oracle" in lines[1] and "numpy_rmsnorm (bf16)" in lines[2]
     assert 0 <= r["own_share"] < 1 and "own share" in lines[1]
+
+
+def test_ctrl_c_after_the_families_keeps_what_was_measured(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during the search: the families' table is printed, the counterexample of a
+    failure saved, and the exit is 130 with the run named -- never a pass (#64: nothing was
+    printed or saved)."""
+    from normcheck.check.judge import ForwardJudge
+    from normcheck.cli import main
+
+    def interrupted(self, fams, examples):
+        raise KeyboardInterrupt
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ForwardJudge, "search", interrupted)
+    src = Path(__file__).parent / "cuda" / "check" / "kernels.cu"
+    rc = main(["check", str(src), "--entry", "rms_good_fp16", "--norm", "rmsnorm", "--dtype",
+               "fp16", "--examples", "8"])
+    cap = capsys.readouterr()
+    assert rc == 130, cap.err
+    assert "gaussian" in cap.out and "verdict: INTERRUPTED during the search" in cap.out
+    assert "interrupted during the search" in cap.err
+    rc = main(["check", str(src), "--entry", "rms_rstd_in_fp16", "--norm", "rmsnorm",
+               "--dtype", "fp16", "--examples", "8"])
+    cap = capsys.readouterr()
+    assert rc == 1 and "verdict: FAIL" in cap.out, cap.out
+    assert list((tmp_path / ".normcheck").glob("counterexample-rms_rstd_in_fp16-*.npz"))
+
+
+def test_a_bad_kernel_path_is_one_line_before_any_compiler(tmp_path, monkeypatch, capsys):
+    """A missing file, a folder, an empty file: answered in one line naming the thing and the
+    fix, exit 2, nothing built (#64: compiled as CUDA C text, 9 s of g++ errors)."""
+    from normcheck.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "empty.cu").write_text("\n\n")
+    for path, said in (("nosuchfile", "expected an existing kernel file"),
+                       ("folder", "expected a kernel file, not a folder"),
+                       ("empty.cu", "(it is empty)")):
+        rc = main(["check", path, "--entry", "k", "--norm", "rmsnorm", "--dtype", "fp16"])
+        err = capsys.readouterr().err
+        assert rc == 2 and said in err, err
+        assert "g++" not in err and "building" not in err and len(err.strip().splitlines()) == 1

@@ -54,6 +54,19 @@ def test_the_innermost_lasting_step_is_shown(monkeypatch):
     assert "checking 8 families" in text and "normcheck: family" not in text
 
 
+def test_the_eta_is_the_parts_pace_not_a_build_inside_one():
+    """A build inside the first family is paid once: the ETA is the families' own pace (#64:
+    "~201 s left" for a check done 21 s later)."""
+    import re
+
+    with progress.step("checking 4 families", total=4) as st:
+        with progress.step("building k.cu", once=True):
+            time.sleep(0.5)
+        progress.advance(1)
+        line = st.line(st.start + 0.6)
+    assert re.search(r"~0 s left", line), line  # (0.6 - 0.5 s) a family, 3 to go: 0.3 s
+
+
 def test_quiet_turns_it_off(tmp_path):
     # a build that takes more than 2 s: g++ on a text never built
     src = tmp_path / "k.cu"

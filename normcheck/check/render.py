@@ -69,7 +69,10 @@ def render(r) -> str:
 
         lines.append(f"replay: {cases.command(r.counterexample)}")
     lines += tail
-    lines.append(f"verdict: {r.verdict.upper()} -- {r.rows_checked} rows in {r.seconds:.1f} s"
+    shown = r.verdict.upper()
+    if getattr(r, "interrupted", None) and r.verdict != "fail":  # what ran is no pass
+        shown = f"INTERRUPTED during {r.interrupted} ({r.verdict} on what ran: not a verdict)"
+    lines.append(f"verdict: {shown} -- {r.rows_checked} rows in {r.seconds:.1f} s"
                  + summary + (f"; likely cause: {r.cause}" if r.cause and r.verdict != "pass"
                               else ""))
     return "\n".join(lines)

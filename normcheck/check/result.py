@@ -89,6 +89,7 @@ class CheckResult:
     detail: ForwardDetail | BackwardDetail | QuantisedDetail = field(
         default_factory=ForwardDetail)
     yardstick: bool = True  # a built-in kernel measured beside it (warn's rule); False: none
+    interrupted: str | None = None  # Ctrl-C: the run during which it came (no verdict then)
 
     @property
     def kind(self) -> str:
@@ -127,12 +128,16 @@ class CheckResult:
         return max(vals) if vals else None
 
     def exit_code(self, strict: bool = False) -> int:
-        """0 pass and warn, 1 fail (``strict``: warn too)."""
-        return 1 if self.verdict == "fail" or (strict and self.verdict == "warn") else 0
+        """0 pass and warn, 1 fail (``strict``: warn too); 130 where it was interrupted and
+        nothing failed (what ran is no verdict)."""
+        if self.verdict == "fail" or (strict and self.verdict == "warn"):
+            return 1
+        return 130 if self.interrupted else 0
 
     def as_dict(self) -> dict:
         t = self.tolerance
-        return {"verdict": self.verdict,
+        return {"verdict": self.verdict, **({"interrupted": self.interrupted}
+                                            if self.interrupted else {}),
                 # the verdict's measure first: the largest error over the sound bound (above
                 # 1 fails); max_ulp is in ulps of each element's own exact value, which a sound
                 # kernel makes large where the exact value is near zero

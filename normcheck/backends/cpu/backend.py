@@ -545,8 +545,11 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
     that takes a while says so (normcheck.progress)."""
     from normcheck import progress
 
-    with progress.step(f"building {Path(str(src.origin)).name} for the cpu backend (g++, "
-                       "once per text: then cached)"):
+    hazard = any(f in extra_flags for f in HAZARD_FLAGS)
+    # one line per build: the hazard build of the same text beside the plain one said as such
+    with progress.step(f"building {Path(str(src.origin)).name} for the cpu backend"
+                       + (" (its hazard build: races and exact shared bounds)" if hazard else
+                          " (g++, once per text: then cached)"), once=True):
         try:
             return _build(src, entries, defines, extra_flags, arch, hosts)
         except _NeedsStd as e:  # the file uses what a later standard has: built in that one
