@@ -105,15 +105,17 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
             # the oracle differently: an offset row needs more double-double than a gaussian one)
             cases = list(itertools.islice(j.long_batches(R, cols), 8))
             rows_in = sum(c.rows for _, c in cases)
+            # the kernel alone on the build the long run uses (the plain one, one guard): the
+            # hazard build timed here made the check look faster than the kernel (#64)
             j.reference(cases[0][1])
-            j.run_target(*cases[0], guard="end")
+            j.run_target(*cases[0], guard="end", hazards=False)
             t0 = time.perf_counter()
             for _, c in cases:
                 j.reference(c)
             t_or = (time.perf_counter() - t0) / rows_in
             t0 = time.perf_counter()
             for fam, c in cases:
-                j.run_target(fam, c, guard="end")
+                j.run_target(fam, c, guard="end", hazards=False)
             t_k = (time.perf_counter() - t0) / rows_in
             del cases
             t0 = time.perf_counter()

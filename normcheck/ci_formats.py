@@ -67,7 +67,7 @@ def check_junit(result: dict) -> str:
     warns = result.get("warnings", [])
     for fam in result.get("families", []):
         name = fam["family"]
-        tc = TestCase(name, classname=f"normcheck.{kern}")
+        tc = TestCase(name, classname=f"normcheck.{kern}", time=float(fam.get("seconds") or 0))
         mine = [f for f in fails if f.get("family") == name]
         if fam.get("verdict") == "fail" or mine:
             f = mine[0] if mine else {"kind": "accuracy", "detail": "failed", "cause": None}
@@ -102,6 +102,7 @@ def check_junit(result: dict) -> str:
         fl.text = _failure_text(f, result)
         tc.result = [fl]
         suite.add_testcase(tc)
+    suite.time = float(result.get("seconds") or 0)  # the whole check's, not 0 (#64)
     return _xml([suite])
 
 
@@ -176,9 +177,13 @@ def _line_of(detail: str, source: str | None, entry: str | None) -> tuple[str | 
     definition in its source, else line 1."""
     import re
 
-    m = re.search(r" at ([^\s:]+):(\d+)\b", detail or "")
+    m = re.search(r" at ([^\s:`]+):(\d+)\b", detail or "")
     if m and source and Path(source).name == Path(m.group(1)).name:
         return source, int(m.group(2))
+    if m and source:  # a header beside the kernel's file: the finding's own line there
+        beside = Path(source).parent / Path(m.group(1)).name
+        if beside.is_file():
+            return str(beside), int(m.group(2))
     if source and entry and Path(source).is_file():
         from normcheck.backends.base import entry_name
 
@@ -210,7 +215,8 @@ def github_check(result: dict, source: str | None = None) -> str:
                         ("warning", result.get("warnings", []))):
         for it in items:
             f, line = _line_of(it.get("detail", ""), src, entry)
-            loc = f"file={_gh_escape(rel, True)},line={line}," if f else ""
+            here = os.path.relpath(f) if f and Path(f).is_file() else rel
+            loc = f"file={_gh_escape(here, True)},line={line}," if f else ""
             msg = f"{it['family']}: {it['detail']}" + (f" -- cause: {it['cause']}"
                                                        if it.get("cause") else "")
             title = f"normcheck {entry}: {it['kind']}"

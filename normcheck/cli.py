@@ -43,7 +43,8 @@ class _Parser(argparse.ArgumentParser):
             close = difflib.get_close_matches(m.group(1), choices, n=1)
             if close:
                 message += f"; did you mean {close[0]!r}?"
-        super().error(message)
+        # the error and the fix first, in one line: not 16 lines of usage before it (#64)
+        self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists its options)\n")
 
 
 def _unrecognized(parser: argparse.ArgumentParser, extra: list) -> str:
@@ -559,8 +560,21 @@ def _github(args, result):
     from normcheck import ci_formats
 
     d = json.loads(result.to_json())
-    text = ci_formats.github_check(d, args.source)
+    text = ci_formats.github_check(d, args.source or _spec_source(args.spec))
     (sys.stderr if args.json else sys.stdout).write(text)
+
+
+def _spec_source(spec) -> str | None:
+    """The kernel file a spec names (its annotations point there), or None."""
+    if spec is None:
+        return None
+    from normcheck import spec as specs
+
+    try:
+        sp = spec if hasattr(spec, "source") else specs.load(spec)
+    except NormcheckError:
+        return None
+    return str(sp.source) if getattr(sp, "source", None) else None
 
 
 def _ci_files(args, result):

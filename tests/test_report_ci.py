@@ -182,6 +182,9 @@ def test_check_junit_is_valid_and_names_the_worst_row(tmp_path):
     assert {"gaussian", "offset", "search"} <= names
     failed = [c for c in cases if c.result]
     assert failed
+    # the time each family took, and the check's (#64: time="0" everywhere)
+    assert all(c.time > 0 for c in cases if c.name != "search") and \
+        next(iter(xml)).time > 0
     text = failed[0].result[0].text
     assert "row" in text and "cause: x̂ rounded" in text and "replay: normcheck replay" in text
     md = summary.read_text()

@@ -69,6 +69,7 @@ class FamilyOutcome:
     verdict: Verdict = Verdict.PASS
     failures: dict = field(default_factory=dict)
     cause: str | None = None
+    seconds: float = 0.0  # what its launches and their measurement took
 
 
 @dataclass
@@ -288,6 +289,7 @@ def _families(judge: Judge, fams, examples, progress, out) -> None:
     for fi, fam in enumerate(fams):
         st = judge.start(fam)
         plan = list(judge.plan(fam, examples))
+        t0 = time.perf_counter()
         with progress_mod.step(f"family {fam} ({fi + 1} of {len(fams)}), {len(plan)} launches",
                                total=len(plan)):
             _run_family(judge, st, fi, plan)
@@ -297,6 +299,7 @@ def _families(judge: Judge, fams, examples, progress, out) -> None:
         if st.fails:
             st.fr.verdict = Verdict.FAIL
         fam_fails, fam_warns = judge.finish(st)
+        st.fr.seconds = time.perf_counter() - t0
         failures += fam_fails
         warnings += fam_warns
         results.append(st.fr)

@@ -755,6 +755,7 @@ class ForwardJudge(engine.Judge):
                 fr.cause = acc[0].cause = self.diagnose(worst[1], worst[2])
             elif bias_fail is not None:
                 fr.cause = bias_fail.cause
+        fr.seconds = time.perf_counter() - t0
         return fr, fails, None if worst is None else worst[0]
 
     # the large-index run ----------------------------------------------------------------------
@@ -875,7 +876,7 @@ class ForwardJudge(engine.Judge):
                 for f in fails:
                     if f.cause is None or f.cause.evidence not in ("fault", "undefined"):
                         f.cause = fr.cause
-        secs = time.perf_counter() - t0
+        secs = fr.seconds = time.perf_counter() - t0
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         blocks_run = case.rows if case.rows == 7 else f"7 ({case.rows // 7} rows each)"
         note = (f"large-index run: {rows:,} rows of {cols} ({rows * cols:,} elements, past "

@@ -3,7 +3,7 @@ causes, the worst row, how to replay it."""
 
 from __future__ import annotations
 
-from normcheck.causes import FAULTS
+from normcheck.causes import EVIDENCE, FAULTS
 from normcheck.measure import mismatch
 from normcheck.metrics import StreamStats, percent, times_bound
 from normcheck.metrics import short as _fmt
@@ -271,4 +271,29 @@ def explain() -> str:
             out.append(f"  {name}: k = {t.warn_k:g}, floor {t.warn_floor:g} ulp -- {t.reason}")
     out.append("pass -- otherwise.  Exit codes: 0 pass and warn, 1 fail (--strict: warn too), "
                "2 cannot judge.")
+    out += ["", "likely cause -- every fail and warn on accuracy is diagnosed; the verdict line "
+            "names the cause with the strongest evidence, then the most elements explained:"]
+    out += [f"  {ev}: {EVIDENCE_MEANS[ev]}" for ev in EVIDENCE]
+    out.append("the causes (the key in --json's cause_key, then what it means):")
+    out += [f"  fault_{k}: {what}" for k, what in FAULTS.items()]
+    from normcheck.check.diagnose import CAUSES
+
+    out += [f"  {k}: {what}" for k, (what, _ev) in CAUSES.items()]
+    out.append("  unexplained: no model reproduces the elements off -- the first failure is "
+               "named instead; the kernel is wrong there all the same")
     return "\n".join(out)
+
+
+#: What each kind of evidence behind a cause is (``check --explain``).
+EVIDENCE_MEANS = {
+    "fault": "the kernel faulted (out of bounds, misaligned, crashed, hung, a race or a "
+             "divergent barrier): what it computed after that is no evidence of anything",
+    "undefined": "the output changed when memory not yet written read zeros instead of NaN",
+    "race": "the output changed with the order blocks or warps ran in",
+    "exact": "a model of the cause reproduces every element off (bit for bit for 16-bit "
+             "outputs, within 1 ulp for fp32)",
+    "bit": "a model reproduces 90 % of the elements off or more",
+    "formula": "a backward formula reproduced within the sound limit",
+    "stat": "a statistical signature (the variance each row implies, the error's growth with "
+            "the row's conditioning)",
+}
