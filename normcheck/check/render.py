@@ -237,7 +237,12 @@ _LEGEND = {
                 "the level); raw max ulp / p99 ulp: in ulps of each exact value (large near "
                 "zero for a sound kernel too); bias: the mean signed error toward zero, in ulps "
                 "(+: the kernel's values lie nearer zero than the exact ones, as truncation's; "
-                "-: farther); bound ulp: the sound bound at the worst element"),
+                "-: farther); bound ulp: the sound bound, in ulps of the exact value, at the "
+                "element of x bound (x bound times it is that element's raw error); (n rows "
+                "inf): rows whose sound bound is infinite -- where a sound kernel's worst-case "
+                "rounding of the variance reaches the variance's own size (rows of huge |mean| "
+                "/ spread, constant rows with ε below the rounding), no float kernel promises "
+                "anything, so nothing there fails"),
 }
 
 

@@ -1106,11 +1106,10 @@ NC_NOTSAN static std::string barrier_divergence(BlockCtx* B, std::string* exited
     return buf;
   }
   if (B->alive < B->n && !other && exited && exited->empty()) {
-    snprintf(buf, sizeof buf, "__syncthreads()%s was reached by the %d of its %d threads "
-             "that had not exited (the other %d returned before it): sound from Volta on "
+    snprintf(buf, sizeof buf, "__syncthreads()%s was reached only by the threads of its "
+             "block that had not exited (the others returned before it): sound from Volta on "
              "(sm_70+, a barrier waits only for threads that have not exited; sm_90 presented), "
-             "undefined on sm_6x and older", at(first).c_str(), B->alive, B->n,
-             B->n - B->alive);
+             "undefined on sm_6x and older", at(first).c_str());
     *exited = buf;
   }
   if (other) {
