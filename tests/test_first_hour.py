@@ -216,7 +216,7 @@ def test_the_report_puts_the_users_kernels_first_named_by_spec(user_report):
     assert "vllm_rms_norm.toml" in md and "flashinfer_rms_norm.toml" in md
     assert "**sandbox**" in md and "sha256" in md  # provenance: the sandbox and the specs
     html = (out / "index.html").read_text()
-    assert "class='legend'" in html and "your kernels" in html
+    assert 'class="user"' in html and "your kernels" in html
 
 
 def test_report_strict_exits_1_on_an_unsafe_kernel_of_yours_and_annotates_it(user_report):

@@ -36,11 +36,19 @@ def test_the_report_opens_with_its_findings(user_report):
     assert heads.index("Plots") < heads.index("× bound and max ULP by family")
     assert "**Contents:**" in md.split("## Findings")[0]
     page = (out / "index.html").read_text()
-    h2 = re.findall(r"<h2 id='([^']+)'>", page)
+    h2 = re.findall(r'<h2 id="([^"]+)">', page)
     assert h2[0] == "findings" and h2[-1] == "provenance"
-    assert "<nav>" in page.split("<h2")[0] and "class='sortable" in page
-    for a in re.findall(r"href='#([^']+)'", page):
-        assert f"id='{a}'" in page
+    assert "<nav>" in page.split("<h2")[0] and 'class="sortable"' in page
+    for a in re.findall(r'href="#([^"]+)"', page):
+        assert f'id="{a}"' in page
+    # the page is report.md rendered (markdown-it-py), never markdown shown as text (#64:
+    # **Terms.**, *family* and backticks showed raw in the hand-built HTML)
+    text = re.sub(r"<[^>]+>", "", page.split("<h2")[1].split("</table>")[0])
+    assert "**" not in text and "<strong>Terms.</strong>" in page and "<em>family</em>" in page
+    # your kernels come first of all the findings' rows, the unsafe among them first
+    rows = [ln for ln in md.split("## Findings")[1].splitlines() if ln.startswith("| rmsnorm")
+            or ln.startswith("| layernorm")]
+    assert "(yours" in rows[0] and "| no:" in rows[0], rows[:3]
 
 
 def test_user_kernels_sit_beside_the_built_ins(user_report):

@@ -211,19 +211,24 @@ def findings_markdown(records, audit, out_dir=None) -> str:
     fs = findings(records)
     lines = ["| norm | format | kernel | safe on every family | breaks on (worst) | × bound | "
              "max ulp | replay |", "|---|---|---|---|---|---:|---:|---|"]
+    rows = []  # (yours, unsafe, line): every kernel of yours first, its unsafe ones first of
+    # all -- not first only within its norm and format (#64: one unsafe kernel of yours sat a
+    # third of the way down)
     for norm, st, ks in by_kernel(fs):
         for label, kern, bad, user in ks:
             label = md_cell(label)
             if not bad:
-                lines.append(f"| {norm} | {st} | {label} | yes | | | | |")
+                rows.append((user, False, f"| {norm} | {st} | {label} | yes | | | | |"))
                 continue
             f = bad[0]
             fams = md_cell(", ".join(b.family for b in bad))
             rp = f.replay.replace("{dir}", str(out_dir)) if out_dir else f.replay
-            lines.append(f"| {md_cell(norm)} | {md_cell(st)} | {label} | no: {fams} | "
+            rows.append((user, True,
+                         f"| {md_cell(norm)} | {md_cell(st)} | {label} | no: {fams} | "
                          f"{md_cell(f.family)} ({md_cell(f.why)}) | {md_cell(f.bound_text)} | "
                          f"{short(f.max_ulp)} | "
-                         f"{escape.code_span(rp).replace('|', chr(92) + '|') if rp else ''} |")
+                         f"{escape.code_span(rp).replace('|', chr(92) + '|') if rp else ''} |"))
+    lines += [ln for _u, _b, ln in sorted(rows, key=lambda r: (not r[0], not (r[0] and r[1])))]
     if audit:
         lines.append("\n**The seed articles, measured:**\n")
         lines += [f"- **{a['verdict'].upper()}**: {md_cell(a['claim'])}" for a in audit]

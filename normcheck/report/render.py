@@ -10,18 +10,20 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 
 from normcheck import escape, families
+from normcheck.errors import FailureKind
 from normcheck.backends import capabilities_of
 from normcheck.measure import mismatch
 from normcheck.metrics import bias_text, short
 from normcheck.report import findings as fnd, folder, plots
 from normcheck.report.sweep import HIST_BINS
 
-__all__ = ["render", "COLUMNS", "FAMILY_TABLES"]
+__all__ = ["render", "page", "COLUMNS", "FAMILY_TABLES"]
 
 #: The terms the report uses, defined where a reader first meets them (its Findings' opening).
 TERMS = ("**Terms.**  A *family* is a kind of input row built to hurt a norm kernel (gaussian, "
@@ -137,34 +139,6 @@ def _md_table(rows, names=_COL_NAMES):
         lab = fnd.md_cell(lab)
         lines.append(f"| {lab} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
-
-
-def _html_table(rows, out_dir, names=_COL_NAMES):
-    h = ["<table class='sortable'><tr><th>variant</th>" +
-         "".join(f"<th>{html.escape(c)}</th>" for c in names) + "</tr>"]
-    for lab, cells in rows:
-        tds = []
-        for rec, text in cells:
-            cls, v = "", ' data-v="-1"'
-            if rec is not None:  # the class and the sort key: the verdict's measure
-                ob = fnd.bound_of(rec)[0]
-                cls = "bad" if rec.error or ob > 1 else ("ok" if rec.max_ulp <= 1 else "warn")
-                v = f' data-v="{"Infinity" if rec.error or ob == math.inf else ob}"'
-            link = escape.worst_link(rec.worst.get("file")) if rec is not None and rec.worst \
-                else None
-            if link is None:  # links only to the report's own worst/*.npz
-                tds.append(f'<td class="{cls}"{v}>{html.escape(text)}</td>')
-            else:
-                w = rec.worst
-                cmd = w["replay"].replace("{dir}", str(out_dir))
-                title = ("worst: " + mismatch(f"row {w['row']}, col {w['col']} of width "
-                                              f"{rec.cols}", w["kernel"], w["exact"],
-                                              x=w["x"]) + f"\n{cmd}")
-                tds.append(f'<td class="{cls}"{v}><a href="{html.escape(link)}" '
-                           f'title="{html.escape(title)}">{html.escape(text)}</a></td>')
-        h.append(f"<tr><th class='lab'>{html.escape(lab)}</th>{''.join(tds)}</tr>")
-    h.append("</table>")
-    return "\n".join(h)
 
 
 def _audit_md(audit):
@@ -316,54 +290,83 @@ def _anchor(title: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in title.lower()).strip("-")
 
 
-def _findings_html(records, audit, out_dir):
-    from normcheck.report import findings as fnd
+_CSS = ("body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}"
+        "nav{margin:1em 0;padding:.5em;background:#f4f4f4}"
+        "table{border-collapse:collapse;margin-bottom:1em;font-size:13px}"
+        "td,th{border:1px solid #ccc;padding:3px 6px}"
+        "td.ok{background:#e6f4e6}td.warn{background:#fff6d5}td.bad{background:#fbe0e0}"
+        "tr.user td{background:#fff1e0}tr.user td:first-child,tr.user td:nth-child(3)"
+        "{font-weight:bold}img{max-width:100%}h3.false{color:#b00}h3.true,h3.holds{color:#060}"
+        "code{font-size:11px}")
+#: A table cell's class on the page, from its text: the verdict's words, and a family table's
+#: "× bound · max ulp" (red beyond the bound, green within it and at most 1 ulp, else amber).
+_BAD_WORDS = re.compile(r"^(?:no:|(?:non-finite|launch failed|check: FAIL|" + "|".join(
+    k.value for k in FailureKind) + r")\b)")
+_CELL = re.compile(r"^([0-9.]+(?:e[+-]?\d+)?) · ([0-9.]+(?:e[+-]?\d+)?|inf) ulp")
 
-    fs = fnd.findings(records)
-    h = ["<table class='sortable findings'><tr><th>norm</th><th>format</th><th>kernel</th>"
-         "<th>safe</th><th>breaks on</th><th>worst family</th><th>&times; bound</th>"
-         "<th>max ulp</th><th>replay</th></tr>"]
-    for norm, st, ks in fnd.by_kernel(fs):
-        for label, kern, bad, user in ks:
-            cls = " class='user'" if user else ""
-            if not bad:
-                h.append(f"<tr{cls}><td>{html.escape(norm)}</td><td>{st}</td>"
-                         f"<td class='lab'>{html.escape(label)}</td><td class='ok'>yes</td>"
-                         "<td></td><td></td><td data-v='0'></td><td data-v='0'></td><td></td>"
-                         "</tr>")
-                continue
-            f = bad[0]
-            rp = f.replay.replace("{dir}", str(out_dir))
-            ob = f.of_bound if f.of_bound is not None else -1
-            h.append(f"<tr{cls}><td>{html.escape(norm)}</td><td>{st}</td>"
-                     f"<td class='lab'>{html.escape(label)}</td><td class='bad'>no</td>"
-                     f"<td>{html.escape(', '.join(b.family for b in bad))}</td>"
-                     f"<td>{html.escape(f.family)}: {html.escape(f.why)}</td>"
-                     f"<td data-v='{'Infinity' if f.nonfinite or f.error else ob}'>"
-                     f"{html.escape(f.bound_text)}</td>"
-                     f"<td data-v='{f.max_ulp}'>{html.escape(_num(f.max_ulp))}</td>"
-                     f"<td><code>{html.escape(rp)}</code></td></tr>")
-    h.append("</table>")
-    if audit:
-        h.append("<p><b>The seed articles, measured:</b></p><ul>" + "".join(
-            f"<li class='{a['verdict'].replace(' ', '-')}'><b>{html.escape(a['verdict'].upper())}"
-            f"</b>: {html.escape(a['claim'])}</li>" for a in audit) + "</ul>")
-    worst = fnd.worst_records(records)
-    if worst:
-        h.append("<p><b>The worst rows</b> (furthest beyond the sound bound):</p>"
-                 "<table class='sortable'><tr><th>kernel</th><th>family</th><th>width</th>"
-                 "<th>&times; bound</th><th>max ulp</th><th>replay</th></tr>")
-        for r in worst:
-            w = r.worst or {}
-            ob, text = fnd.bound_of(r)
-            h.append(f"<tr><td class='lab'>{html.escape(r.kernel)}</td>"
-                     f"<td>{html.escape(r.family)}</td><td>{r.cols}</td>"
-                     f"<td data-v='{ob if ob != math.inf else 'Infinity'}'>{html.escape(text)}</td>"
-                     f"<td data-v='{r.max_ulp}'>{html.escape(_num(r.max_ulp))}</td>"
-                     f"<td><code>{html.escape((w.get('replay') or '').replace('{dir}', str(out_dir)))}"
-                     "</code></td></tr>")
-        h.append("</table>")
-    return "\n".join(h)
+
+def _cell_class(text: str) -> str | None:
+    if text == "yes":
+        return "ok"
+    if _BAD_WORDS.match(text):
+        return "bad"
+    m = _CELL.match(text)
+    if m:
+        return "bad" if float(m.group(1)) > 1 else ("ok" if float(m.group(2)) <= 1 else "warn")
+    return None
+
+
+def page(title: str, intro: str, toc_md: str, sections, out_dir) -> str:
+    """index.html: the report's own markdown (``sections``: [(title, markdown)]) rendered by
+    markdown-it-py -- one text, two forms that cannot drift (#64: a second hand-built HTML path
+    per section showed raw markdown) -- with what a page adds: the plots embedded, each table
+    sortable, its cells coloured by their verdict, your kernels' rows highlighted, an id on
+    every heading.  Raw HTML in the markdown is text (html=False): a kernel's or spec's name
+    can carry no markup."""
+    from markdown_it import MarkdownIt
+
+    mdi = MarkdownIt("commonmark", {"html": False}).enable("table")
+    body = "\n\n".join(f"## {t}\n\n{m}" for t, m in sections)
+    tokens = mdi.parse(body)
+    row_cells = None
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open":
+            text = tokens[i + 1].content
+            tok.attrSet("id", _anchor(text))
+            word = text.split(":", 1)[0].strip().lower()
+            if tok.tag == "h3" and word in ("false", "true", "holds"):
+                tok.attrSet("class", word)
+        elif tok.type == "table_open":
+            tok.attrSet("class", "sortable")
+        elif tok.type == "tr_open":
+            row_cells = tok
+        elif tok.type == "td_open":  # the cell's words as shown (a link's text, not its URL)
+            text = "".join(c.content for c in tokens[i + 1].children or ()
+                           if c.type in ("text", "code_inline")).strip()
+            cls = _cell_class(text)
+            if cls:
+                tok.attrSet("class", cls)
+            if row_cells is not None and "(yours" in text:
+                row_cells.attrSet("class", "user")
+        elif tok.type == "inline":
+            for child in tok.children or ():
+                if child.type == "image":
+                    _embed(child, out_dir)
+    html_body = mdi.renderer.render(tokens, mdi.options, {})
+    nav = "<nav>" + mdi.renderInline(toc_md) + "</nav>"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>normcheck report</title>"
+            f"<style>{_CSS}</style><script>{_ERR_JS}</script></head><body>"
+            f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>{nav}{html_body}"
+            f"<script>{_SORT_JS}</script></body></html>")
+
+
+def _embed(image_token, out_dir) -> None:
+    """A plot of the report, embedded in the page (the page stands alone)."""
+    src = image_token.attrGet("src") or ""
+    p = Path(out_dir) / src
+    if src and "/" not in src and p.suffix == ".png" and p.is_file():
+        data = base64.b64encode(p.read_bytes()).decode()
+        image_token.attrSet("src", f"data:image/png;base64,{data}")
 
 
 def _worst_md(records, out_dir):
@@ -410,7 +413,7 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
              "the largest error in units in the last place (ULP) of each element's own exact "
              "value (normcheck's oracle, from the stored rows) -- large near zero for a sound "
              f"kernel too; {n_err} launches failed.")
-    sections = []  # (title, markdown, html)
+    sections = []  # (title, markdown): report.md and, rendered, index.html
 
     # 1. findings
     md_f = [TERMS + "\n",
@@ -428,38 +431,19 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
             "claims about these kernels is checked against a measurement here (HOLDS, FALSE, "
             "or pending with the reason).\n", fnd.findings_markdown(recs, audit, out_dir),
             _worst_md(recs, out_dir)]
-    legend = ("<p class='legend'>Colours: <span class='ok'>green</span> within the sound "
-              "bound and at most 1 ulp; <span class='warn'>amber</span> within the bound, more "
-              "than 1 ulp; <span class='bad'>red</span> beyond the sound bound, non-finite, or a "
-              "launch that failed; <span class='user'>highlighted rows</span>: your kernels."
-              "</p>")
-    sections.append(("Findings", "\n".join(md_f),
-                     "<p>" + html.escape(md_f[0]) + "</p><p>" + html.escape(md_f[1]) + "</p>"
-                     + legend +
-                     _findings_html(recs, audit, out_dir)))
+    md_f.insert(2, "On the page (index.html) a cell is green within the sound bound and at most "
+                "1 ulp, amber within it and more than 1 ulp, red beyond it, non-finite or a "
+                "launch that failed; the rows of your kernels are highlighted.  Click a "
+                "column's head to sort by it.\n")
+    sections.append(("Findings", "\n".join(md_f)))
     if compare is not None:
-        sections.append(("Changes", compare.markdown(),
-                         "<pre>" + html.escape(compare.text()) + "</pre>"))
+        sections.append(("Changes", compare.markdown()))
 
-    # 2. plots
-    md_p, h_p = [], []
-
-    def img(path):
-        data = base64.b64encode(Path(path).read_bytes()).decode()
-        return f'<img alt="{path.stem}" src="data:image/png;base64,{data}">'
-
-    for key, (ptitle, text) in PLOT_TEXT.items():
-        if key in made:
-            md_p.append(f"### {ptitle}\n\n{text}\n\n![{ptitle}]({made[key].name})\n")
-            h_p.append(f"<h3>{html.escape(ptitle)}</h3><p>{html.escape(text)}</p>"
-                       f"{img(made[key])}")
-        elif key == "rsqrt":
-            md_p.append(f"### {ptitle}\n\nNeeds a GPU: the cpu backend evaluates rsqrtf as "
-                        "1/sqrtf, two correctly rounded operations, so it cannot show what the "
-                        "hardware approximation costs.  Rerun with `--backend cuda`.\n")
-            h_p.append(f"<h3>{html.escape(ptitle)}</h3><p>Needs a GPU: the cpu backend "
-                       "evaluates rsqrtf as 1/sqrtf.</p>")
-    sections.append(("Plots", "\n".join(md_p), "".join(h_p)))
+    # 2. plots (a plot that needs a GPU is left out: the provenance says what the cpu backend
+    # cannot show, not an empty section)
+    md_p = [f"### {ptitle}\n\n{text}\n\n![{ptitle}]({made[key].name})\n"
+            for key, (ptitle, text) in PLOT_TEXT.items() if key in made]
+    sections.append(("Plots", "\n".join(md_p)))
 
     # 3. tables
     note = ("Columns: storage format and precision order (up = upcast_square, sq = "
@@ -473,72 +457,39 @@ def render(results, out_dir, gpu=None, compare=None) -> dict:
             "bias where it is at least 0.1 ulp -- the mean signed error, toward 0 or away "
             "from 0.  A cell links to its worst row; `normcheck replay FILE --variant NAME` "
             "reruns it.\n")
-    md_t, h_t = [note], [f"<p>{html.escape(note)}</p>"]
+    md_t = [note]
     for fam, fnote, widths, rows, names in tables:
         md_t.append(f"### {fam}: {fnote}\n\nwidths {', '.join(map(str, widths))}\n")
         md_t.append(_md_table(rows, names) + "\n")
-        h_t.append(f"<h3>{html.escape(fam)}: {html.escape(fnote)}</h3><p>widths "
-                   f"{', '.join(map(str, widths))}</p>" + _html_table(rows, out_dir, names))
-    sections.append((FAMILY_TABLES, "\n".join(md_t), "".join(h_t)))
+    sections.append((FAMILY_TABLES, "\n".join(md_t)))
 
     bw_md = _backward_md(results.get("backward"))
     if bw_md:
-        sections.append(("Backward", "\n".join(bw_md[1:]),
-                         "<pre>" + html.escape("\n".join(bw_md[1:])) + "</pre>"))
+        sections.append(("Backward", "\n".join(bw_md[1:])))
     q_md = quantised.markdown(results.get("quantised"))
     if q_md:
-        sections.append(("Quantised outputs", "\n".join(q_md[1:]),
-                         "<pre>" + html.escape("\n".join(q_md[1:])) + "</pre>"))
+        sections.append(("Quantised outputs", "\n".join(q_md[1:])))
     if results.get("field"):
         from normcheck.report import field as field_section
 
-        f_md = field_section.markdown(results["field"])
-        sections.append((field_section.TITLE, f_md, "<pre>" + html.escape(f_md) + "</pre>"))
-    h_a = []
-    for a in audit:
-        h_a.append(f"<h3 class='{a['verdict'].replace(' ', '-')}'>"
-                   f"{html.escape(a['verdict'].upper())}: {html.escape(a['claim'])}</h3>"
-                   f"<p><i>{html.escape(a['source'])}.</i> {html.escape(a['evidence'])}</p>")
-    sections.append(("The seed articles, measured", _audit_md(audit) if audit else "(not run)\n",
-                     "".join(h_a) or "<p>(not run)</p>"))
+        sections.append((field_section.TITLE, field_section.markdown(results["field"])))
+    sections.append(("The seed articles, measured", _audit_md(audit) if audit else "(not run)\n"))
     if gpu:
-        sections.append(("GPU", gpu, "<pre>" + html.escape(gpu) + "</pre>"))
+        sections.append(("GPU", "```\n" + gpu + "\n```"))
     cpu_note = ("\nThe cpu backend runs the same CUDA source compiled by g++ with normcheck's "
                 "SIMT shim: bit-identical to nvcc --fmad=false except for approximate "
-                "intrinsics (rsqrtf is 1/sqrtf here).  GPU timings and the rsqrtf measurement "
-                "need `--backend cuda`.\n") if not getattr(capabilities_of(prov.get("backend")), "hardware_rsqrt", True) else ""
-    sections.append(("Provenance", _provenance_md(prov, recs) + "\n" + cpu_note,
-                     "<ul>" + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v))}</li>"
-                                      for k, v in prov.items()
-                                      if k != "cpu_vs_gpu" and v is not None) + "</ul>" +
-                     (f"<p>{html.escape(cpu_note)}</p>" if cpu_note else "")))
+                "intrinsics (rsqrtf is 1/sqrtf here).  GPU timings and what rsqrtf's hardware "
+                "approximation costs need `--backend cuda`.\n") if not getattr(
+        capabilities_of(prov.get("backend")), "hardware_rsqrt", True) else ""
+    sections.append(("Provenance", _provenance_md(prov, recs) + "\n" + cpu_note))
 
-    toc_md = "**Contents:** " + " · ".join(f"[{t}](#{_anchor(t)})" for t, _, _ in sections)
+    toc_md = "**Contents:** " + " · ".join(f"[{t}](#{_anchor(t)})" for t, _ in sections)
     md = [f"# {title}\n", intro + "\n", toc_md + "\n"]
-    for t, m, _ in sections:
+    for t, m in sections:
         md.append(f'<a id="{_anchor(t)}"></a>\n\n## {t}\n\n{m}\n')
     folder.write(out_dir / "report.md", "\n".join(md))
-
-    toc = "<nav><b>Contents:</b> " + " · ".join(
-        f"<a href='#{_anchor(t)}'>{html.escape(t)}</a>" for t, _, _ in sections) + "</nav>"
-    body = [f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>", toc]
-    for t, _, h in sections:
-        body.append(f"<h2 id='{_anchor(t)}'>{html.escape(t)}</h2>{h}")
-    css = ("body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}"
-           "nav{margin:1em 0;padding:.5em;background:#f4f4f4}"
-           "table{border-collapse:collapse;margin-bottom:1em;font-size:13px}"
-           "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
-           "th.lab,td.lab{text-align:left}td.ok{background:#e6f4e6}td.warn{background:#fff6d5}"
-           "td.bad{background:#fbe0e0}tr.user td.lab{font-weight:bold}img{max-width:100%}"
-           "tr.user td{background:#fff1e0}.legend span{padding:0 4px}.legend .ok{"
-           "background:#e6f4e6}.legend .warn{background:#fff6d5}.legend .bad{background:"
-           "#fbe0e0}.legend .user{background:#fff1e0;font-weight:bold}"
-           "h3.false,li.false{color:#b00}h3.true,li.true{color:#060}"
-           "table.findings td{text-align:left}code{font-size:11px}")
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>normcheck report</title>"
-            f"<style>{css}</style><script>{_ERR_JS}</script></head><body>{''.join(body)}"
-            f"<script>{_SORT_JS}</script></body></html>")
-    folder.write(out_dir / "index.html", page)
-    folder.write(out_dir / "summary.md", f"## {title}\n\n" + "\n".join(md_f))
+    folder.write(out_dir / "index.html", page(title, intro, toc_md, sections, out_dir))
+    folder.write(out_dir / "summary.md", f"## {title}\n\n" + "\n".join(
+        m for m in md_f if not m.startswith("On the page")))
     return {"report.md": out_dir / "report.md", "index.html": out_dir / "index.html",
             "summary.md": out_dir / "summary.md", **{k: v for k, v in made.items()}}
