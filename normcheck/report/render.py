@@ -294,9 +294,9 @@ _CSS = ("body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}"
         "nav{margin:1em 0;padding:.5em;background:#f4f4f4}"
         "table{border-collapse:collapse;margin-bottom:1em;font-size:13px}"
         "td,th{border:1px solid #ccc;padding:3px 6px}"
-        "td.ok{background:#e6f4e6}td.warn{background:#fff6d5}td.bad{background:#fbe0e0}"
         "tr.user td{background:#fff1e0}tr.user td:first-child,tr.user td:nth-child(3)"
-        "{font-weight:bold}img{max-width:100%}h3.false{color:#b00}h3.true,h3.holds{color:#060}"
+        "{font-weight:bold}tr td.ok{background:#e6f4e6}tr td.warn{background:#fff6d5}"
+        "tr td.bad{background:#fbe0e0}img{max-width:100%}h3.false{color:#b00}h3.true,h3.holds{color:#060}"
         "code{font-size:11px}")
 #: A table cell's class on the page, from its text: the verdict's words, and a family table's
 #: "× bound · max ulp" (red beyond the bound, green within it and at most 1 ulp, else amber).
