@@ -166,6 +166,16 @@ _FORGERIES = {
     "kernel_format": ("", "s = '{0.handle}'.format(offs)"),
     "kernel_module_value": ("", "m = tl.core"),
     "kernel_opaque_global": ("import sys as _s\n", "q = _s"),
+    # a function of the file naming itself a Triton object: its path walks through a module
+    # Triton's language imports to the real exec (#65: PASS on the full default check)
+    "forged_qualname": ("def helper(*a):\n    return None\n\n\n"
+                        "helper.__module__ = 'triton.language.core'\n"
+                        "helper.__qualname__ = 'builtins.exec'\n",
+                        "helper('import sys')"),
+    # ... and naming a real Triton function it is not
+    "forged_identity": ("def helper(*a):\n    return None\n\n\n"
+                        "helper.__module__ = 'triton.language'\n"
+                        "helper.__qualname__ = 'program_id'\n", "helper(0)"),
 }
 
 

@@ -157,17 +157,13 @@ def _describe(v, filename):
         if callable(v) and isinstance(qual, str):
             return ["libdevice_fn", qual.rsplit(".", 1)[-1]]
     if isinstance(qual, str) and (_module_allowed(mod) or mod.startswith("triton.runtime")):
-        import importlib
-
-        try:
-            found = importlib.import_module(mod)
-            for part in qual.split("."):
-                found = getattr(found, part)
-        except (ImportError, AttributeError):
-            found = None
         # by name: the interpreter patches the language's modules as it runs (what the name
         # holds now may wrap what the file took); the launch takes it by name from there alike
-        if found is not None and not isinstance(found, types.ModuleType):
+        # -- but only where that name really holds this very object (a file sets __module__
+        # and __qualname__ of its own function as it likes: #65, "builtins.exec" through
+        # triton.language.core's `builtins`)
+        found = _exported(mod, qual)
+        if found is not None and (found is v or getattr(found, "__wrapped__", None) is v):
             return ["attr", mod, qual]
         if mod == "triton" or any(getattr(triton, n, None) is v for n in dir(triton)):
             for n in dir(triton):
@@ -189,6 +185,31 @@ def _describe(v, filename):
     if callable(v) and isinstance(qual, str):
         what += f" {mod}.{qual}" if mod else f" {qual}"
     return ["opaque", what[:200]]
+
+
+def _exported(module: str, qual: str):
+    """The object ``module.qual`` names where it is one Triton's language (or math) exports --
+    every step an attribute of the one before that is not a module (no path through an
+    imported module: triton.language.core.builtins.exec), the end neither a module nor a
+    Python builtin (exec, eval, open, __import__ ...) -- else None."""
+    import builtins
+    import importlib
+
+    if not isinstance(qual, str) or not qual or any(
+            not p.isidentifier() or p.startswith("_") for p in qual.split(".")):
+        return None
+    try:
+        obj = importlib.import_module(module)
+    except ImportError:
+        return None
+    for part in qual.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None or isinstance(obj, types.ModuleType):
+            return None
+    if any(obj is b for b in vars(builtins).values()) or \
+            getattr(obj, "__self__", None) is builtins:
+        return None
+    return obj
 
 
 # -- 2. rebuild (the launch worker) ---------------------------------------------------------------
@@ -277,11 +298,10 @@ def _materialise(name, desc, stood):
     if kind == "attr" and len(desc) == 3 and all(isinstance(d, str) for d in desc[1:]) and \
             (_module_allowed(desc[1]) or desc[1].startswith("triton.runtime")) and \
             not any(p.startswith("_") for p in desc[2].split(".")):
-        obj = importlib.import_module(desc[1])
-        for part in desc[2].split("."):
-            obj = getattr(obj, part)
-        if isinstance(obj, types.ModuleType):
-            raise Refused(f"{where}: a module")
+        obj = _exported(desc[1], desc[2])
+        if obj is None:
+            raise Refused(f"{where}: {desc[1]}.{desc[2]} is not an object Triton exports (a "
+                          "path through a module, a Python builtin, or nothing)")
         if tl.core.is_builtin(obj) and ex is not None:
             return ex.with_semantic(obj)  # the interpreter calls it by name (a compiler, as is)
         return obj
