@@ -126,6 +126,71 @@ def host_only(x, weight, eps):
     return _host_rms(x, weight, eps)
 
 
+def host_then_one_row(x, weight, eps):
+    # the right y made on the host, then one launch writes its first row (#65: "a launch
+    # wrote the result" held for 2303 of 2304 elements host-made)
+    y = _host_rms(x, weight, eps)
+    n = x.shape[1]
+    _rms_row[(1,)](y, x, weight, x.stride(0), n, eps, BLOCK=triton.next_power_of_2(n))
+    return y
+
+
+@triton.jit
+def _zero(Y, stride, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    tl.store(Y + row * stride + cols, tl.zeros([BLOCK], tl.float32).to(Y.dtype.element_ty),
+             mask=cols < N)
+
+
+def zeroed_then_host_then_read(x, weight, eps):
+    # a launch zeroes y, host code writes the right y over it, a second launch only reads y
+    y = torch.empty_like(x)
+    n = x.shape[1]
+    _zero[(x.shape[0],)](y, x.stride(0), n, BLOCK=triton.next_power_of_2(n))
+    y.copy_(_host_rms(x, weight, eps))
+    _go(_rms_row, torch.empty_like(x), y, weight, eps)
+    return y
+
+
+def zeros_like_then_written(x, weight, eps):
+    # a sound op on torch.zeros: every element stored by the launch, zeros among them or not
+    y = torch.zeros_like(x)
+    _go(_rms_row, y, x, weight, eps)
+    return y
+
+
+@triton.jit
+def _rms_dup(Y, X, W, stride, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * stride + cols, (2.0 * x * r * w).to(Y.dtype.element_ty), mask=mask)
+
+
+_first_dup = _rms_dup  # the wrong one, kept under an alias; the name is taken by the next def
+
+
+@triton.jit
+def _rms_dup(Y, X, W, stride, N, eps, BLOCK: tl.constexpr):  # noqa: F811
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * stride + cols, (x * r * w).to(Y.dtype.element_ty), mask=mask)
+
+
+def launches_the_first_of_two_defs(x, weight, eps):
+    y = torch.empty_like(x)
+    _go(_first_dup, y, x, weight, eps)
+    return y
+
+
 def skips_last_row(x, weight, eps):
     y = torch.empty_like(x)
     n = x.shape[1]
@@ -199,6 +264,9 @@ def test_the_branch_the_launcher_takes_is_what_runs(ops):
     ("forged_after", "differs from what its kernels wrote"),
     ("forged_passed_along", "holds no byte a kernel launch wrote"),
     ("host_only", "written by no kernel launch"),
+    # element by element, through every launch (#65)
+    ("host_then_one_row", "elements hold a value no kernel launch stored"),
+    ("zeroed_then_host_then_read", "hold a value no kernel launch stored"),
 ])
 def test_an_output_host_code_wrote_is_refused_never_passed(ops, fn, said):
     # each returns the right y, made on the host (its kernel's own output, 2y, or none): only
@@ -206,6 +274,20 @@ def test_an_output_host_code_wrote_is_refused_never_passed(ops, fn, said):
     r = _check(ops, f"{fn}(x, weight, eps)")
     assert str(r.verdict) == "fail"
     assert said in r.render()
+
+
+def test_a_sound_op_on_zeros_passes_every_element_being_stored(ops):
+    # provenance from what the launch stored, not from bytes that changed: a zero stored over
+    # torch.zeros is still the launch's
+    assert str(_check(ops, "zeros_like_then_written(x, weight, eps)").verdict) == "pass"
+
+
+def test_a_launch_runs_the_def_it_launched_not_another_of_its_name(ops):
+    # the file defines _rms_dup twice; the op launches the first (2y) under an alias: it is
+    # that def that runs, as Triton runs it (#65: the second, sound, ran and passed)
+    r = _check(ops, "launches_the_first_of_two_defs(x, weight, eps)")
+    assert str(r.verdict) == "fail", r.render()
+    assert r.cause is not None and "accuracy" in {str(f.kind) for f in r.failures}
 
 
 def test_an_unwritten_output_is_poison_not_zeros(ops):
@@ -294,3 +376,21 @@ def test_an_op_whose_module_does_not_load_cannot_be_judged(ops):
     bad.write_text(_OPS + "\nraise SystemExit('no GPU here')\n")
     with pytest.raises(CompileError, match="SystemExit: no GPU here"):
         _check(bad, "rms_norm(x, weight, eps)", examples=2)
+
+
+def test_the_ops_module_is_the_specs_source(tmp_path):
+    """The op that runs is its module's; the kernels normcheck runs are read from the spec's
+    source: they must be one file (#65: source sound, [op] module another, wrong: PASS)."""
+    pkg = tmp_path / "pkg_two"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sound.py").write_text(_OPS)
+    (pkg / "wrong.py").write_text(_OPS.replace("(x * r * w).to(Y.dtype.element_ty)",
+                                               "(2.0 * x * r * w).to(Y.dtype.element_ty)"))
+    sp = specs.op_spec("rms_norm(x, weight, eps)", pkg / "sound.py", "pkg_two.wrong",
+                       tmp_path, norm="rmsnorm", dtype="bf16")
+    with pytest.raises(InvalidArgument, match="op.module='pkg_two.wrong'"):
+        check.run(check.CheckOptions(spec=sp, examples=2, search=0))
+    ok = specs.op_spec("rms_norm(x, weight, eps)", pkg / "sound.py", "pkg_two.sound",
+                       tmp_path, norm="rmsnorm", dtype="bf16")
+    assert str(check.run(check.CheckOptions(spec=ok, examples=2, search=0)).verdict) == "pass"

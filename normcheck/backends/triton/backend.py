@@ -150,12 +150,14 @@ def _other_dsl(tree, fn=None) -> str | None:
     return None
 
 
-def signature(text: str, entry: str, where: str = "source") -> Signature:
+def signature(text: str, entry: str, where: str = "source", line: int | None = None) -> Signature:
     """The parameters of the ``@triton.jit`` function ``entry`` of a file's text, from its
-    syntax tree (nothing of the file runs).  A file nested too deeply to read (a 200,000-term
-    expression, a decorator a recursion deep) is refused by name, never an internal error."""
+    syntax tree (nothing of the file runs); ``line``: the def at that line (its ``def`` or its
+    first decorator), whatever name it has -- a kernel known by identity, not by name.  A file
+    nested too deeply to read (a 200,000-term expression, a decorator a recursion deep) is
+    refused by name, never an internal error."""
     try:
-        return _signature(text, entry, where)
+        return _signature(text, entry, where, line)
     except (RecursionError, MemoryError) as e:
         raise CompileError(f"{where}: normcheck cannot read this file: its Python is nested too "
                            f"deeply ({type(e).__name__} while reading its syntax tree); a "
@@ -182,13 +184,15 @@ def _module_level(body) -> list:
     return out
 
 
-def _signature(text: str, entry: str, where: str) -> Signature:
+def _signature(text: str, entry: str, where: str, line: int | None = None) -> Signature:
     try:
         tree = ast.parse(text)
     except SyntaxError as e:
         raise CompileError(f"{where}: not valid Python: line {e.lineno}: {e.msg}") from None
     names = _triton_names(tree)
-    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == entry]
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and (
+        n.name == entry if line is None else
+        line in (n.lineno, *(d.lineno for d in n.decorator_list[:1])))]
     module = _module_level(tree.body)
     top = [n for n in found if n in module]
     fn = (top or found or [None])[0]
@@ -366,10 +370,18 @@ def _reply(rep):
     from normcheck.backends.cpu import wire
 
     if rep.get("ok") is True:
-        return wire.check(rep, {"ok": (True,), "seconds": float, "note?": str},
-                          "the launch reply")
+        return wire.check(rep, {"ok": (True,), "seconds": float, "note?": str,
+                                "stored?": _stored_masks}, "the launch reply")
     kinds = tuple(str(k) for k in FailureKind) + ("load", "launch", "unsupported")
     return wire.check(rep, {"ok": (False,), "kind": kinds, "message": str}, "the launch reply")
+
+
+def _stored_masks(v) -> str | None:
+    """A launch reply's stored elements: {argument index: packed bits}, or what is wrong."""
+    if not isinstance(v, dict) or not all(isinstance(k, str) and k.isdigit() and
+                                          isinstance(b, bytes) for k, b in v.items()):
+        return "not {argument index: packed bits}"
+    return None
 
 
 def _failed(path, entry, rep) -> Exception:
@@ -396,6 +408,7 @@ class TritonKernel(base.Kernel):
         self.options = options
         self.params = sig.params
         self.last_seconds = None
+        self.last_stored = None  # {argument index: bool per element} of a stored=True launch
 
     @property
     def capabilities(self):
@@ -410,11 +423,14 @@ class TritonKernel(base.Kernel):
 
     def __call__(self, grid, block, args, shared_mem=0, *, names=None, timeout=None,
                  guard=None, schedule=None, workers=None, seed=0, fill=0xFF, blocks=None,
-                 hazards=False, max_dyn_smem=0):
+                 hazards=False, max_dyn_smem=0, stored=False):
+        """Run the kernel; returns the launch's note.  ``stored``: keep in ``last_stored``
+        which elements of each array argument a program stored ({index: bool per element})."""
         from normcheck.backends.cpu import backend as cpu, wire
         from normcheck.formats import poison_bits
 
         self.refuse(schedule, workers, seed, fill, blocks, hazards)
+        self.last_stored = None
         g = base.dim3(grid, "grid")
         args = list(args)
         passed = self.sig.passed
@@ -458,6 +474,8 @@ class TritonKernel(base.Kernel):
             req["windows"] = windows
         if blocks is not None:
             req["blocks"] = [int(blocks[0]), int(blocks[1])]
+        if stored:
+            req["stored"] = True
         w = self.worker()
 
         def dead(rep):
@@ -480,6 +498,15 @@ class TritonKernel(base.Kernel):
         if not rep["ok"]:
             raise _failed(self.path, self.entry, rep)
         self.last_seconds = rep["seconds"]
+        if stored:
+            self.last_stored = {}
+            for k, packed in (rep.get("stored") or {}).items():
+                i = int(k)
+                if i < len(args) and isinstance(args[i], np.ndarray):
+                    n = args[i].size
+                    bits = np.unpackbits(np.frombuffer(packed, np.uint8))
+                    if bits.size >= n:
+                        self.last_stored[i] = bits[:n].astype(bool)
         return rep.get("note") or None
 
 

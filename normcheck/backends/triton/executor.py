@@ -1367,7 +1367,8 @@ def run(fn, meta, params, constexprs, grid_, args, names, poison=None, order=Non
     a time as Triton's interpreter runs them."""
     install()
     gx, gy, gz = (tuple(grid_) + (1, 1))[:3]
-    arrays, call = [], {}
+    arrays, call, where = [], {}, []
+    STORED.clear()
     for i, (p, a) in enumerate(zip(params, args)):
         label = names[i] if names and i < len(names) else p
         if p in constexprs:
@@ -1375,6 +1376,7 @@ def run(fn, meta, params, constexprs, grid_, args, names, poison=None, order=Non
         elif a is None:
             call[p] = None
         elif isinstance(a, (np.ndarray, Window)):
+            where.append(i)
             arrays.append((label, a, (poison or {}).get(i)))
             call[p] = _pointer(a.array if isinstance(a, Window) else a)
         else:
@@ -1404,6 +1406,13 @@ def run(fn, meta, params, constexprs, grid_, args, names, poison=None, order=Non
                 launch.one(pid)
         if mem.overlap is not None:
             raise mem.overlap
+        # which elements a program stored, by argument (an op's provenance: triton/op.py);
+        # the spans are in address order, found again by their array
+        by_array = {id(sp[3]): w for sp, w in zip(mem.spans, mem.writers)}
+        for i, (_label, a, _p) in zip(where, arrays):
+            w = by_array.get(id(a.array if isinstance(a, Window) else a))
+            if isinstance(w, np.ndarray):
+                STORED[i] = w >= 0
     finally:
         _MEMORY.pop()
         if saved_range is _NONE:
@@ -1414,6 +1423,8 @@ def run(fn, meta, params, constexprs, grid_, args, names, poison=None, order=Non
 
 
 _LANGUAGES: dict = {}  # id -> the module namespace whose triton.language is patched (held)
+#: The last launch's stored elements: {argument index: bool per element of the array}
+STORED: dict = {}
 
 
 def _patch_languages(fn):

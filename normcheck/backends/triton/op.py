@@ -192,6 +192,15 @@ class Op:
         self.call, self.outputs = call, [list(o) for o in outputs]
         self.path, self.text, self.cached = backend.load(path)
         self.module, self.root = module, (Path(root).resolve() if root else None)
+        if module:
+            # the module the op runs is the file whose kernels normcheck runs: one file (#65:
+            # a spec's source sound, its [op] module another file, wrong -- and a PASS)
+            found, _base = locate_module(module, [str(self.root)] if self.root else None)
+            if found.resolve() != Path(path).resolve():
+                raise invalid("op.module", module, f"the module whose file is the spec's "
+                              f"source ({Path(path).name})",
+                              f"{module} is {found}: name that file as the source, or the "
+                              "source's own module")
         self.timeout = float(timeout or backend.DEFAULT_TIMEOUT)
         self.options = dict(options or {})
         self.kernels: dict = {}
@@ -237,17 +246,35 @@ class Op:
             raise CompileError(f"{self.path.name}: as the op's module was imported, "
                                f"{_one_line(rep['message'])}")
         self.kernel_file = rep.get("file") or str(self.path)
+        if self.module and Path(self.kernel_file).name != self.path.name:
+            raise CompileError(f"{self.path.name}: importing {self.module} ran "
+                               f"{_one_line(self.kernel_file)}, not the spec's source")
         self.loaded = True
 
-    def _kernel(self, name: str):
+    def _kernel(self, name: str, line):
+        """The kernel a launch ran, by identity: the def at its line, under the global of the
+        file that holds it -- never another def of the same name (#65: a file defining
+        ``rms_row`` twice launched the first, kept under an alias; normcheck ran the second)."""
         from normcheck.backends.triton import backend
 
-        k = self.kernels.get(name)
+        if not isinstance(line, int) or isinstance(line, bool):
+            raise KernelCrash(f"{self.call.fn}: a launch of {name} without its def's line")
+        k = self.kernels.get((name, line))
         if k is None:
-            sig = backend.signature(self.text, name, self.path.name)
-            k = backend.TritonKernel(self.path, self.cached, name, sig,
+            first = backend.signature(self.text, name, self.path.name, line=line)
+            desc = backend.described(self.path, self.cached, first.stubbed,
+                                     self.timeout)["globals"]
+            held = sorted(g for g, d in desc.items() if isinstance(d, list) and len(d) > 1
+                          and d[0] == "def" and d[1] == line)
+            if not held:
+                raise KernelRaised(
+                    f"{self.call.fn} launched {name}, the def at {self.path.name}:{line}, which "
+                    "no global of the file holds: normcheck runs a file's kernels by their "
+                    "def", exception="Unsupported")
+            entry = name if name in held else held[0]
+            k = backend.TritonKernel(self.path, self.cached, entry, first,
                                      {"timeout": self.timeout, **self.options})
-            self.kernels[name] = k
+            self.kernels[(name, line)] = k
         return k
 
     # -- one call -------------------------------------------------------------------------------
@@ -293,7 +320,8 @@ class Op:
                "args": [arg(a) for a in self.call.args],
                "kwargs": {k: arg(a) for k, a in self.call.kwargs.items()},
                "inputs": inputs, "outputs": self.outputs, "arena": w.size}
-        # storage id -> its bytes as the last launch left them, and the bytes any launch changed
+        # storage id -> its bytes as the last launch left them, and per byte whether its value
+        # is one a launch of normcheck's stored (its provenance, through every launch)
         written, changed = {}, {}
         self.launched = []
         rep = self._request(w, req, cpu_need=self.timeout)
@@ -365,11 +393,11 @@ class Op:
                 f"{self.call.fn} launched {name}, a kernel of {launch.get('file')}: normcheck "
                 f"runs the kernels of the op's own file ({self.path.name})",
                 exception="Unsupported")
-        kern = self._kernel(name)
+        kern = self._kernel(name, launch.get("line"))
         stores = self._storages(w, placed)
         values = launch["values"]
         grid = [int(g) for g in launch["grid"]]
-        args, used, names = [], {}, []
+        args, used, names, spans = [], {}, [], {}
         for p in kern.sig.passed:
             v = values.get(p)
             if v is None:
@@ -390,6 +418,7 @@ class Op:
                 n = (raw.nbytes - off) // dt.itemsize
                 if off < 0 or off > raw.nbytes:
                     raise KernelCrash(f"{self.call.fn}: {p} starts outside its storage")
+                spans[len(args)] = (i, off, dt.itemsize)
                 args.append(raw[off:off + n * dt.itemsize].view(dt))
             elif v[0] == "null":
                 args.append(None)
@@ -408,18 +437,31 @@ class Op:
             else:
                 raise KernelRaised(f"{self.call.fn}: {name}'s {p} is a {v[0]}: not launched "
                                    "by normcheck yet", exception="Unsupported")
-        before = {i: stores[i].copy() for i in used}
-        note = kern(tuple(grid), None, args, names=names)
+        # provenance, byte by byte (#65): a byte whose value differs from what normcheck's last
+        # launch left was made by the op's host code since -- it loses its provenance; a byte a
+        # program of this launch stores gains it; one a launch only read keeps what it had
+        for i in stores:
+            prev = written.get(i)
+            if prev is None or prev.shape != stores[i].shape:
+                changed[i] = np.zeros(stores[i].shape, bool)
+            else:
+                changed[i] = changed.get(i, np.zeros(stores[i].shape, bool)) & \
+                    (stores[i] == prev)
+        note = kern(tuple(grid), None, args, names=names, stored=True)
         if note and note not in self.notes:
             self.notes.append(note)
         self.launched.append((name, tuple(grid)))
+        for a, mask in (kern.last_stored or {}).items():
+            if a in spans:
+                i, off, size = spans[a]
+                hit = np.flatnonzero(mask)
+                if hit.size:
+                    idx = off + (hit[:, None] * size + np.arange(size)).reshape(-1)
+                    changed[i][idx[idx < changed[i].size]] = True
         out = []
         for rec in placed:
             i, off, n = (int(x) for x in rec)
             written[i] = stores[i]
-            if i in before:  # the bytes this launch wrote (a value it left as it was: not)
-                diff = stores[i] != before[i]
-                changed[i] = diff if i not in changed else changed[i] | diff
             out.append([i, off, n])
         view = np.frombuffer(w.map, np.uint8, count=w.size)
         try:
@@ -456,6 +498,19 @@ class Op:
                 raise KernelRaised(f"{label} holds no byte a kernel launch wrote (the op's host "
                                    "code made it, and passed it to a launch unwritten): "
                                    "refused", exception="HostComputed")
+            made = ~hit.all(axis=-1) if arr.size else np.zeros(0, bool)
+            if made.any() and dt.name in ("float32", "float16", "bfloat16"):
+                # an element still holding the poison torch.empty gave it was never written:
+                # judged so (unwritten fails), not host-made
+                from normcheck.formats import poison_bits
+
+                made &= arr.view(f"u{dt.itemsize}") != poison_bits(dt)
+            if made.any():  # every element what a launch stored, through the launches after
+                first = np.unravel_index(int(np.flatnonzero(made.reshape(-1))[0]), made.shape)
+                raise KernelRaised(
+                    f"{label}: {int(made.sum())} of {made.size} elements hold a value no kernel "
+                    f"launch stored (the op's host code made them), the first at "
+                    f"{tuple(int(v) for v in first)}: refused", exception="HostComputed")
             outs.append(arr.copy())
         return outs
 

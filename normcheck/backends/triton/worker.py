@@ -193,13 +193,22 @@ def launch(req):
             return {"ok": False, "kind": str(e.kind), "message": str(e)}
         except Unsupported as e:  # a construct normcheck cannot run: no verdict
             return {"ok": False, "kind": "unsupported", "message": str(e)}
+        stored = {}
+        if req.get("stored"):  # which elements a program stored, packed a bit each
+            for i, mask in executor.STORED.items():
+                packed = np.packbits(mask).tobytes()
+                if len(packed) <= (1 << 15):
+                    stored[str(i)] = packed
         stood_in = req.get("stood_in") or {}
         if stood_in:  # said with every launch: the check keeps each note once
             note = "; ".join(filter(None, [note, "installed but not importable here, so stood "
                                            "in for as a module not installed is: " + ", ".join(
                                                f"{k} ({str(v)[:160]})"
                                                for k, v in stood_in.items())]))
-        return {"ok": True, "seconds": time.perf_counter() - t0, "note": note or ""}
+        rep = {"ok": True, "seconds": time.perf_counter() - t0, "note": note or ""}
+        if req.get("stored"):
+            rep["stored"] = stored
+        return rep
     finally:
         del args
         for base, length in maps:
