@@ -168,6 +168,12 @@ def test_a_release_is_fetched_once_and_refetched_when_changed(tmp_path, monkeypa
     assert not sources.ready(src)
     sources.fetched(src)
     assert len(calls) == 2 and (r / "pkg/k.py").read_bytes() == body
+    # a file that is not pinned, planted beside them (an __init__.py an op row's import runs,
+    # #65): the folder holds exactly its pinned files, so it is fetched again, the file gone
+    (r / "pkg" / "__init__.py").write_text("raise SystemExit('planted')\n")
+    assert not sources.ready(src)
+    sources.fetched(src)
+    assert len(calls) == 3 and not (r / "pkg" / "__init__.py").exists()
 
 
 def test_a_spec_names_files_of_its_repository(tmp_path):

@@ -131,6 +131,8 @@ def test_assert_accurate_in_a_users_suite_is_one_line_without_the_plugins_source
     # pytester gives the inner run a HOME of its own: keep this process's build cache (its
     # worker reads modules only there), as it was before pytester moved HOME
     monkeypatch.setenv("NORMCHECK_CACHE", _CACHE)
+    # ... and the ledger's key that seals it (kept under HOME, outside the cache)
+    monkeypatch.setenv("NORMCHECK_LEDGER_KEY", str(cache.ledger_key_path()))
     src = ROOT / "tests" / "cuda" / "check" / "kernels.cu"
     pytester.makepyfile(f"""
 from normcheck.pytest_plugin import assert_accurate

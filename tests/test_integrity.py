@@ -349,7 +349,67 @@ def test_a_cached_file_is_verified_on_use(tmp_path, monkeypatch, capsys):
     g = cache.cache_dir("cpu") / "y" / "kernel.so"
     g.parent.mkdir(parents=True)
     g.write_bytes(b"planted")  # never written by normcheck
-    assert not cache.verified(g) and "has no record" in capsys.readouterr().err
+    assert not cache.verified(g) and "has no sealed record" in capsys.readouterr().err
+
+
+def test_a_ledger_entry_rewritten_by_the_caches_writer_is_refused(tmp_path, monkeypatch,
+                                                                    capsys):
+    """#65: the ledger held plain digests beside the files it vouches for -- whoever rewrote a
+    cached launcher could rewrite its entry too.  An entry is now sealed with a key kept outside
+    the cache (0600): a digest written by hand, or a seal made with another key, is refused."""
+    import hashlib
+    import stat
+
+    from normcheck.backends import cache
+
+    monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path / "c"))
+    monkeypatch.setenv("NORMCHECK_LEDGER_KEY", str(tmp_path / "state" / "ledger.key"))
+    f = cache.cache_dir("cpu") / "x" / "normcheck-launch"
+    cache.install_file(b"built", f)
+    key = tmp_path / "state" / "ledger.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and not key.is_relative_to(tmp_path / "c")
+    monkeypatch.setattr(cache, "_VERIFIED", {})
+    assert cache.verified(f)
+    f.write_bytes(b"tampered")  # the file and its entry, as the cache's writer would
+    cache.ledger_entry(f).write_text(hashlib.sha256(b"tampered").hexdigest())
+    monkeypatch.setattr(cache, "_VERIFIED", {})
+    assert not cache.verified(f) and not f.exists()
+    assert "has no sealed record in the ledger" in capsys.readouterr().err
+
+
+def test_a_manifest_pointed_at_another_build_is_refused(tmp_path, monkeypatch, capsys):
+    """#65: cpu/manifests/*.json were read without the ledger -- one kernel's manifest pointed
+    at another's build ran the wrong kernel; now a manifest is verified like every file."""
+    from normcheck.backends import cache
+    from normcheck.backends.cpu import backend as cpu
+
+    monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path / "c"))
+    monkeypatch.setenv("NORMCHECK_LEDGER_KEY", str(tmp_path / "state" / "ledger.key"))
+    m = cache.cache_dir("cpu") / "manifests" / "k.json"
+    cache.install_file('{"key": "a", "deferred": [], "deps": [], "frameworks": {}, '
+                       '"std": "c++17"}', m)
+    assert cpu._from_manifest(m) == ("a", [], {}, "c++17")
+    m.write_text(m.read_text().replace('"a"', '"b"'))  # the other kernel's build
+    monkeypatch.setattr(cache, "_VERIFIED", {})
+    assert cpu._from_manifest(m) is None and "is not the file normcheck wrote" in \
+        capsys.readouterr().err
+
+
+def test_the_private_import_folder_is_the_processs_own(tmp_path, monkeypatch):
+    """#65: the workers' private import folder was <cache>/python/<key>/, and a struct.py
+    planted there ran before the sandbox in every worker.  It is now a folder of this
+    process's own (mkdtemp, 0700) holding only the link to normcheck."""
+    import stat
+
+    from normcheck.backends import isolation
+
+    root = isolation.import_root()
+    assert root.is_relative_to(Path(__import__("tempfile").gettempdir()))
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    assert [p.name for p in root.iterdir()] == ["normcheck"]
+    from normcheck.backends import cache
+
+    assert not root.is_relative_to(cache.cache_root())
 
 
 def test_fetched_headers_are_verified_on_use(tmp_path, monkeypatch, capsys):

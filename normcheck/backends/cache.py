@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["cache_root", "cache_dir", "install_file", "verified", "ledger_entry", "CACHE_PARTS",
+           "write_ledger", "read_ledger", "ledger_key_path",
            "cxx", "cache_info", "cache_clear", "key_of", "compiler_version"]
 
 
@@ -57,13 +58,89 @@ def ledger_entry(path: Path) -> Path:
     return cache_root() / "ledger" / hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()
 
 
-def _record(path: Path, digest: str):
+def ledger_key_path() -> Path:
+    """Where the ledger's secret lives: $NORMCHECK_LEDGER_KEY, else
+    $XDG_STATE_HOME/normcheck/ledger.key, else ~/.local/state/normcheck/ledger.key -- never in
+    the cache, so whoever can write the cache (a restored CI cache, a shared machine) cannot
+    write an entry the ledger accepts (#65)."""
+    env = os.environ.get("NORMCHECK_LEDGER_KEY")
+    if env:
+        return Path(env)
+    state = os.environ.get("XDG_STATE_HOME")
+    return (Path(state) if state else Path.home() / ".local" / "state") / "normcheck" / \
+        "ledger.key"
+
+
+_KEY: dict = {}
+
+
+def _ledger_key() -> bytes:
+    """The ledger's secret: 32 random bytes, made at first use with mode 0600 (one file, as a
+    ssh key is); a file of another owner, or readable by others, is refused."""
+    import secrets
+    import stat
+
+    path = ledger_key_path()
+    got = _KEY.get(str(path))
+    if got is not None:
+        return got
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+    st = os.stat(path)
+    if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        from normcheck.errors import BackendUnavailable
+
+        raise BackendUnavailable(f"the ledger's key {path} is not this user's alone (mode "
+                                 f"{oct(stat.S_IMODE(st.st_mode))}, owner {st.st_uid}): make it "
+                                 "chmod 600, or remove it (the cache is then built again)")
+    key = path.read_bytes()
+    if len(key) != 32:
+        raise OSError(f"the ledger's key {path} is not 32 bytes: remove it")
+    _KEY[str(path)] = key
+    return key
+
+
+def _seal(path: Path, payload: str) -> str:
+    import hmac
+
+    mac = hmac.new(_ledger_key(), f"{Path(path).resolve()}\0{payload}".encode(),
+                   hashlib.sha256).hexdigest()
+    return f"{mac}\n{payload}"
+
+
+def write_ledger(path: Path, payload: str) -> None:
+    """Record ``payload`` (a digest, a manifest) for ``path``, sealed by the ledger's key."""
     entry = ledger_entry(path)
     entry.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".entry.", dir=entry.parent)
     with os.fdopen(fd, "w") as f:
-        f.write(digest)
+        f.write(_seal(path, payload))
     os.replace(tmp, entry)
+
+
+def read_ledger(path: Path) -> str | None:
+    """The payload recorded for ``path`` where its seal holds (an entry written by normcheck
+    with this machine's key), else None."""
+    import hmac
+
+    try:
+        text = ledger_entry(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    _mac, sep, payload = text.partition("\n")
+    if not sep or not hmac.compare_digest(text, _seal(path, payload)):
+        return None
+    return payload
+
+
+def _record(path: Path, digest: str):
+    write_ledger(path, digest)
     _VERIFIED[str(Path(path).resolve())] = _stat_key(path)
 
 
@@ -90,10 +167,7 @@ def verified(path: Path) -> bool:
     now = _stat_key(path)
     if now is not None and _VERIFIED.get(key) == now:
         return True
-    try:
-        recorded = ledger_entry(path).read_text().strip()
-    except OSError:
-        recorded = None
+    recorded = read_ledger(path)
     h = hashlib.sha256()
     try:
         with open(path, "rb") as f:
@@ -104,8 +178,9 @@ def verified(path: Path) -> bool:
     if recorded != h.hexdigest():
         import sys
 
-        why = "has no record in the ledger (written by an older normcheck, or not by normcheck)" \
-            if recorded is None else "is not the file normcheck wrote (its sha256 changed)"
+        why = ("has no sealed record in the ledger (written by an older normcheck, by another "
+               "machine's, or not by normcheck)") if recorded is None else \
+            "is not the file normcheck wrote (its sha256 changed)"
         print(f"normcheck: warning: the cached file {path} {why}: it is removed and built "
               "again", file=sys.stderr)
         try:

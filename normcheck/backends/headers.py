@@ -99,9 +99,7 @@ def record_tree(d: Path) -> None:
     verified against on every later use."""
     import json
 
-    entry = cache.ledger_entry(d)
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    entry.write_text(json.dumps(_manifest(d / "include")))
+    cache.write_ledger(d, json.dumps(_manifest(d / "include")))
     _TREES[str(d.resolve())] = True
 
 
@@ -116,8 +114,8 @@ def _tree_verified(d: Path) -> bool:
     if key in _TREES:
         return _TREES[key]
     try:
-        recorded = json.loads(cache.ledger_entry(d).read_text())
-    except (OSError, ValueError):
+        recorded = json.loads(cache.read_ledger(d) or "null")
+    except ValueError:
         recorded = None
     now = _manifest(d / "include")
     ok = recorded == now

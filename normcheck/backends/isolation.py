@@ -23,7 +23,6 @@ module imported so far comes from those folders.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from pathlib import Path
@@ -70,23 +69,27 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
 
 
-def import_root() -> Path:
-    """The private import folder: ``<cache>/python/<key>/`` holding only a link ``normcheck``
-    to :data:`PACKAGE` (made once, atomically)."""
-    from normcheck.backends import cache
+_ROOT: list = []
 
-    key = hashlib.sha256(str(PACKAGE).encode()).hexdigest()[:16]
-    root = cache.cache_root() / "python" / key
-    link = root / "normcheck"
-    if not link.is_symlink() or Path(os.readlink(link)) != PACKAGE:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = root / f".normcheck-{os.getpid()}"
-        try:
-            tmp.unlink()
-        except FileNotFoundError:
-            pass
-        os.symlink(PACKAGE, tmp)
-        os.replace(tmp, link)
+
+def import_root() -> Path:
+    """The private import folder: a folder of this process's own (``mkdtemp``: mode 0700, a
+    name no other user can predict or take), holding only a link ``normcheck`` to
+    :data:`PACKAGE`; removed as the process ends.  Not in the build cache, which whoever can
+    write it could plant a ``struct.py`` in, imported before any sandbox (#65)."""
+    if _ROOT and (_ROOT[0] / "normcheck").is_symlink():
+        return _ROOT[0]
+    import atexit
+    import shutil
+    import tempfile
+
+    from normcheck.backends import confine
+
+    confine.sweep_stale()
+    root = Path(tempfile.mkdtemp(prefix=f"normcheck-py-{os.getpid()}-"))
+    os.symlink(PACKAGE, root / "normcheck")
+    _ROOT[:] = [root]
+    atexit.register(shutil.rmtree, root, True)
     return root
 
 

@@ -31,6 +31,20 @@ def ready(src: Source, warn: bool = False) -> bool:
     r = root(src)
     if not (r / _DONE).is_file():
         return False
+    # exactly its pinned files (#65: an unpinned liger_kernel/__init__.py planted in the folder
+    # ran when an op row imported its module)
+    extra = sorted(str(p.relative_to(r)) for p in r.rglob("*")
+                   if (p.is_file() or p.is_symlink()) and p.name != _DONE and
+                   str(p.relative_to(r)) not in src.files)
+    if extra:
+        if warn:
+            import sys
+
+            print(f"normcheck: warning: the cache's copy of {src.project} {src.version} ({r}) "
+                  f"holds files that are not pinned ({', '.join(extra[:3])}"
+                  f"{' ...' if len(extra) > 3 else ''}): the release is fetched again",
+                  file=sys.stderr)
+        return False
     for name, sha in src.files.items():
         p = r / name
         if not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != sha:

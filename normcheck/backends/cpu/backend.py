@@ -511,6 +511,8 @@ def _manifest(src, entries, defines, extra, arch, hosts, version) -> Path:
 def _from_manifest(path: Path):
     """(build key, deferred PTX messages, frameworks, C++ standard) of an unchanged build, or
     None."""
+    if not cache.verified(path):  # as normcheck wrote it: one pointed at another kernel's
+        return None                # build would swap the verdicts (#65)
     try:
         m = json.loads(path.read_text())
         deps = m["deps"]
