@@ -797,3 +797,26 @@ def test_the_thread_count_is_exact_while_the_watchdog_counts_too(monkeypatch):
             t.join()
         os.close(fd)
     assert len(seen) == 1, seen
+
+
+def test_a_spec_or_source_name_cannot_inject_a_line_or_markup(tmp_path):
+    """#65: report.md listed a spec named spec_<img src=x onerror=...> raw, and a line break in
+    a source's file name started a line of its own (::error title=...::) in report.md and in
+    the stderr progress line.  Every such string is one line and escaped where it lands."""
+    src_name = "k\n::error title=pwn::x\n.cu"
+    here = Path(__file__).parent / "cuda" / "report"
+    (tmp_path / src_name).write_text((here / "wide_path.cu").read_text())
+    spec = tmp_path / "spec_<img src=x onerror=alert(1)>.toml"
+    spec.write_text((here / "wide_path.toml").read_text().replace(
+        'source = "wide_path.cu"', f'source = "{src_name.encode("unicode_escape").decode()}"'))
+    out = tmp_path / "r"
+    r = _cli("report", "--quick", "--backend", "cpu", "--kernels", "rmsnorm_rms_fp16_up*",
+             "--spec", str(spec), "--out", str(out), "--github", cwd=tmp_path)
+    assert r.returncode in (0, 1), r.stderr[-3000:]
+    md = (out / "report.md").read_text()
+    assert "<img" not in md and "onerror" in md  # said, as text
+    for text in (md, r.stdout, r.stderr, (out / "summary.md").read_text()):
+        for line in text.splitlines():
+            assert not line.startswith("::error title=pwn"), line
+    page = (out / "index.html").read_text()
+    assert "<img src=x" not in page

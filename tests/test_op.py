@@ -185,6 +185,27 @@ def _rms_dup(Y, X, W, stride, N, eps, BLOCK: tl.constexpr):  # noqa: F811
     tl.store(Y + row * stride + cols, (x * r * w).to(Y.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _rms_renamed(Y, X, W, stride, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * stride + cols, (x * r * w).to(Y.dtype.element_ty), mask=mask)
+
+
+def injects_lines(x, weight, eps):
+    # its kernel's name and file made of lines of normcheck's output (#65)
+    f = _rms_renamed.fn
+    f.__name__ = "k\n::add-mask::secret\n::error title=pwn::x\nverdict: PASS"
+    f.__code__ = f.__code__.replace(co_filename="/tmp/e\n::error title=pwn::y\nverdict: PASS")
+    y = torch.empty_like(x)
+    _go(_rms_renamed, y, x, weight, eps)
+    return y
+
+
 def launches_the_first_of_two_defs(x, weight, eps):
     y = torch.empty_like(x)
     _go(_first_dup, y, x, weight, eps)
@@ -394,3 +415,18 @@ def test_the_ops_module_is_the_specs_source(tmp_path):
     ok = specs.op_spec("rms_norm(x, weight, eps)", pkg / "sound.py", "pkg_two.sound",
                        tmp_path, norm="rmsnorm", dtype="bf16")
     assert str(check.run(check.CheckOptions(spec=ok, examples=2, search=0)).verdict) == "pass"
+
+
+
+def test_an_ops_strings_are_one_line_where_they_land(ops, tmp_path, monkeypatch, capsys):
+    """A kernel's __name__ and co_filename with line breaks: the refusal that names them put
+    ::add-mask::, ::error and 'verdict: PASS' lines on stdout (#65); every string the op's
+    worker sends is one line where it lands."""
+    monkeypatch.chdir(tmp_path)
+    rc = main(["check", str(ops), "--op", "injects_lines(x, weight, eps)", "--norm", "rmsnorm",
+               "--dtype", "bf16", "--examples", "2", "--search", "0", "--github"])
+    out = capsys.readouterr()
+    assert rc in (1, 2)
+    for line in (out.out + out.err).splitlines():
+        assert not line.startswith(("::add-mask", "verdict: PASS")), line
+        assert not line.startswith("::error title=pwn"), line

@@ -4,6 +4,7 @@ causes, the worst row, how to replay it."""
 from __future__ import annotations
 
 from normcheck.causes import EVIDENCE, FAULTS
+from normcheck.escape import one_line
 from normcheck.measure import mismatch
 from normcheck.metrics import StreamStats, percent, times_bound
 from normcheck.metrics import short as _fmt
@@ -40,7 +41,7 @@ def render(r) -> str:
         if items:
             lines.append(f"{title}:")
             for f in items:
-                detail = f.detail
+                detail = one_line(f.detail)  # a kernel's, a file's, an op's words: one line
                 head, sep, noted = detail.partition("; the launch noted: ")
                 if sep:
                     detail = head + sep + ("(as above)" if noted in said else noted)
@@ -49,14 +50,14 @@ def render(r) -> str:
                 if f.cause:
                     title = getattr(f.cause, "title", str(f.cause))
                     key = getattr(f.cause, "key", title)
-                    lines.append(f"      likely cause: {f.cause}" if title not in said else
-                                 f"      likely cause: as above ({key})")
+                    lines.append(f"      likely cause: {one_line(f.cause)}" if title not in said
+                                 else f"      likely cause: as above ({key})")
                     said.add(title)
             lines.append("")
     notes = getattr(r.detail, "notes", None)
     if notes:
         lines.append("the launches noted (whatever the verdict):")
-        lines += [f"  {n}" for n in notes] + [""]
+        lines += [f"  {one_line(n)}" for n in notes] + [""]
     spread = getattr(r.detail, "nondeterministic", None)
     if spread:
         lines.append("run to run (declared nondeterministic): " + "; ".join(
@@ -73,8 +74,8 @@ def render(r) -> str:
     if getattr(r, "interrupted", None) and r.verdict != "fail":  # what ran is no pass
         shown = f"INTERRUPTED during {r.interrupted} ({r.verdict} on what ran: not a verdict)"
     lines.append(f"verdict: {shown} -- {r.rows_checked} rows in {r.seconds:.1f} s"
-                 + summary + (f"; likely cause: {r.cause}" if r.cause and r.verdict != "pass"
-                              else ""))
+                 + summary + (f"; likely cause: {one_line(r.cause)}" if r.cause and
+                              r.verdict != "pass" else ""))
     return "\n".join(lines)
 
 

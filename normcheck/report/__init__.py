@@ -32,7 +32,9 @@ def _progress_printer(stream=None):
         eta = f", ~{(elapsed - first['t']) / done * (n - i):.0f} s left in the sweep" \
             if done >= 2 else ""
         p = "".join(f" {k}={v:g}" for k, v in rec.param.items())
-        msg = (f"[{i}/{n}] {rec.kernel} {rec.family}{p} {rec.cols} cols: "
+        from normcheck.escape import one_line
+
+        msg = (f"[{i}/{n}] {one_line(rec.kernel)} {rec.family}{p} {rec.cols} cols: "
                f"max {rec.max_ulp:.3g} ulp — {elapsed:.0f} s{eta}")
         stream.write(("\r" + msg[:150].ljust(150)) if tty else msg + "\n")
         if tty and i == n:

@@ -152,10 +152,11 @@ def _audit_md(audit):
 def _provenance_md(p, records=()):
     keys = ["normcheck", "git_commit", "backend", "compiler", "flags", "fmad", "sandbox",
             "cpu", "gpu", "python", "numpy", "mpmath", "hypothesis", "seed", "mode", "date"]
-    lines = [f"- **{k}**: {p.get(k)}" for k in keys if p.get(k) is not None]
+    lines = [f"- **{k}**: {escape.markdown(p.get(k))}" for k in keys if p.get(k) is not None]
     specs = sorted({(r.kernel, r.spec) for r in records if r.user and r.spec})
     for kernel, spec in specs:  # the user's kernels: which spec, which source, as they were
-        lines.append(f"- **yours: {kernel}**: {_spec_line(spec)}")
+        lines.append(f"- **yours: {escape.markdown(kernel)}**: "
+                     f"{escape.markdown(_spec_line(spec))}")
     return "\n".join(lines)
 
 
