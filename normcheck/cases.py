@@ -142,7 +142,10 @@ def bad_case(path, why):
 
 
 #: What a case file may hold: its size, each array's elements, its metadata's bytes and depth.
-CASE_LIMITS = {"file_bytes": 64 << 20, "elements": 1 << 24, "meta_bytes": 1 << 16,
+#: ``elements`` bounds all the arrays together as well as each (#65: a 0.33 MB file of 16
+#: members expanding to 2^24 elements each made normcheck's own process peak at 1.5 GB; a
+#: case normcheck saves holds a few rows -- a family's case is at most ~2.6e5 elements).
+CASE_LIMITS = {"file_bytes": 64 << 20, "elements": 1 << 22, "meta_bytes": 1 << 16,
                "meta_depth": 8, "members": 16}
 _MEMBER = re.compile(r"^[a-z_]{1,16}\.npy$")
 
@@ -163,7 +166,7 @@ def _read_npz(path: Path) -> tuple[dict, dict]:
     infos = zf.infolist()
     if len(infos) > CASE_LIMITS["members"]:
         raise bad_case(path, f"it has {len(infos)} members")
-    meta, arrays = None, {}
+    meta, arrays, total = None, {}, 0
     for info in infos:
         if not _MEMBER.match(info.filename):
             raise bad_case(path, f"it holds {info.filename[:40]!r}, which a case file does not")
@@ -182,8 +185,10 @@ def _read_npz(path: Path) -> tuple[dict, dict]:
                 if dtype.hasobject or fortran:
                     raise ValueError("an object or Fortran-ordered array")
                 count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-                if len(shape) > 2 or count > CASE_LIMITS["elements"] or count < 0:
-                    raise ValueError(f"an array of shape {shape}")
+                total += max(count, 0)
+                if len(shape) > 2 or count < 0 or total > CASE_LIMITS["elements"]:
+                    raise ValueError(f"an array of shape {shape} (the arrays of a case hold at "
+                                     f"most {CASE_LIMITS['elements']:,} elements in all)")
                 if name == "meta":
                     if dtype.kind != "U" or shape != () or \
                             dtype.itemsize > 4 * CASE_LIMITS["meta_bytes"]:

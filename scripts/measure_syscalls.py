@@ -87,6 +87,10 @@ REVIEWED = {
     "getcwd": "the working folder's name", "get_robust_list": "thread state, read",
     "arch_prctl": "thread-local storage (x86-64)",
     "capget": "this process's capabilities, read (none: the launcher dropped them all)",
+    # an interval timer signals this process only (SIGALRM, SIGVTALRM, SIGPROF): an op's own
+    # timeout (signal.setitimer) is no escape; the CPU and wall limits stay the launcher's
+    "setitimer": "a timer's signal to this process only (an op's own timeout, #65)",
+    "getitimer": "a timer, read", "alarm": "a timer's signal to this process only",
 }
 
 #: Calls the filter decides by their arguments (normcheck_sandbox.c), never by the list.

@@ -199,11 +199,23 @@ def _rms_renamed(Y, X, W, stride, N, eps, BLOCK: tl.constexpr):
 def injects_lines(x, weight, eps):
     # its kernel's name and file made of lines of normcheck's output (#65)
     f = _rms_renamed.fn
-    f.__name__ = "k\n::add-mask::secret\n::error title=pwn::x\nverdict: PASS"
-    f.__code__ = f.__code__.replace(co_filename="/tmp/e\n::error title=pwn::y\nverdict: PASS")
+    f.__name__ = "k\\n::add-mask::secret\\n::error title=pwn::x\\nverdict: PASS"
+    f.__code__ = f.__code__.replace(co_filename="/tmp/e\\n::error title=pwn::y\\nverdict: PASS")
     y = torch.empty_like(x)
     _go(_rms_renamed, y, x, weight, eps)
     return y
+
+
+def times_itself(x, weight, eps):
+    # an op with a timer-based timeout of its own (#65: setitimer was a sandbox violation)
+    import signal
+    old = signal.signal(signal.SIGALRM, lambda *a: None)
+    signal.setitimer(signal.ITIMER_REAL, 100.0)
+    try:
+        return rms_norm(x, weight, eps)[0]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def launches_the_first_of_two_defs(x, weight, eps):
@@ -295,6 +307,11 @@ def test_an_output_host_code_wrote_is_refused_never_passed(ops, fn, said):
     r = _check(ops, f"{fn}(x, weight, eps)")
     assert str(r.verdict) == "fail"
     assert said in r.render()
+
+
+def test_an_op_with_a_timer_of_its_own_runs(ops):
+    r = _check(ops, "times_itself(x, weight, eps)", examples=2)
+    assert str(r.verdict) == "pass", r.render()
 
 
 def test_a_sound_op_on_zeros_passes_every_element_being_stored(ops):
@@ -426,7 +443,7 @@ def test_an_ops_strings_are_one_line_where_they_land(ops, tmp_path, monkeypatch,
     rc = main(["check", str(ops), "--op", "injects_lines(x, weight, eps)", "--norm", "rmsnorm",
                "--dtype", "bf16", "--examples", "2", "--search", "0", "--github"])
     out = capsys.readouterr()
-    assert rc in (1, 2)
+    assert rc == 1 and "launched k ⏎ ::add-mask::secret" in out.out, out.out[-3000:] + out.err
     for line in (out.out + out.err).splitlines():
         assert not line.startswith(("::add-mask", "verdict: PASS")), line
         assert not line.startswith("::error title=pwn"), line

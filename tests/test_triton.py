@@ -350,6 +350,28 @@ def test_and_or_not_on_tensors_are_read_as_the_compiler_reads_them(capsys, tmp_p
         assert "out_of_bounds" in {f["kind"] for f in d["failures"]}
 
 
+@pytest.mark.parametrize("grid, code, said", [
+    ("2147483647", 2, "normcheck's executor runs at most"),
+    ("rows, 65536", 1, "launch refused"),
+])
+def test_a_grid_past_what_runs_is_said_not_a_dead_worker(capsys, tmp_path, grid, code, said):
+    """#65: a launch of 2^31 - 1 programs (within a GPU's limits) ended as 'the worker process
+    died'; one past a GPU's grid limits (2^31 - 1 x 65535 x 65535) is a launch a GPU refuses."""
+    import shutil
+
+    shutil.copy(PLANTED, tmp_path / "planted_bugs.py")
+    spec = tmp_path / "k.toml"
+    spec.write_text('source = "planted_bugs.py"\nentry = "rms_sound"\nnorm = "rmsnorm"\n'
+                    f'dtype = "bf16"\n[launch]\ngrid = "{grid}"\n' +
+                    "".join(f'[[args]]\nrole = "{r}"\n' for r in
+                            ("output", "input", "gamma", "eps", "rows", "cols")) +
+                    '[[args]]\nrole = "const"\nvalue = "next_pow2(cols)"\n')
+    rc, d = _check(capsys, "--spec", spec, "--examples", "2", "--search", "0")
+    assert rc == code, d
+    text = json.dumps(d)
+    assert said in text and "died" not in text, text[-2000:]
+
+
 def test_a_quantised_triton_kernel_is_judged_by_its_contract(capsys):
     # fp8 e4m3 codes through a tl.float8e4nv pointer, scales per token: vLLM's contract
     rc, d = _check(capsys, "--spec", EXAMPLES / "vllm_rms_norm_dynamic_fp8.toml", "--examples",

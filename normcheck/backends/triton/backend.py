@@ -28,7 +28,7 @@ import numpy as np
 
 from normcheck.backends import base, cache, isolation
 from normcheck.errors import (CompileError, FailureKind, KernelCrash,
-                              KernelError, Unsupported, invalid)
+                              KernelError, LaunchRefused, Unsupported, invalid)
 from normcheck.escape import one_line
 from normcheck.files import SOURCE_BYTES, read_limited
 
@@ -353,6 +353,11 @@ LOADER_ROOTS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib",
                 "/etc/ld.so.cache")
 
 _SCHEDULES = ("forward", "reverse", "random")
+#: A GPU's grid: programs on each axis (CUDA's gridDim limits, Triton's launch grid).
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+#: The most programs normcheck's executor runs in one launch (a check's launches are a few
+#: thousand; the large-index run picks its programs out of larger grids).
+MAX_PROGRAMS = 1 << 24
 
 
 def batched() -> bool:
@@ -432,6 +437,14 @@ class TritonKernel(base.Kernel):
         self.refuse(schedule, workers, seed, fill, blocks, hazards)
         self.last_stored = None
         g = base.dim3(grid, "grid")
+        if g[0] > GRID_LIMITS[0] or g[1] > GRID_LIMITS[1] or g[2] > GRID_LIMITS[2]:
+            raise LaunchRefused(f"{self.entry}: launch refused: a grid of {g[0]} x {g[1]} x "
+                                f"{g[2]} programs; a GPU launches at most 2^31 - 1 x 65535 x "
+                                "65535 (invalid configuration argument)")
+        if blocks is None and g[0] * g[1] * g[2] > MAX_PROGRAMS:
+            raise Unsupported(f"{self.entry}: a launch of {g[0] * g[1] * g[2]:,} programs: "
+                              f"normcheck's executor runs at most {MAX_PROGRAMS:,} in one "
+                              "launch (#65: 2^31 - 1 of them ended as a dead worker)")
         args = list(args)
         passed = self.sig.passed
         optional = sum(1 for p in passed if p in self.sig.defaults)

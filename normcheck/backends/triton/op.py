@@ -347,7 +347,15 @@ class Op:
                 raise KernelRaised(f"{self.call.fn} raised {_one_line(rep['message'])}",
                                    exception=rep["message"].split(":")[0][:60])
             if "need" in rep:
-                w.arena(int(rep["need"]))
+                need = int(rep["need"])
+                limit = getattr(w, "as_limit", None) or _arena_limit()
+                if need > limit:  # a shared-memory file grows outside the worker's own limit:
+                    # bounded by it (#65: 1 TiB was granted)
+                    raise KernelRaised(
+                        f"{self.call.fn} asked for {need:,} bytes of tensors, more than the op's "
+                        f"worker may use ({limit:,} bytes, NORMCHECK_WORKER_MEMORY_MB)",
+                        exception="MemoryError")
+                w.arena(need)
                 rep = self._request(w, {"op": "op_grown", "arena": w.size})
                 continue
             if "launch" in rep:
@@ -516,6 +524,12 @@ class Op:
                     f"{tuple(int(v) for v in first)}: refused", exception="HostComputed")
             outs.append(arr.copy())
         return outs
+
+
+def _arena_limit() -> int:
+    from normcheck.backends.cpu import sandbox
+
+    return sandbox.address_space()
 
 
 def _one_line(s: str) -> str:

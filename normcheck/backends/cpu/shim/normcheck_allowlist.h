@@ -27,6 +27,9 @@ static const int ncsb_allowed[] = {
      32,  // dup: reviewed: descriptors
      33,  // dup2: reviewed: descriptors
      35,  // nanosleep: reviewed: sleeping
+     36,  // getitimer: reviewed: a timer, read
+     37,  // alarm: reviewed: a timer's signal to this process only
+     38,  // setitimer: reviewed: a timer's signal to this process only (an op's own timeout, #65)
      39,  // getpid: measured: 2 calls
      60,  // exit: measured: 27177 calls
      63,  // uname: reviewed: the machine (glibc)
