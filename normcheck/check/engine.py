@@ -324,8 +324,18 @@ def _run_family(judge: Judge, st, fi: int, plan) -> None:
         st.fr.cols.append(cols)
         st.fails += fails
         progress_mod.advance(k + 1)
-        if m is None or fatal:
+        # a launch that faulted measured nothing (the family's next would fault alike); one
+        # measured beside a fault of another run of its case (its padded rows, its race found
+        # on the hazard build) goes on: a fault ends only what it makes meaningless (#66)
+        if m is None or any(f.kind in ENDS_LATER_RUNS for f in fails):
             break
+
+
+#: The faults after which nothing is launched again: a kernel that hung (each launch would cost
+#: the timeout) or broke its sandbox.  Any other fault ends the launch it happened in, not the
+#: runs after it (#66: a misaligned load at a padded pitch skipped the large-index run, and a
+#: 32-bit row offset a real model hits was never looked at).
+ENDS_LATER_RUNS = frozenset({FailureKind.TIMEOUT, FailureKind.DEADLOCK, FailureKind.SANDBOX})
 
 
 def unique(failures, key=lambda f: (f.kind, f.family)) -> list:

@@ -170,14 +170,23 @@ def _written(target, case, mask, value, roles):
     return {r: ~launch.unwritten(outs[r]) for r in roles if r in outs}
 
 
-def overlapping_writes(target, case, family):
-    """Two blocks writing one element (see the module docstring): a Finding or None."""
-    if not (_orders(target) and target.capabilities.block_subsets) or target.quant is not None:
-        return None
+def overlapping_writes(target, case, family, skipped=None):
+    """Two blocks writing one element (see the module docstring): a Finding or None;
+    ``skipped``, a list: why the run was not made, appended where it was not."""
+    def skip(why):
+        if skipped is not None:
+            skipped.append(why)
+
+    if not (_orders(target) and target.capabilities.block_subsets):
+        return skip("the backend runs no part of a grid alone")
+    if target.quant is not None:
+        return skip("a quantised kernel's scales are written by every block")
     G = _grid_blocks(target, case)
     roles = _once_roles(target)
-    if not G or G < 2 or not roles:
-        return None
+    if not G or G < 2:
+        return skip("the launch is one block, or several launches")
+    if not roles:
+        return skip("no output is written once (accumulated, or in place)")
     nbits = int(G - 1).bit_length()
     halves = []  # per bit: ({role: written by blocks with the bit 0}, {... 1})
     try:
@@ -185,7 +194,8 @@ def overlapping_writes(target, case, family):
             halves.append((_written(target, case, 1 << k, 0, roles),
                            _written(target, case, 1 << k, 1 << k, roles)))
     except KernelError:
-        return None  # a part of the grid cannot run alone (it waits for the rest): not judged
+        # a part of the grid cannot run alone (it waits for the rest): not judged
+        return skip("a part of the grid cannot run alone (it waits for the rest)")
     for role in roles:
         both = [h0[role] & h1[role] for h0, h1 in halves if role in h0]
         if not both:
@@ -238,9 +248,15 @@ def _block(b, target, case) -> str:
     return f"({x},{y},{z})"
 
 
-def padding(target, case, outs, family):
-    """The padded runs (see the module docstring): a Finding or None."""
+def padding(target, case, outs, family, skipped=None):
+    """The padded runs (see the module docstring): a Finding or None; ``skipped``, a list: why
+    they were not made, appended where they were not."""
     if not isinstance(target, launch.KernelTarget) or not target.strided or case.rows < 2:
+        if skipped is not None:
+            skipped.append("no row buffer whose pitch normcheck controls (a stride role, or "
+                           "a const that is the buffer's pitch)" + "".join(
+                               f"; {w}" for w in (getattr(target, "unpadded", None) or
+                                                  {}).values()))
         return None
     cols = case.cols
     m = max(1, int(getattr(target.spec, "pitch_multiple_of", 1) or 1))

@@ -54,6 +54,14 @@ def render(r) -> str:
                                  else f"      likely cause: as above ({key})")
                     said.add(title)
             lines.append("")
+    cov = getattr(r.detail, "coverage", None)
+    if cov:  # what the verdict covers, and what it does not (#66)
+        ran = [d["run"] for d in cov if d["ran"]]
+        no = [f"{d['run']} ({one_line(d.get('why', '?'))})" for d in cov if not d["ran"]]
+        lines.append("ran: " + ", ".join(ran))
+        if no:
+            lines.append("not run: " + "; ".join(no))
+        lines.append("")
     notes = getattr(r.detail, "notes", None)
     if notes:
         lines.append("the launches noted (whatever the verdict):")

@@ -22,11 +22,14 @@ class ForwardDetail:
     peak_rss_mib: float = 0.0
     nondeterministic: dict | None = None
     notes: list | None = None
+    #: every run the check owes, made or not and why (normcheck.check.forward.Coverage)
+    coverage: list | None = None
 
     def as_dict(self) -> dict:
         return {"peak_rss_mib": self.peak_rss_mib,
                 **({"nondeterministic": self.nondeterministic} if self.nondeterministic
-                   else {}), **({"notes": self.notes} if self.notes else {})}
+                   else {}), **({"notes": self.notes} if self.notes else {}),
+                **({"coverage": self.coverage} if self.coverage else {})}
 
 
 @dataclass
@@ -58,9 +61,12 @@ class QuantisedDetail:
     amax: dict
     families: list
     saturation: list
+    coverage: list | None = None  # every run the check owes, made or not and why (#66)
 
     def as_dict(self) -> dict:
-        return {"quant": asdict(self)}
+        d = asdict(self)
+        cov = d.pop("coverage")
+        return {"quant": d, **({"coverage": cov} if cov else {})}
 
 
 @dataclass

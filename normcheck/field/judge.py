@@ -50,6 +50,8 @@ class Outcome:
     widths: list = field(default_factory=list)   # every width the families ran, ascending
     # every distinct finding, the headline's first: {kind, families, cause_key, text}
     findings: list = field(default_factory=list)
+    # every run the check owed, made or not and why (#66): [{run, ran, why?, detail?}]
+    coverage: list = field(default_factory=list)
     error: str | None = None
     skipped: str | None = None
     seconds: float = 0.0
@@ -171,6 +173,7 @@ def judge_one(k: corpus_mod.Kernel, src: corpus_mod.Source, save_dir=None,
                     for f in r.families]
     out.widths = sorted({int(c) for f in r.families for c in (getattr(f, "cols", None) or [])})
     out.findings = findings(r)
+    out.coverage = list(getattr(r.detail, "coverage", None) or [])
     return out
 
 

@@ -131,8 +131,8 @@ def table(outs: list) -> str:
     """The one-line-a-kernel table (markdown), failures first: what ``normcheck field`` prints
     and the section opens with."""
     lines = ["| kernel | project | version | language | norm, formats | widths | verdict | "
-             "worst family | × bound | max ulp | bias | headline cause | findings |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "worst family | × bound | max ulp | bias | headline cause | findings | not run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in sorted(outs, key=_order):
         w = _worst(o)
         cause = o.get("cause") or o.get("error") or o.get("skipped") or ""
@@ -142,8 +142,21 @@ def table(outs: list) -> str:
             f"{o['language']} | {_cell(', '.join(x for x in (o.get('norm'), o.get('formats')) if x))} | "
             f"{_cell(_widths(o))} | {_verdict(o)} | {_cell(w[0]) if w else '-'} | "
             f"{_bound_cell(w) if w else '-'} | {_figure(w, 1) if w else '-'} | "
-            f"{_figure(w, 3) if w else '-'} | {_cell(cause)} | {n or '-'} |")
+            f"{_figure(w, 3) if w else '-'} | {_cell(cause)} | {n or '-'} | "
+            f"{_cell(_not_run(o))} |")
     return "\n".join(lines)
+
+
+#: The runs of a check a field row may leave out because they do not apply to it, not said in
+#: the table's column (its coverage in field.json says why all the same).
+_ASIDE = ("long run", "search")
+
+
+def _not_run(o: dict) -> str:
+    """The runs a row's check owed and did not make (its coverage; #66), or "-"."""
+    no = [d["run"] for d in o.get("coverage") or [] if not d.get("ran") and
+          d.get("run") not in _ASIDE]
+    return ", ".join(no) or "-"
 
 
 def findings_list(outs: list) -> list:
