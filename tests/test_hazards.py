@@ -158,6 +158,24 @@ def test_threads_past_the_row_that_return_before_the_barrier_pass_with_a_note():
     assert len(said) == 1 and "hazards.cu:" in said[0], r.detail.notes
 
 
+def test_a_loop_over_rows_runs_twice_on_the_hazard_build(tmp_path):
+    """A grid capped at 65535 blocks loops over rows only past the cap, which the families'
+    rows never reach (Apex's cuApplyLayerNorm and its PR #1184): the check runs a narrow case of
+    2G + 7 rows whose first blocks each take three rows on the hazard build, and the race
+    across the loop is found at its lines; the twin with a barrier at the loop's end passes
+    (#66)."""
+    r = _check(spec="row_loop.toml")
+    f = _failure(r, "race")
+    assert f.family == "row_loop" and "hazards.cu:" in f.detail, f.detail
+    cov = {d["run"]: d for d in r.detail.coverage}
+    assert cov["rows looped twice"]["ran"] and "131,077 rows" in cov["rows looped twice"]["detail"]
+    (tmp_path / "hazards.cu").write_text(SRC.read_text())
+    (tmp_path / "twin.toml").write_text(
+        (HERE / "row_loop.toml").read_text().replace("row_loop_race", "row_loop_barrier"))
+    ok = check.check_kernel(spec=tmp_path / "twin.toml", search=0, examples=4)
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+
+
 def test_a_triton_kernels_int32_row_offset_fails_the_large_index_run_at_its_line():
     """The Triton executor maps the large-index run's sparse arrays as the CUDA C path does:
     `tl.program_id(0) * cols` in int32 wraps past 2^31 elements and the access lands below the

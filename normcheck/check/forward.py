@@ -44,6 +44,15 @@ class Forward(kinds.Kind):
         cov = Coverage()  # every run the check owes, made or not and why (#66)
         hung = "a kernel that hung or broke its sandbox is not launched again"
         try:
+            if fatal():
+                cov.add("rows looped twice", False, hung)
+            else:
+                loop, what = judge.run_row_loop()
+                if loop is None:
+                    cov.add("rows looped twice", False, what)
+                else:
+                    failures += loop
+                    cov.add("rows looped twice", True, detail=what)
             for span in (31, 32):
                 name = f"large index 2^{span}"
                 # past 2^32 only for CUDA C, and only where 2^31 held: an unsigned offset

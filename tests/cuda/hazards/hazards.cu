@@ -305,3 +305,33 @@ extern "C" __global__ void rms_rstd_half_u64(__half* y, const __half* x, const _
   for (int i = threadIdx.x; i < cols; i += blockDim.x)
     y[(size_t)blockIdx.x * cols + i] = __hmul(__hmul(xr[i], r), g[i]);
 }
+
+// -- a block that loops over rows (a grid capped at 65535, as Apex's cuApplyLayerNorm launches
+//    min(n1, 65535) blocks): thread 0 writes the row's statistic for iteration k+1 while the
+//    others may still read iteration k's -- no barrier at the loop's end (Apex's PR #1184).
+//    The families' rows never exceed the grid: only rows past its cap loop -------------------
+template <bool SOUND>
+__device__ void rms_row_loop(float* y, const float* x, const float* g, float eps, int rows,
+                             int cols) {
+  __shared__ float ms;
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* xr = x + (size_t)row * cols;
+    if (threadIdx.x == 0) {
+      float q = 0.f;
+      for (int i = 0; i < cols; ++i) q += xr[i] * xr[i];
+      ms = q / cols;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < cols; i += blockDim.x)
+      y[(size_t)row * cols + i] = xr[i] * rsqrtf(ms + eps) * g[i];
+    if (SOUND) __syncthreads();  // every read of ms done before the next row's write
+  }
+}
+extern "C" __global__ void row_loop_race(float* y, const float* x, const float* g, float eps,
+                                         int rows, int cols) {
+  rms_row_loop<false>(y, x, g, eps, rows, cols);
+}
+extern "C" __global__ void row_loop_barrier(float* y, const float* x, const float* g,
+                                            float eps, int rows, int cols) {
+  rms_row_loop<true>(y, x, g, eps, rows, cols);
+}
