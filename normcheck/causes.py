@@ -80,8 +80,23 @@ def fault(kind: str, detail: str) -> Cause | None:
     what = FAULTS.get(str(kind))
     if what is None:
         return None
-    first = detail.split("; ")[0]
+    first = first_clause(detail)
     return Cause(f"{what}: {first}", f"fault_{kind}", "fault", what)
+
+
+def first_clause(detail: str) -> str:
+    """A detail's first clause: up to its first "; " outside brackets -- never cut inside a
+    parenthesis, which loses its end ("(an offset computed in int32 -- tl.program_id(0) *
+    stride, say" without "; cast to tl.int64 first)", #68)."""
+    depth = 0
+    for i, ch in enumerate(detail):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == ";" and depth == 0 and detail[i + 1:i + 2] == " ":
+            return detail[:i]
+    return detail
 
 
 #: The fewest elements off a model must reproduce, over all the families that claim it, to name
@@ -170,7 +185,7 @@ def unexplained(failures, guesses=()) -> Cause:
     fams = list(dict.fromkeys(f.family for f in failures))
     kinds = list(dict.fromkeys(str(f.kind) for f in failures))
     widths = sorted({int(w) for f in failures for w in re.findall(r"at width (\d+)", f.detail)})
-    first = failures[0].detail.split("; ")[0] if failures else ""
+    first = first_clause(failures[0].detail) if failures else ""
     text = (f"unexplained: no model of a cause reproduces the elements off ({', '.join(kinds)} "
             f"on {', '.join(fams[:6])}{' ...' if len(fams) > 6 else ''}"
             + (f"; worst at width{'s' if len(widths) > 1 else ''} "

@@ -57,11 +57,17 @@ def xml_chars(text) -> str:
     return _XML_INVALID.sub("", str(text))
 
 
+#: An underscore that could open or close emphasis (not inside a word: ``__shared__`` rendered
+#: as a bold "shared", #68), and every asterisk.
+_EMPHASIS = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\*")
+
+
 def markdown(text) -> str:
     """``text`` for a markdown paragraph or table cell that GitHub renders: on one line (a line
-    of its own could start a heading, a list, a fence), ``& < >`` as entities, ``|`` escaped."""
+    of its own could start a heading, a list, a fence), ``& < >`` as entities, ``|`` escaped,
+    an underscore or asterisk that would make emphasis escaped."""
     t = one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return t.replace("|", "\\|")
+    return _EMPHASIS.sub(lambda m: "\\" + m.group(0), t.replace("|", "\\|"))
 
 
 def _fence(text: str, base: int) -> str:

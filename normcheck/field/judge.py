@@ -172,9 +172,23 @@ def judge_one(k: corpus_mod.Kernel, src: corpus_mod.Source, save_dir=None,
                      sorted(str(k) for k in (getattr(f, "failures", None) or {}))]
                     for f in r.families]
     out.widths = sorted({int(c) for f in r.families for c in (getattr(f, "cols", None) or [])})
-    out.findings = findings(r)
+    out.findings = [{**f, "text": _stable(f["text"], root)} for f in findings(r)]
     out.coverage = list(getattr(r.detail, "coverage", None) or [])
     return out
+
+
+def _stable(text: str, root: Path) -> str:
+    """A finding as docs/field.md cites it: a path into the release folder relative to the
+    release's root, the cache's own folder said as <cache>, a process's heap addresses elided
+    -- nothing that changes from machine to machine or run to run (#68)."""
+    import re
+
+    from normcheck.backends import cache
+
+    t = text.replace(str(root) + "/", "").replace(str(Path(root).resolve()) + "/", "")
+    for c in {str(cache.cache_root()), str(cache.cache_root().resolve())}:
+        t = t.replace(c, "<cache>")
+    return re.sub(r"\b0x7f[0-9a-f]{6,}\b", "0x7f…", t)
 
 
 def findings(r) -> list:
