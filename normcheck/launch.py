@@ -670,7 +670,17 @@ class OpTarget(CallableTarget):
 
     def __init__(self, op, norm: norms.Norm, fmt, out=None, label=None):
         self.op = op
+        self._pad = 0
         super().__init__(self._run, norm, fmt, out, label or op.call.fn)
+
+    def padded(self, case, pad: int) -> dict:
+        """The outputs of a call whose row tensors (x, the residual) are views of rows padded
+        to a pitch of cols + ``pad`` (normcheck.check.hazards.op_padding)."""
+        self._pad = int(pad)
+        try:
+            return self(case, guard="end")
+        finally:
+            self._pad = 0
 
     @property
     def capabilities(self):
@@ -686,7 +696,7 @@ class OpTarget(CallableTarget):
         rows, cols = x.shape
         outs = self.op({"x": x, "residual": residual, "weight": g, "bias": b},
                        {"eps": float(eps), "rows": int(rows), "cols": int(cols),
-                        "normalized_shape": (int(cols),)})
+                        "normalized_shape": (int(cols),)}, pad=self._pad)
         return tuple(outs) if len(outs) > 1 else outs[0]
 
 

@@ -69,6 +69,8 @@ def rms_norm_(x, weight, eps):
 
 
 def _go(kernel, y, x, weight, eps):
+    # one stride for x and y: sound only on x's own rows, so a slice of a wider x is copied
+    x = x.contiguous()
     n = x.shape[1]
     kernel[(x.shape[0],)](y, x, weight, x.stride(0), n, eps, BLOCK=triton.next_power_of_2(n))
 
@@ -218,6 +220,15 @@ def times_itself(x, weight, eps):
         signal.signal(signal.SIGALRM, old)
 
 
+def steps_by_cols(x, weight, eps):
+    # the row step taken as the width, not x.stride(0): wrong where x is a slice of a wider
+    # tensor (#66: an op row got no padded-pitch run)
+    y = torch.empty(x.shape, dtype=x.dtype)
+    n = x.shape[1]
+    _rms_row[(x.shape[0],)](y, x, weight, n, n, eps, BLOCK=triton.next_power_of_2(n))
+    return y
+
+
 def launches_the_first_of_two_defs(x, weight, eps):
     y = torch.empty_like(x)
     _go(_first_dup, y, x, weight, eps)
@@ -307,6 +318,17 @@ def test_an_output_host_code_wrote_is_refused_never_passed(ops, fn, said):
     r = _check(ops, f"{fn}(x, weight, eps)")
     assert str(r.verdict) == "fail"
     assert said in r.render()
+
+
+def test_an_op_gets_the_padded_rows_run(ops):
+    # x handed over as a view of rows padded past cols: an op whose kernel steps by the width
+    # fails, named; the sound op (x.stride(0)) passes it (the other tests)
+    r = _check(ops, "steps_by_cols(x, weight, eps)", examples=4)
+    assert str(r.verdict) == "fail", r.render()
+    f = next(f for f in r.failures if f.kind == "stride")
+    assert "padded to a pitch of cols + 1" in f.detail
+    cov = {d["run"]: d for d in r.detail.coverage}
+    assert cov["padded rows"]["ran"]
 
 
 def test_an_op_with_a_timer_of_its_own_runs(ops):

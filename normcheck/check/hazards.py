@@ -303,3 +303,46 @@ def padding(target, case, outs, family, skipped=None):
                     f"{_show(pad_region[i, j])}",
                     cause=Cause(what, "padding_written", "exact", what))
     return None
+
+
+def op_padding(target, case, outs, family, skipped=None):
+    """An op's padded rows (#66: op rows made none): x (and the residual) handed to the op as
+    views of rows padded to a pitch of cols + 1, then + 3 (the padding poisoned), as a user's
+    slice of a wider tensor is -- every output must equal the unpadded call's bit for bit,
+    else the op's kernels do not step x's rows by its ``stride(0)``, or read the padding.  A
+    Finding or None."""
+    if not isinstance(target, launch.OpTarget) or case.rows < 2:
+        if skipped is not None:
+            skipped.append("a case of one row")
+        return None
+    for pad in (1, 3):
+        try:
+            again = target.padded(case, pad)
+        except KernelError as e:
+            if str(e.kind) == "error":  # the op refuses such a tensor (an exception: Liger's
+                # X.view(-1, dim)): a launcher's refusal, as a pitch it does not take
+                if skipped is not None:
+                    skipped.append(f"the op refuses x as a view of padded rows ({e})"[:300])
+                return None
+            if str(e.kind) == "unwritten":  # the padding's poison read: a step not its stride
+                what = "reads the padding of x's rows (steps them by another than x.stride(0))"
+                return Finding("stride", family, f"with x given as a view of rows padded to "
+                               f"a pitch of cols + {pad}: {e}",
+                               cause=Cause(what, "stride_ignored", "exact", what))
+            return Finding(e.kind, family, f"with x given at a pitch of cols + {pad}: {e}")
+        for role, y in outs.items():
+            if role not in again:
+                continue
+            d = first_difference(y, again[role])
+            if d is not None:
+                n, idx, a, b = d
+                what = ("does not step x's rows by the stride it is given (x.stride(0) of a "
+                        "sliced tensor), or reads past the row")
+                return Finding(
+                    "stride", family,
+                    f"with x given as a view of rows padded to a pitch of cols + {pad}, "
+                    f"{n}/{np.size(y)} elements of `{role}` differ from the unpadded call "
+                    f"(first at {_where(idx)}: {_show(a)} -> {_show(b)})",
+                    cause=Cause(f"{what} ({n} elements differ once x's rows are padded)",
+                                "stride_ignored", "exact", what))
+    return None

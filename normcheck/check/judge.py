@@ -649,10 +649,12 @@ class ForwardJudge(engine.Judge):
         self.repeated += 1
         if not self.hazards_done and case.rows >= 2:
             self.hazards_done = True
+            padded = hazards.op_padding if isinstance(self.target, launch.OpTarget) else \
+                hazards.padding
             found += [f for f in (hazards.overlapping_writes(self.target, case, fam,
                                                              self.skipped["overlapping writes"]),
-                                  hazards.padding(self.target, case, outs, fam,
-                                                  self.skipped["padded rows"]))
+                                  padded(self.target, case, outs, fam,
+                                         self.skipped["padded rows"]))
                       if f is not None]
         return [Failure(f.kind, f.family, f.detail, cause=f.cause) for f in found]
 

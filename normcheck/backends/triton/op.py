@@ -278,21 +278,33 @@ class Op:
         return k
 
     # -- one call -------------------------------------------------------------------------------
-    def __call__(self, tensors: dict, numbers: dict) -> list:
+    def __call__(self, tensors: dict, numbers: dict, pad: int = 0) -> list:
         """The op on ``tensors`` ({name: numpy array}) and ``numbers``; the arrays each output
-        names, as the launches wrote them."""
+        names, as the launches wrote them.  ``pad``: the row tensors (x, the residual) handed
+        over as views of rows padded to a pitch of cols + pad, the padding poisoned."""
         w = _worker(self.cached, self.root)
         with w.lock:
             self._load(w)
-            return self._call(w, tensors, numbers)
+            return self._call(w, tensors, numbers, pad)
 
-    def _call(self, w, tensors, numbers):
+    def _call(self, w, tensors, numbers, pad=0):
+        from normcheck.formats import poison_bits
+
         inputs, placed, off = {}, [], _PAGE  # page 0: the worker's report page
         for name in sorted(self.call.names() & set(TENSORS)):
             a = tensors.get(name)
             if a is None:  # a norm without it (an RMSNorm's bias): None, as users pass it
                 continue
             a = np.ascontiguousarray(a)
+            if pad and name in ("x", "residual") and a.ndim == 2:
+                wide = np.empty((a.shape[0], a.shape[1] + pad), a.dtype)
+                wide.view(f"u{a.itemsize}")[:] = poison_bits(a.dtype)
+                wide[:, :a.shape[1]] = a
+                inputs[name] = [off, int(wide.nbytes), a.dtype.name, list(a.shape),
+                                a.shape[1] + pad]
+                placed.append((wide, off))
+                off += -(-max(wide.nbytes, 1) // _PAGE) * _PAGE
+                continue
             inputs[name] = [off, int(a.nbytes), a.dtype.name, list(a.shape)]
             placed.append((a, off))
             off += -(-max(a.nbytes, 1) // _PAGE) * _PAGE

@@ -319,7 +319,8 @@ def _input(spec):
     """A tensor of the check's rows, copied out of the arena."""
     import torch
 
-    off, n, dtype, shape = spec
+    off, n, dtype, shape = spec[:4]
+    pitch = int(spec[4]) if len(spec) > 4 else None  # a view of rows padded to this pitch
     addr = base_worker.map_guarded(off, n) if n else 0
     try:
         if n:
@@ -332,7 +333,10 @@ def _input(spec):
         if n:
             g = base_worker.guard_bytes(n)
             base_worker.unmap(addr - g, n + 2 * g)
-    return t.view(_torch_dtype(dtype)).reshape(shape)
+    t = t.view(_torch_dtype(dtype))
+    if pitch and len(shape) == 2 and pitch > shape[1]:
+        return t.reshape(shape[0], pitch)[:, :shape[1]]  # x.stride(0) == pitch
+    return t.reshape(shape)
 
 
 def _arg(a, tensors):
