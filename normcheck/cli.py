@@ -515,6 +515,8 @@ def _kernel_file(source: str) -> None:
     if p.suffix.lower() not in suffixes:
         raise invalid("source", source, "a CUDA C file (.cu, .cuh, .h ...) or a Triton .py",
                       "rename it, or pass a spec (.toml) naming it")
+    if not p.is_file():  # a FIFO, a device: never opened here (it could block); the reading
+        return           # of sources names what it is
     try:
         with open(p, "rb") as f:
             head = f.read(1 << 16)

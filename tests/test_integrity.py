@@ -397,19 +397,24 @@ def test_a_manifest_pointed_at_another_build_is_refused(tmp_path, monkeypatch, c
 
 def test_the_private_import_folder_is_the_processs_own(tmp_path, monkeypatch):
     """#65: the workers' private import folder was <cache>/python/<key>/, and a struct.py
-    planted there ran before the sandbox in every worker.  It is now a folder of this
-    process's own (mkdtemp, 0700) holding only the link to normcheck."""
+    planted there ran before the sandbox in every worker.  It is now a folder this process
+    makes fresh (mkdtemp, 0700) holding only the link to normcheck; what else is there is
+    removed."""
     import stat
 
     from normcheck.backends import isolation
 
-    root = isolation.import_root()
-    assert root.is_relative_to(Path(__import__("tempfile").gettempdir()))
-    assert stat.S_IMODE(root.stat().st_mode) == 0o700
-    assert [p.name for p in root.iterdir()] == ["normcheck"]
     from normcheck.backends import cache
 
-    assert not root.is_relative_to(cache.cache_root())
+    monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path / "c"))
+    monkeypatch.setattr(isolation, "_ROOT", [])
+    planted = cache.cache_root() / "python" / "0123456789abcdef"
+    planted.mkdir(parents=True)
+    (planted / "struct.py").write_text("raise SystemExit('planted')\n")
+    root = isolation.import_root()
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700 and root != planted
+    assert [p.name for p in root.iterdir()] == ["normcheck"]
+    assert not planted.exists()  # no folder it did not make is kept, nor ever imported from
 
 
 def test_fetched_headers_are_verified_on_use(tmp_path, monkeypatch, capsys):

@@ -304,7 +304,7 @@ def temporary_folder(kind: str) -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{kind}-{os.getpid()}-")
 
 
-_STALE = re.compile(rf"^{_TMP_PREFIX}(?:pp|build|py)-(\d+)-")
+_STALE = re.compile(rf"^{_TMP_PREFIX}(?:pp|build)-(\d+)-")
 _swept = False
 
 

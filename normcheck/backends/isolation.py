@@ -73,24 +73,53 @@ _ROOT: list = []
 
 
 def import_root() -> Path:
-    """The private import folder: a folder of this process's own (``mkdtemp``: mode 0700, a
-    name no other user can predict or take), holding only a link ``normcheck`` to
-    :data:`PACKAGE`; removed as the process ends.  Not in the build cache, which whoever can
-    write it could plant a ``struct.py`` in, imported before any sandbox (#65)."""
+    """The private import folder: a folder of this process's own, made fresh (``mkdtemp``: a
+    random name, mode 0700, created exclusively) beneath ``<cache>/python/`` and holding only
+    a link ``normcheck`` to :data:`PACKAGE`; removed as the process ends (one a killed
+    process left is removed by the next).  Never a folder that already existed: whoever can
+    write the cache (a restored CI cache) could have planted a ``struct.py`` in it, imported
+    before any sandbox (#65)."""
     if _ROOT and (_ROOT[0] / "normcheck").is_symlink():
         return _ROOT[0]
     import atexit
     import shutil
     import tempfile
 
-    from normcheck.backends import confine
+    from normcheck.backends import cache
 
-    confine.sweep_stale()
-    root = Path(tempfile.mkdtemp(prefix=f"normcheck-py-{os.getpid()}-"))
+    base = cache.cache_root() / "python"
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _sweep(base)
+    root = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=base))
     os.symlink(PACKAGE, root / "normcheck")
     _ROOT[:] = [root]
     atexit.register(shutil.rmtree, root, True)
     return root
+
+
+def _sweep(base: Path) -> None:
+    """Remove what ``base`` holds but the folders of normcheck processes still alive: a
+    killed process's import folder, and anything else (never imported from)."""
+    import re
+    import shutil
+
+    for e in list(base.iterdir()):
+        m = re.match(r"^run-(\d+)-", e.name)
+        if m and e.is_dir() and not e.is_symlink():
+            try:
+                os.kill(int(m.group(1)), 0)
+                continue  # its owner lives
+            except ProcessLookupError:
+                pass
+            except (PermissionError, OverflowError):
+                continue
+        if e.is_dir() and not e.is_symlink():
+            shutil.rmtree(e, ignore_errors=True)
+        else:
+            try:
+                e.unlink()
+            except OSError:
+                pass
 
 
 def private_cwd() -> str:

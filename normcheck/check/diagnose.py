@@ -562,19 +562,20 @@ def _distance(fmt, a, b):
     return np.where(fin, np.abs(da - db), np.where(np.isnan(a) & np.isnan(b), 0.0, np.inf))
 
 
-def explain(norm, fmt, out, case, ref, y, bad, convention="exact", prefer=()) -> str | None:
-    """The cause that explains the kernel's output ``y`` on the case, or None.  ``prefer``: the
+def explain(norm, fmt, case, ref, y, bad, convention="exact", prefer=()) -> str | None:
+    """The cause that explains the kernel's output ``y`` (in the reference's output format,
+    ``ref.fmt``) on the case, or None.  ``prefer``: the
     keys of causes already found on the kernel's other rows, first found first -- where one of
     them explains these elements too (as a cause is taken: EXPLAINS of them, closer than the
     exact value, not refuted) it is the cause, not another model that happens to fit a handful
     of elements here (#64: ε on σ, bit for bit on 3925/3925, was also 'ε missing' on 16
     elements of bimodal, where the two cannot be told apart)."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
-        return _explain(norm, fmt, out, case, ref, y, bad, convention, tuple(prefer))
+        return _explain(norm, fmt, case, ref, y, bad, convention, tuple(prefer))
 
 
-def _explain(norm, fmt, out, case, ref, y, bad, convention, prefer=()):
-    fmt, out = formats.get(fmt), formats.get(out)
+def _explain(norm, fmt, case, ref, y, bad, convention, prefer=()):
+    fmt, out = formats.get(fmt), formats.get(ref.fmt)
     from normcheck import oracle
 
     x = oracle.normalised_rows(ref, case.x, case.residual, convention)

@@ -1026,7 +1026,7 @@ class ForwardJudge(engine.Judge):
         if not bad.any():
             s = np.where(np.isfinite(m.scaled), m.scaled, 0.0)
             bad = s >= max(np.percentile(s, 99), 1e-300)
-        c = diagnose.explain(self.norm, self.fmt, self.out, case, m.ref, m.y, bad,
+        c = diagnose.explain(self.norm, self.fmt, case, m.ref, m.y, bad,
                              self.convention, prefer=self.causes_found)
         key = getattr(c, "key", None)
         if key is not None and key not in self.causes_found:

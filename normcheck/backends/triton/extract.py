@@ -138,18 +138,7 @@ def _describe(v, filename):
                 first = {str(k): _scalar_desc(x) for k, x in kw.items() if _plain(x)}
             return ["def", int(code.co_firstlineno), first]
         obj = obj.fn
-    for _ in range(8):  # through the wrappers a language function may be in, in any order:
-        # the executor's (a builtin given its semantic, libdevice's calls) and the interpreter's
-        # patch (each process's launches patch the language's modules and leave them patched)
-        kw = getattr(v, "__kwdefaults__", None)
-        wrapped = getattr(v, "__wrapped__", None)
-        if str(getattr(v, "__qualname__", "")).startswith("_patch_attr.") and \
-                isinstance(kw, dict) and "member" in kw:
-            v = kw["member"]
-        elif getattr(v, "__module__", None) == executor.__name__ and wrapped is not None:
-            v = wrapped
-        else:
-            break
+    v = _unwrapped(v)
     mod = getattr(v, "__module__", None) or ""
     qual = getattr(v, "__qualname__", None) or getattr(v, "__name__", None)
     if mod in (stubs.__name__, "triton.language.extra.libdevice",
@@ -163,7 +152,7 @@ def _describe(v, filename):
         # and __qualname__ of its own function as it likes: #65, "builtins.exec" through
         # triton.language.core's `builtins`)
         found = _exported(mod, qual)
-        if found is not None and (found is v or getattr(found, "__wrapped__", None) is v):
+        if found is not None and (found is v or _unwrapped(found) is v):
             return ["attr", mod, qual]
         if mod == "triton" or any(getattr(triton, n, None) is v for n in dir(triton)):
             for n in dir(triton):
@@ -185,6 +174,25 @@ def _describe(v, filename):
     if callable(v) and isinstance(qual, str):
         what += f" {mod}.{qual}" if mod else f" {qual}"
     return ["opaque", what[:200]]
+
+
+def _unwrapped(v):
+    """A language function through the wrappers it may be in, in any order: the executor's (a
+    builtin given its semantic, libdevice's calls) and the interpreter's patch (each process's
+    launches patch the language's modules and leave them patched)."""
+    from normcheck.backends.triton import executor
+
+    for _ in range(8):
+        kw = getattr(v, "__kwdefaults__", None)
+        wrapped = getattr(v, "__wrapped__", None)
+        if str(getattr(v, "__qualname__", "")).startswith("_patch_attr.") and \
+                isinstance(kw, dict) and "member" in kw:
+            v = kw["member"]
+        elif getattr(v, "__module__", None) == executor.__name__ and wrapped is not None:
+            v = wrapped
+        else:
+            break
+    return v
 
 
 def _exported(module: str, qual: str):
