@@ -186,6 +186,19 @@ def _h_cause(h, ref, wrong, fmt, x=None, residual=None) -> Cause:
         models.append(("h = x + residual rounded toward zero where it rounds to nearest "
                        "(truncated: __float2half_rz, or bits shifted off)", "h_toward_zero",
                        fmt.round_toward_zero(np.asarray(ref.h.exact, np.float64))))
+        if x is not None and residual is not None and np.isfinite(fmt.max_finite):
+            # each input clamped to the format's finite range as it is read (fmaxf/fminf; NaN
+            # reads as +max), the sum then correctly rounded: ExLlamaV3's add is correctly
+            # rounded and only its clamp differs (#68: headlined "not correctly rounded")
+            def clamped(v):
+                v = np.asarray(v).astype(np.float64)
+                return np.clip(np.where(np.isnan(v), fmt.max_finite, v), -fmt.max_finite,
+                               fmt.max_finite)
+
+            models.append(("the inputs clamped to the format's finite range as they are read "
+                           "(fmaxf/fminf to ±max: an infinite or NaN input reads as ±max), the "
+                           "sum correctly rounded", "input_clamp",
+                           fmt.cast(clamped(x) + clamped(residual)).astype(np.float64)))
     for what, key, v in models:
         hit = int((hv[wrong] == v[wrong]).sum())
         if hit >= 0.9 * n and hit >= min(n, 2):
