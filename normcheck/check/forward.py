@@ -170,6 +170,8 @@ class Coverage:
         head.append({"run": "repeatability", "ran": judge.repeated > 0,
                      **({"detail": f"the first case of {judge.repeated} families in another "
                                    "block order"} if judge.repeated else
+                        {"why": "a race was found: another block order's differences are its"}
+                        if judge.raced else
                         {"why": "no family's first case ran to the end"})})
         for name in ("overlapping writes", "padded rows"):
             why = judge.skipped[name]

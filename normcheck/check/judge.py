@@ -641,12 +641,13 @@ class ForwardJudge(engine.Judge):
         spec = getattr(self.target, "spec", None)
         det = getattr(spec, "deterministic", True)
         found = []
-        f, spread = hazards.repeatability(self.target, case, outs, fam, self.seed, det)
-        if f is not None:
-            found.append(f)
-        elif spread:
-            self.spreads[fam] = spread
-        self.repeated += 1
+        if not self.raced:  # after a race, another block order's differences are the race's
+            f, spread = hazards.repeatability(self.target, case, outs, fam, self.seed, det)
+            if f is not None:
+                found.append(f)
+            elif spread:
+                self.spreads[fam] = spread
+            self.repeated += 1
         if not self.hazards_done and case.rows >= 2:
             self.hazards_done = True
             padded = hazards.op_padding if isinstance(self.target, launch.OpTarget) else \

@@ -450,6 +450,12 @@ class _Transformer(ti.ASTTransformer):
     """The interpreter's rewrite of a kernel, and ``and`` / ``or`` / ``not`` as the compiler
     reads them (:func:`_bool_op`, :func:`_not`)."""
 
+    def visit_Assign(self, node):
+        # Triton 3.8's rewrite of an assignment does not visit its value (3.9's does): the
+        # value first, then the interpreter's own rewrite of the assignment
+        node.value = self.visit(node.value)
+        return super().visit_Assign(node)
+
     def visit_BoolOp(self, node):
         import ast
 
