@@ -132,6 +132,8 @@ def check_benchmark(rows=4096, cols=4096, fmts=("fp16", "bf16", "fp32"),
                  f"{row['kernel_rows_per_s']:14,.0f} {row['check_rows_per_s']:13,.0f} "
                  f"{row['check_over_oracle']:12.0%} {row['check_over_slower']:12.0%} "
                  f"{row['own_share']:9.0%} {row['peak_rss_mib']:9.0f}")
+    if out:  # the figure, last: the slowest target's check over its oracle
+        echo(f"check/oracle: {min(r['check_over_oracle'] for r in out):.2f}")
     return out
 
 

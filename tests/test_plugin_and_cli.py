@@ -78,6 +78,7 @@ def test_check_benchmark_prints_its_three_figures():
         assert np.isfinite(r[k]) and r[k] > 0, k
     assert "check/oracle" in lines[1] and "numpy_rmsnorm (bf16)" in lines[2]
     assert 0 <= r["own_share"] < 1 and "own share" in lines[1]
+    assert lines[-1] == f"check/oracle: {r['check_over_oracle']:.2f}"  # the last line
 
 
 def test_ctrl_c_after_the_families_keeps_what_was_measured(tmp_path, monkeypatch, capsys):
