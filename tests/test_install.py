@@ -374,3 +374,33 @@ def test_an_executable_still_open_for_writing_elsewhere_is_started_once_it_is_re
     finally:
         holder.wait(10)
         holder.stdout.close()
+
+
+def test_a_second_entry_of_a_file_reuses_its_build(tmp_path, monkeypatch):
+    """Builds are keyed by the text, not by the entry (#64: a second --entry of the same file
+    was compiled again, 14 s + 15 s): one build holds the file's every plain kernel; a
+    template's instantiation, or a file where that does not compile, is built for its own."""
+    monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "two.cu"
+    src.write_text(
+        'extern "C" __global__ void ka(float* y) { y[threadIdx.x] = 1.f; }\n'
+        'extern "C" __global__ void kb(float* y) { y[threadIdx.x] = 2.f; }\n'
+        'template <int N> __global__ void kt(float* y) { y[threadIdx.x] = N; }\n'
+        'namespace inner { __global__ void kn(float* y) { y[threadIdx.x] = 3.f; } }\n')
+    be = get_backend("cpu")
+
+    def built():
+        return sorted((tmp_path / "cache").rglob("kernel.so"))
+
+    ka = be.compile(src, "ka")
+    first = built()
+    assert len(first) == 1
+    kb = be.compile(src, "kb")
+    assert built() == first  # the same build: no second compile
+    import numpy as np
+
+    for k, v in ((ka, 1.0), (kb, 2.0)):
+        y = np.zeros(4, np.float32)
+        k(1, 4, [y])
+        assert list(y) == [v] * 4
+    assert sorted(kb.module.entries) == ["ka", "kb"]  # not the template, nor the namespace's

@@ -388,7 +388,7 @@ def test_a_manifest_pointed_at_another_build_is_refused(tmp_path, monkeypatch, c
     m = cache.cache_dir("cpu") / "manifests" / "k.json"
     cache.install_file('{"key": "a", "deferred": [], "deps": [], "frameworks": {}, '
                        '"std": "c++17"}', m)
-    assert cpu._from_manifest(m) == ("a", [], {}, "c++17")
+    assert cpu._from_manifest(m) == ("a", [], {}, "c++17", None)
     m.write_text(m.read_text().replace('"a"', '"b"'))  # the other kernel's build
     monkeypatch.setattr(cache, "_VERIFIED", {})
     assert cpu._from_manifest(m) is None and "is not the file normcheck wrote" in \

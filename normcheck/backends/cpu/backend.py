@@ -58,6 +58,7 @@ from normcheck.errors import (
     BackendUnavailable,
     BarrierDivergence,
     CompileError,
+    InvalidArgument,
     KernelCrash,
     KernelDeadlock,
     KernelRace,
@@ -509,8 +510,8 @@ def _manifest(src, entries, defines, extra, arch, hosts, version) -> Path:
 
 
 def _from_manifest(path: Path):
-    """(build key, deferred PTX messages, frameworks, C++ standard) of an unchanged build, or
-    None."""
+    """(build key, deferred PTX messages, frameworks, C++ standard, the entries the build holds
+    where they are more than the manifest's own: else None) of an unchanged build, or None."""
     if not cache.verified(path):  # as normcheck wrote it: one pointed at another kernel's
         return None                # build would swap the verdicts (#65)
     try:
@@ -518,7 +519,9 @@ def _from_manifest(path: Path):
         deps = m["deps"]
         if _stamps(d[0] for d in deps) != deps:
             return None
-        return m["key"], list(m["deferred"]), dict(m["frameworks"]), str(m["std"])
+        wide = m.get("entries")
+        return m["key"], list(m["deferred"]), dict(m["frameworks"]), str(m["std"]), \
+            ([str(e) for e in wide] if isinstance(wide, list) else None)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -587,7 +590,37 @@ def needed_std(diagnostics: str, std: str) -> str | None:
     return None
 
 
-def _build(src, entries, defines, extra_flags, arch, hosts, want_std=None) -> Module:
+def _other_kernels(src_text: str, text: str, entries) -> list:
+    """The kernels of the file itself (its own code, macros expanded) that a build for
+    ``entries`` could launch as well: plain (not a template), in the global namespace, defined
+    once -- so one build of a text serves every such entry of it (#64: a second --entry of the
+    same file rebuilt it).  Sorted; those of ``entries`` left out."""
+    from normcheck import skeleton
+
+    # the file's own text (the preprocessed one has no __global__ left): its kernels as
+    # written, each kept only where the preprocessed code still holds its name (not #if'd out)
+    own = _own_code(text.split('"<normcheck launch wrappers>"', 1)[0])
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", src_text, flags=re.S).replace("\\\n", " ")
+    code = re.sub(r"^[ \t]*#.*$", " ", code, flags=re.M)  # directives, macros: not counted
+    names, depth, pos = [], 0, 0
+    for m in re.finditer(r"\b(?:__global__|__nc_global__)\b", code):
+        seg = code[pos:m.start()]
+        depth += seg.count("{") - seg.count("}")
+        pos = m.start()
+        back = re.split(r"[;{}]", code[max(0, m.start() - 400):m.start()])[-1]
+        got = skeleton.kernel_names(code[m.start():m.start() + 600])
+        if got:
+            names.append((got[0], depth == 0 and not re.search(r"\btemplate\b", back)))
+    counts = {}
+    for n, _ok in names:
+        counts[n] = counts.get(n, 0) + 1
+    mine = {base.entry_name(e) for e in entries}
+    return sorted({n for n, ok in names if ok and counts[n] == 1 and n not in mine and
+                   re.search(rf"\b{re.escape(n)}\s*\(", own)})
+
+
+def _build(src, entries, defines, extra_flags, arch, hosts, want_std=None,
+           widen=True) -> Module:
     entries = [base.parse_entry(e) for e in entries]
     hosts = {base.parse_entry(e) for e in hosts}
     cxx, version = _compiler()
@@ -598,7 +631,9 @@ def _build(src, entries, defines, extra_flags, arch, hosts, want_std=None) -> Mo
     builds = builds_folder(own)
     if known and cache.verified(builds / known[0] / "kernel.so") and \
             (want_std is None or known[3] == want_std):
-        key, deferred, used, std = known
+        key, deferred, used, std = known[:4]
+        if known[4] is not None:  # a build of the file's every plain kernel serves these
+            entries = [base.parse_entry(e) for e in known[4]]
         flags = [f"-std={std}", *_CXX_FLAGS, *extra]
     else:
         try:
@@ -609,6 +644,26 @@ def _build(src, entries, defines, extra_flags, arch, hosts, want_std=None) -> Mo
             if want_std is None and need:
                 raise _NeedsStd(need) from None
             raise
+        others = _other_kernels(src.text, text, entries) if widen and not hosts and all(
+            "<" not in e and "(" not in e and "::" not in e for e in entries) else []
+        if others:
+            # one build for the file's every plain kernel: keyed by the text, whichever of
+            # them a check names (a file where that does not compile is built for its own)
+            try:
+                mod = _build(src, sorted(set(entries) | set(others)), defines, extra_flags,
+                             arch, hosts, want_std, widen=False)
+            except (CompileError, InvalidArgument):
+                pass
+            else:
+                wide = _manifest(src, mod.entries, defines, extra, arch, hosts, version)
+                stamps = _stamps(deps)
+                got = _from_manifest(wide)
+                if stamps is not None and got is not None:
+                    cache.install_file(json.dumps({
+                        "key": got[0], "deferred": got[1], "deps": stamps,
+                        "frameworks": got[2], "std": got[3], "entries": list(mod.entries)}),
+                        manifest)
+                return mod
         flags = [f"-std={std}", *_CXX_FLAGS, *extra]
         key = cache.key_of(text, " ".join(flags), version)
         used = headers.frameworks(deps)
