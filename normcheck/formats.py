@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol, runtime_checkable
 
-import ml_dtypes
 import numpy as np
 
 from normcheck.errors import invalid
@@ -77,6 +76,26 @@ class NumberFormat(Protocol):
         """Mask of the elements of a buffer still holding the (``alternate``) poison."""
 
 
+def np_type(t):
+    """``t``, or where it is a name, ml_dtypes' type of that name (``"bfloat16"``); None stays
+    None.  ml_dtypes costs 0.5 s to import (its extension registers every type and cast with
+    numpy), so it is imported the first time a bf16 or fp8 buffer is asked for, not by an fp16
+    or fp32 check (#67)."""
+    if isinstance(t, str):
+        import ml_dtypes
+
+        return getattr(ml_dtypes, t)
+    return t
+
+
+def is_bf16(dtype) -> bool:
+    """Whether ``dtype`` is bfloat16's, without importing ml_dtypes to ask (np_type)."""
+    try:
+        return np.dtype(dtype).name == "bfloat16"
+    except TypeError:  # "bfloat16" named before ml_dtypes is imported
+        return dtype == "bfloat16"
+
+
 @dataclass(frozen=True)
 class Format:
     """A binary floating-point storage format.
@@ -90,12 +109,17 @@ class Format:
     emin: int
     emax: int
     bits: int
-    dtype: np.dtype
+    _dtype: object  # a numpy dtype, or the name of ml_dtypes' type (imported when first used)
     uint: np.dtype
     max_finite: float
     min_normal: float
     min_subnormal: float
     overflow_threshold: float  # max + ½ulp: the smallest magnitude that rounds to inf
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype of this format's values (bf16: ml_dtypes'; see np_type)."""
+        return np.dtype(np_type(self._dtype))
 
     # ---------------------------------------------------------------- scalars, exact
     def round(self, value) -> float:
@@ -325,7 +349,7 @@ def _make(name, precision, emin, emax, bits, dtype, uint, max_hex, min_normal_he
         emin=emin,
         emax=emax,
         bits=bits,
-        dtype=np.dtype(dtype),
+        _dtype=dtype if isinstance(dtype, str) else np.dtype(dtype),
         uint=np.dtype(uint),
         max_finite=float.fromhex(max_hex),
         min_normal=float.fromhex(min_normal_hex),
@@ -369,7 +393,7 @@ def _bf16_bits(v: np.ndarray) -> np.ndarray:
                     out)
 
 
-BF16 = _make("bf16", 8, -126, 127, 16, ml_dtypes.bfloat16, np.uint16,
+BF16 = _make("bf16", 8, -126, 127, 16, "bfloat16", np.uint16,
              "0x1.fep+127", "0x1p-126", "0x1p-133", "0x1.ffp+127")
 
 FORMATS = {f.name: f for f in (FP32, FP16, BF16)}

@@ -339,7 +339,7 @@ class KernelTarget:
         if self._padded_const(a):  # the pitch of a padded buffer, as a plain const
             return cols + self._pad
         float_param = want is not None and (np.dtype(want).kind == "f" or
-                                            np.dtype(want) == formats.BF16.dtype)
+                                            formats.is_bf16(want))
         real = a.type in specs.FLOAT_TYPES or (a.type is None and float_param)
         return specs.evaluate(a.value, rows, cols, f"args.{a.label}.value", real=real)
 
@@ -705,6 +705,6 @@ def as_format(a, fmt):
         a = a.detach().cpu()
         a = a.float().numpy() if str(a.dtype) in ("torch.bfloat16",) else a.numpy()
     a = np.asarray(a)
-    if not np.issubdtype(a.dtype, np.floating) and a.dtype != formats.BF16.dtype:
+    if not np.issubdtype(a.dtype, np.floating) and not formats.is_bf16(a.dtype):
         raise TypeError(f"expected floating-point outputs, got {a.dtype}")
     return a if a.dtype == fmt.dtype else fmt.cast(a.astype(np.float64))

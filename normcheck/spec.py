@@ -109,7 +109,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from normcheck import formats, norms
@@ -148,7 +147,7 @@ _SCALAR_TYPES = {"bool": np.bool_, "int8": np.int8, "uint8": np.uint8, "int16": 
                  "uint16": np.uint16, "int32": np.int32, "int": np.int32, "int64": np.int64, "uint32": np.uint32,
                  "uint64": np.uint64, "float32": np.float32, "float": np.float32,
                  "float64": np.float64, "float16": np.float16, "half": np.float16,
-                 "bfloat16": ml_dtypes.bfloat16}
+                 "bfloat16": "bfloat16"}  # ml_dtypes' (formats.np_type)
 #: Scalar types of a float value (a const's value may then be a float expression).
 FLOAT_TYPES = ("float32", "float", "float64", "float16", "half", "bfloat16")
 _ARG_KEYS = {"role", "dtype", "type", "value", "stride", "name", "size", "fill", "fields",
@@ -1087,7 +1086,7 @@ def parse_dtypes(table, where: str = "dtypes") -> dict:
 def scalar_type(a: ArgSpec):
     """The numpy type of a scalar argument as the spec gives it (``type``, else float32 for
     ε and int32 for the rest)."""
-    return _SCALAR_TYPES[a.type or ("float32" if a.role == "eps" else "int32")]
+    return formats.np_type(_SCALAR_TYPES[a.type or ("float32" if a.role == "eps" else "int32")])
 
 
 def convert(value, dtype, where: str, ctype: str | None = None):
@@ -1122,7 +1121,7 @@ def convert(value, dtype, where: str, ctype: str | None = None):
                                   f"C++ would pass {_wrapped(v, dt)}): a smaller value, or a "
                                   "wider type for the kernel's parameter")
         return dt.type(v)
-    if dt == formats.BF16.dtype:
+    if formats.is_bf16(dt):
         return formats.BF16.cast(np.float64(v))[()]
     with np.errstate(over="ignore"):
         return dt.type(np.float64(v))

@@ -395,6 +395,40 @@ def test_a_manifest_pointed_at_another_build_is_refused(tmp_path, monkeypatch, c
         capsys.readouterr().err
 
 
+def test_the_yardsticks_kept_figures_are_its_own_and_sealed(tmp_path, monkeypatch, capsys):
+    """#67: the yardstick's figures (a built-in's largest error on a case) are kept in the
+    cache, keyed by the build, the case's bytes and normcheck's code: a second check reads the
+    same figure without a launch; one rewritten in the cache is refused and measured again."""
+    import numpy as np
+
+    from normcheck import kernels
+    from normcheck.backends import cache
+    from normcheck.check import judge
+    from normcheck.launch import Case
+
+    monkeypatch.setenv("NORMCHECK_LEDGER_KEY", str(tmp_path / "state" / "ledger.key"))
+    be = kernels.for_source("cpu", kernels.get("rmsnorm_rms_fp16_upcast_square").path)
+    v = kernels.get("rmsnorm_rms_fp16_upcast_square")
+    x = np.random.default_rng(3).standard_normal((2, 300)).astype(np.float16)
+    c = Case(x=x, gamma=np.ones(300, np.float16), beta=None, residual=None, eps=1e-5)
+    p = judge.yardstick_path(v, c, be)
+    assert p is not None and p == judge.yardstick_path(v, c, be)
+    x2 = x.copy()
+    x2[1, 7] = np.float16(2.0)  # one element of the case differs: another figure
+    assert p != judge.yardstick_path(v, Case(x=x2, gamma=c.gamma, beta=None, residual=None,
+                                             eps=1e-5), be)
+    monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path / "c"))
+    q = judge.yardstick_path(v, c, be)
+    assert q.name == p.name and q.is_relative_to(tmp_path / "c")  # the cache's own folder
+    p = q
+    cache.install_file("0.25", p)
+    assert judge._kept_figure(p) == 0.25
+    p.write_text("0.0")  # the cache's writer lowers the built-in's figure: warn is softer
+    monkeypatch.setattr(cache, "_VERIFIED", {})
+    assert judge._kept_figure(p) is None and not p.exists()
+    assert "is not the file normcheck wrote" in capsys.readouterr().err
+
+
 def test_the_private_import_folder_is_the_processs_own(tmp_path, monkeypatch):
     """#65: the workers' private import folder was <cache>/python/<key>/, and a struct.py
     planted there ran before the sandbox in every worker.  It is now a folder this process

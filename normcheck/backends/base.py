@@ -24,9 +24,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
+from normcheck import formats
 from normcheck.errors import BackendUnavailable, invalid
 from normcheck.files import SOURCE_BYTES, read_limited
 
@@ -218,6 +218,9 @@ class Capabilities:
     # its kernels' indices may be C's unsigned 32-bit products (blockIdx.x × cols): the check
     # makes a second large-index run past 2^32 elements (a Triton program id is a signed int32)
     unsigned_indices: bool = False
+    # a launch's outputs depend only on the build and the inputs (an emulator's, the same on
+    # every machine): the yardstick's figures of a built-in may be kept in the cache
+    reproducible: bool = False
 
 
 class Kernel(abc.ABC):
@@ -415,13 +418,13 @@ _SCALARS = {
     "short int": np.int16, "short": np.int16, "short unsigned int": np.uint16,
     "char": np.int8, "signed char": np.int8, "unsigned char": np.uint8, "bool": np.bool_,
     "float": np.float32, "double": np.float64,
-    "__half": np.float16, "half": np.float16, "__nv_bfloat16": ml_dtypes.bfloat16,
+    "__half": np.float16, "half": np.float16, "__nv_bfloat16": "bfloat16",
 }
 # pointee types whose element dtype must match exactly
 _ELEMENTS = {
     "float": np.float32, "double": np.float64, "__half": np.float16, "half": np.float16,
-    "__nv_bfloat16": ml_dtypes.bfloat16, "nv_bfloat16": ml_dtypes.bfloat16,
-    "c10::Half": np.float16, "c10::BFloat16": ml_dtypes.bfloat16,
+    "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16",
+    "c10::Half": np.float16, "c10::BFloat16": "bfloat16",
 }
 
 
@@ -460,13 +463,13 @@ def parse_signature(raw: str) -> list[Param]:
 
 def scalar_dtype(p: Param):
     """The numpy type of a scalar parameter, or None (a struct, an enum, a pointer)."""
-    return _SCALARS.get(p.base)
+    return formats.np_type(_SCALARS.get(p.base))
 
 
 def element_dtype(p: Param):
     """The numpy type of the elements a pointer parameter reads (float, __half, bf16 ...), or
     None where any element size that fits goes (void*, integers, fp8 codes)."""
-    return _ELEMENTS.get(p.base) if p.is_pointer else None
+    return formats.np_type(_ELEMENTS.get(p.base)) if p.is_pointer else None
 
 
 def dim3(value, name: str) -> tuple[int, int, int]:
@@ -576,7 +579,7 @@ def check_args(entry: str, params: list[Param], args, names=None) -> list:
                 out.append(None)
                 continue
             if isinstance(a, SparseRows):
-                want = _ELEMENTS.get(p.base)
+                want = formats.np_type(_ELEMENTS.get(p.base))
                 if want is not None and a.dtype != np.dtype(want):
                     raise invalid(f"{label}.dtype", str(a.dtype),
                                   f"{np.dtype(want).name} for parameter `{p.ctype}`")
@@ -585,7 +588,7 @@ def check_args(entry: str, params: list[Param], args, names=None) -> list:
             if not isinstance(a, np.ndarray):
                 raise invalid(label, a, f"a numpy array (or None) for parameter `{p.ctype}`",
                               "pass the buffer as a numpy array")
-            want = _ELEMENTS.get(p.base)
+            want = formats.np_type(_ELEMENTS.get(p.base))
             if want is not None and a.dtype != np.dtype(want):
                 raise invalid(f"{label}.dtype", str(a.dtype),
                               f"{np.dtype(want).name} for parameter `{p.ctype}`",

@@ -34,8 +34,18 @@ MODES = {"dd": 0, "grid": 1, "tree": 2}
 #: NaN or inf (the IEEE values, set by the caller).
 STATUS = {"tier1": 0, "tier2": 1, "unsettled": 2, "nonfinite": 3}
 #: the element kinds the compiled code reads (float64, float32, float16 bits, bfloat16 bits)
-KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2,
-          formats.BF16.dtype: 3}
+class _ByName(dict):
+    """A table of dtypes looked up by their name: bf16's type is ml_dtypes', imported only when
+    a bf16 array exists (formats.np_type), so it is named, not held."""
+
+    def __contains__(self, dtype):
+        return dict.__contains__(self, getattr(np.dtype(dtype), "name", None))
+
+    def __getitem__(self, dtype):
+        return dict.__getitem__(self, np.dtype(dtype).name)
+
+
+KINDS = _ByName(float64=0, float32=1, float16=2, bfloat16=3)
 
 
 class _Job(ctypes.Structure):
