@@ -80,6 +80,30 @@ def test_static_shared_memory_starts_every_block_as_nan(k, workers):
     assert np.all(y[:, 32:].view(np.uint32) == 0xFFFFFFFF)
 
 
+def test_a_launchs_static_shared_total_is_its_own_kernels(tmp_path):
+    """Two kernels of one build on one OS thread: the first's 40 KiB of static shared memory
+    stays registered on the thread, but the second's launch counts only its own 16 KiB (it was
+    refused as 56 KiB, above nvcc's 48 KiB, once a file's kernels shared a build); a kernel
+    declaring 56 KiB itself is still refused."""
+    src = tmp_path / "two.cu"
+    src.write_text("""
+__global__ void big(float* y) { __shared__ float a[10240]; a[threadIdx.x] = 1.f;
+  __syncthreads(); y[threadIdx.x] = a[threadIdx.x]; }
+__global__ void small(float* y) { __shared__ float b[4096]; b[threadIdx.x] = 2.f;
+  __syncthreads(); y[threadIdx.x] = b[threadIdx.x]; }
+__global__ void both(float* y) { __shared__ float a[10240]; __shared__ float b[4096];
+  a[threadIdx.x] = 1.f; b[threadIdx.x] = 2.f; __syncthreads();
+  y[threadIdx.x] = a[threadIdx.x] + b[threadIdx.x]; }
+""")
+    ks = get_backend("cpu").compile_many(src, ["big", "small", "both"])
+    y = np.zeros(32, np.float32)
+    ks["big"](1, 32, [y], workers=1)
+    ks["small"](1, 32, [y], workers=1)
+    assert np.all(y == 2.0)
+    with pytest.raises(errors.KernelError, match="static __shared__ memory"):
+        ks["both"](1, 32, [y], workers=1)
+
+
 def test_early_return_before_barrier_of_the_whole_block_runs(k):
     y = np.full(256, -1.0, np.float32)
     k["early_return"](1, 256, [y, np.int32(256)])

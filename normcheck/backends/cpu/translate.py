@@ -257,7 +257,8 @@ def _poison_static_shared(text: str) -> str:
             continue
         out.append(text[last:end + 1])
         out.append("".join(f" static thread_local ::ncsimt::SharedPoison __nc_sp_{k}_{j}("
-                           f"(void*)&{n}, sizeof({n}), \"{n}\");" for j, n in enumerate(names)))
+                           f"(void*)&{n}, sizeof({n}), \"{n}\"); __nc_sp_{k}_{j}.reached();"
+                           for j, n in enumerate(names)))
         last = end + 1
     out.append(text[last:])
     return "".join(out)

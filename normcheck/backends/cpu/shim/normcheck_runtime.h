@@ -94,6 +94,8 @@ std::vector<SharedRegion>& shared_regions() {
   static thread_local std::vector<SharedRegion> regions;
   return regions;
 }
+static thread_local unsigned long long tls_shared_launch = 0;
+unsigned long long shared_launch() { return tls_shared_launch; }
 
 // The hazard run (normcheck_hazards.h, included at the end of this file).
 static void hz_register(void* p, unsigned long size, const char* name);
@@ -107,7 +109,7 @@ extern NC_TLS int hz_on;
 extern NC_TLS uint32_t hz_bar;
 
 void register_shared(void* p, unsigned long size, const char* name) {
-  shared_regions().push_back(SharedRegion{p, size});
+  shared_regions().push_back(SharedRegion{p, size, tls_shared_launch});
   hz_register(p, size, name);
 }
 
@@ -1020,7 +1022,8 @@ static std::string launch_refused(const LaunchParams* p) {
 // shared memory alone).  Known once the blocks have reached the declarations.
 static std::string shared_total_refused(const LaunchParams* p) {
   unsigned long long stat = 0;
-  for (const SharedRegion& r : shared_regions()) stat += r.size;
+  for (const SharedRegion& r : shared_regions())
+    if (r.launch == tls_shared_launch) stat += r.size;  // declared by this launch's kernel
   const unsigned long long optin = (unsigned long long)device_facts().smem_optin;
   char buf[320];
   if (stat > 49152) {
@@ -1186,6 +1189,7 @@ NC_NOTSAN static void run_blocks(Thunk thunk, LaunchParams* p, Shared* S) {
   unsigned long long first_block = ~0ull;
   B.undefined = &undefined;
   tls_block = &B;
+  ++tls_shared_launch;  // a new launch on this OS thread: its kernel's declarations mark it
   tls_thunk = thunk;
   tls_args = p->args;
   ::blockDim = dim3(p->block[0], p->block[1], p->block[2]);

@@ -256,18 +256,27 @@ inline void* dynamic_smem() { return tls_dyn_smem; }
 // `__shared__` declaration with a SharedPoison of it: constructed when a thread of the first
 // block on this OS thread reaches the declaration, it poisons the variable and registers it;
 // the runtime poisons every registered variable again before each later block.
+// Each pass over a declaration marks its variable reached by the launch under way on this OS
+// thread (``launch``: the thread's launch count then): a launch's static total counts only what
+// its own kernel declared, not the variables another kernel of the module left registered on
+// the thread (a file's kernels share one build).
 struct SharedRegion {
   void* p;
   unsigned long size;
+  unsigned long long launch;
 };
 std::vector<SharedRegion>& shared_regions();  // this OS thread's, normcheck_runtime.h
+unsigned long long shared_launch();            // this OS thread's launch count, ditto
 unsigned char undefined_fill();                // the launch's fill byte (0xFF), ditto
 void register_shared(void* p, unsigned long size, const char* name);  // ditto
 struct SharedPoison {
+  size_t index;
   SharedPoison(void* p, unsigned long size, const char* name = nullptr) {
     std::memset(p, undefined_fill(), size);
     register_shared(p, size, name);
+    index = shared_regions().size() - 1;
   }
+  void reached() const { shared_regions()[index].launch = shared_launch(); }
 };
 
 // Launches from host code.  A spec may name a host function as the entry (`host = true`: what a
