@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from normcheck.backends import cache
+from normcheck.backends import cache, isolation
 from normcheck.errors import BackendUnavailable, CompileError, SandboxUnavailable
 
 __all__ = ["launcher", "spawn", "mechanism", "describe", "command", "run_compiler", "Limits",
@@ -323,15 +323,8 @@ def sweep_stale():
         return
     for e in entries:
         m = _STALE.match(e.name)
-        if not m or int(m.group(1)) == os.getpid():
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-            continue  # its owner lives
-        except ProcessLookupError:
-            pass
-        except (PermissionError, OverflowError):
-            continue
+        if not m or int(m.group(1)) == os.getpid() or not isolation.orphaned(int(m.group(1))):
+            continue  # not a build folder, or its owner lives
         if e.is_dir() and not e.is_symlink():
             shutil.rmtree(e, ignore_errors=True)
 

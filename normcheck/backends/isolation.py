@@ -97,6 +97,18 @@ def import_root() -> Path:
     return root
 
 
+def orphaned(pid: int) -> bool:
+    """Whether the process ``pid`` that named a folder is gone (one that lives, or that this
+    process may not ask about, is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
+
+
 def _sweep(base: Path) -> None:
     """Remove what ``base`` holds but the folders of normcheck processes still alive: a
     killed process's import folder, and anything else (never imported from)."""
@@ -105,14 +117,8 @@ def _sweep(base: Path) -> None:
 
     for e in list(base.iterdir()):
         m = re.match(r"^run-(\d+)-", e.name)
-        if m and e.is_dir() and not e.is_symlink():
-            try:
-                os.kill(int(m.group(1)), 0)
-                continue  # its owner lives
-            except ProcessLookupError:
-                pass
-            except (PermissionError, OverflowError):
-                continue
+        if m and e.is_dir() and not e.is_symlink() and not orphaned(int(m.group(1))):
+            continue  # its owner lives
         if e.is_dir() and not e.is_symlink():
             shutil.rmtree(e, ignore_errors=True)
         else:

@@ -279,18 +279,13 @@ def padding(target, case, outs, family, skipped=None):
                 got = buf[:, :cols] if buf.ndim == 2 and np.ndim(outs[exit_role]) == 2 else buf
                 if np.shape(got) != np.shape(outs[exit_role]):
                     continue  # a quantised output's codes: read as the unpadded run read them
-                d = first_difference(outs[exit_role], got)
-                if d is not None:
-                    n, idx, a, b = d
-                    what = ("does not step its rows by the stride it is given (cols in its "
-                            "place), or reads the padding")
-                    return Finding(
-                        "stride", family,
-                        f"with rows padded to a pitch of cols + {pad} (the padding poisoned), "
-                        f"{n}/{np.size(got)} elements of `{exit_role}` differ from the "
-                        f"unpadded run (first at {_where(idx)}: {_show(a)} -> {_show(b)})",
-                        cause=Cause(f"{what} ({n} elements differ once rows are padded)",
-                                    "stride_ignored", "exact", what))
+                f = _stride_differs(
+                    family, exit_role, outs[exit_role], got,
+                    f"with rows padded to a pitch of cols + {pad} (the padding poisoned),",
+                    "the unpadded run", "does not step its rows by the stride it is given (cols "
+                    "in its place), or reads the padding", "rows are padded")
+                if f is not None:
+                    return f
         for key, buf in padded.items():
             pad_region = buf[:, cols:]
             if not launch.unwritten(pad_region).all():
@@ -333,16 +328,24 @@ def op_padding(target, case, outs, family, skipped=None):
         for role, y in outs.items():
             if role not in again:
                 continue
-            d = first_difference(y, again[role])
-            if d is not None:
-                n, idx, a, b = d
-                what = ("does not step x's rows by the stride it is given (x.stride(0) of a "
-                        "sliced tensor), or reads past the row")
-                return Finding(
-                    "stride", family,
-                    f"with x given as a view of rows padded to a pitch of cols + {pad}, "
-                    f"{n}/{np.size(y)} elements of `{role}` differ from the unpadded call "
-                    f"(first at {_where(idx)}: {_show(a)} -> {_show(b)})",
-                    cause=Cause(f"{what} ({n} elements differ once x's rows are padded)",
-                                "stride_ignored", "exact", what))
+            f = _stride_differs(
+                family, role, y, again[role],
+                f"with x given as a view of rows padded to a pitch of cols + {pad},",
+                "the unpadded call", "does not step x's rows by the stride it is given "
+                "(x.stride(0) of a sliced tensor), or reads past the row", "x's rows are padded")
+            if f is not None:
+                return f
     return None
+
+
+def _stride_differs(family, role, want, got, given, unpadded, what, once):
+    """The stride finding where an output of the padded run differs from ``unpadded``'s."""
+    d = first_difference(want, got)
+    if d is None:
+        return None
+    n, idx, a, b = d
+    return Finding("stride", family,
+                   f"{given} {n}/{np.size(got)} elements of `{role}` differ from {unpadded} "
+                   f"(first at {_where(idx)}: {_show(a)} -> {_show(b)})",
+                   cause=Cause(f"{what} ({n} elements differ once {once})", "stride_ignored",
+                               "exact", what))
