@@ -48,6 +48,32 @@ def test_sound_kernels_in_any_order_pass_or_warn(entry, norm, dtype):
         assert "best built-in order" in w.detail and "x the" in w.detail
 
 
+def test_the_hazard_build_runs_the_first_case_of_each_width_and_the_bulk_the_plain(
+        monkeypatch):
+    """#67: every width the families use runs once on the hazard build with both guards (the
+    families' first case there); the other families' cases at that width and the search's
+    draws run on the plain build with the end guard."""
+    from normcheck import launch
+
+    calls = []
+    real = launch.KernelTarget.__call__
+
+    def spy(self, case, guard=None, **kw):
+        calls.append((int(case.cols), kw.get("hazards"), guard))
+        return real(self, case, guard=guard, **kw)
+
+    monkeypatch.setattr(launch.KernelTarget, "__call__", spy)
+    r = run("rms_good_fp16", "rmsnorm", "fp16", examples=8, search=6)
+    assert r.verdict in ("pass", "warn"), r.render()
+    first = {}
+    for cols, hz, guard in calls:
+        first.setdefault(cols, (hz, guard))
+    assert all(v == (True, "both") for v in first.values()), first  # each width's first run
+    plain = [c for c in calls if c[1] is False and c[2] == "end"]
+    assert len(plain) >= len(check.CHECK_FAMILIES)  # the bulk: most families' cases, the search
+    assert len([c for c in calls if c[1] is True]) < len(calls) / 2
+
+
 def test_warn_is_measured_against_the_best_built_in_order():
     # one thread summing fp32 rows: thousands of times the block-tree order on offset and
     # constant rows, still within what a sequential sum can do -- warn, not fail

@@ -552,7 +552,10 @@ def build(src: base.Source, entries: list[str], defines=None, extra_flags=(),
 
     hazard = any(f in extra_flags for f in HAZARD_FLAGS)
     # one line per build: the hazard build of the same text beside the plain one said as such
-    with progress.step(f"building {Path(str(src.origin)).name} for the cpu backend"
+    # and normcheck's own build of a built-in file (the yardstick) told from a check of the
+    # same file as the user's kernel
+    own = " (normcheck's built-ins)" if is_own(src) else ""
+    with progress.step(f"building {Path(str(src.origin)).name}{own} for the cpu backend"
                        + (" (its hazard build: races and exact shared bounds)" if hazard else
                           " (g++, once per text: then cached)"), once=True):
         try:
