@@ -21,6 +21,10 @@ def _slow_ids() -> set:
     return {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: in the slow lane (tests/slow.txt, or marked)")
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselect: the lanes are of whole modules
 def pytest_collection_modifyitems(config, items):
     slow = _slow_ids()
