@@ -77,6 +77,22 @@ def test_the_hazard_build_runs_the_first_case_of_each_width_and_the_bulk_the_pla
     assert len([c for c in calls if c[1] is True]) < len(calls) / 2
 
 
+def test_a_second_check_reads_the_yardsticks_figures_it_kept(monkeypatch):
+    """#67: the built-ins' figures on a check's cases are kept: the same check again launches
+    no built-in and shows the same best built-in figures."""
+    from normcheck import kernels
+
+    first = run("rms_good_fp16", "rmsnorm", "fp16", examples=8, search=0)
+    launched = []
+    real = kernels.run_case
+    monkeypatch.setattr(kernels, "run_case", lambda *a, **k: launched.append(a[0]) or
+                        real(*a, **k))
+    again = run("rms_good_fp16", "rmsnorm", "fp16", examples=8, search=0)
+    assert launched == []
+    assert [(f.family, f.baseline) for f in again.families] == \
+        [(f.family, f.baseline) for f in first.families]
+
+
 def test_warn_is_measured_against_the_best_built_in_order():
     # one thread summing fp32 rows: thousands of times the block-tree order on offset and
     # constant rows, still within what a sequential sum can do -- warn, not fail

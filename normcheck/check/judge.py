@@ -21,10 +21,13 @@ best built-in order's; *pass* otherwise.  Each fail or warn on accuracy is diagn
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -50,46 +53,43 @@ WEIGHTS_FAMILY = "weights"
 _SAID_WITH_THE_VERDICT = ("__syncthreads()", "ran one at a time", "not importable here")
 
 
-_CODE_DIGEST = []
-
-
+@functools.cache
 def _code_digest() -> str:
-    """sha256 of normcheck's own code (every .py, .cpp and .h of the package): a figure the
-    code computed is kept only for the code that computed it."""
-    if not _CODE_DIGEST:
-        import hashlib
-        from pathlib import Path
-
-        h = hashlib.sha256()
-        root = Path(__file__).resolve().parents[1]
-        for f in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".cpp", ".h", ".cuh",
-                                                                     ".cu") and p.is_file()):
-            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
-        _CODE_DIGEST.append(h.hexdigest())
-    return _CODE_DIGEST[0]
+    """sha256 of normcheck's own code (every source file of the package): a figure the code
+    computed is kept only for the code that computed it."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for f in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".cpp", ".h", ".cuh", ".cu")
+                    and p.is_file()):
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
-def yardstick_path(v, c: Case, backend):
-    """Where the yardstick's figure of built-in ``v`` on case ``c`` is kept: a file named by
-    the digest of the built-in's build (its path names its build key), the case's bytes and
-    normcheck's code; None where it is not kept (a backend whose launches are not
-    reproducible, a GPU's; a built-in of another language)."""
-    caps = getattr(backend, "capabilities", None)
-    if not getattr(caps, "reproducible", False) or getattr(v, "language", "cuda") != \
-            getattr(caps, "language", None):
-        return None
-    import hashlib
-
-    k = kernels.compiled(v, backend)
-    h = hashlib.sha256(f"{v.name}\0{getattr(k.module, 'path', '')}\0{_code_digest()}\0"
-                       f"{float(c.eps)!r}\0".encode())
+def case_digest(c: Case) -> str:
+    """sha256 of what a norm kernel reads of a case: x, γ, β, the residual (each dtype, shape
+    and bytes) and ε."""
+    h = hashlib.sha256(f"{float(c.eps)!r}\0".encode())
     for a in (c.x, c.gamma, c.beta, c.residual):
         if a is None:
             h.update(b"none\0")
         else:
             a = np.ascontiguousarray(a)
             h.update(f"{a.dtype.str}{a.shape}".encode() + a.tobytes() + b"\0")
-    return cache.cache_dir("cpu") / "yardstick" / h.hexdigest()
+    return h.hexdigest()
+
+
+def yardstick_path(v, digest: str, backend):
+    """Where the yardstick's figure of built-in ``v`` on the case of :func:`case_digest`
+    ``digest`` is kept: a file named by the digest of the built-in's build (its path names its
+    build key), the case and normcheck's code; None where it is not kept (a backend whose
+    launches are not reproducible, a GPU's; a built-in of another language)."""
+    caps = getattr(backend, "capabilities", None)
+    if not getattr(caps, "reproducible", False) or getattr(v, "language", "cuda") != \
+            getattr(caps, "language", None):
+        return None
+    k = kernels.compiled(v, backend)
+    key = f"{v.name}\0{getattr(k.module, 'path', '')}\0{_code_digest()}\0{digest}"
+    return cache.cache_dir("cpu") / "yardstick" / hashlib.sha256(key.encode()).hexdigest()
 
 
 def _kept_figure(path):
@@ -344,15 +344,15 @@ class ForwardJudge(engine.Judge):
         """{variant: largest scaled error} of the built-in orders on the case.  A figure is
         the same whenever the built-in's build, the rows and normcheck's code are (the oracle
         and the built-ins are deterministic): on the cpu backend it is kept in the cache,
-        ledger-sealed, keyed by all three (:func:`yardstick_key`), and not measured again
+        ledger-sealed, keyed by all three (:func:`yardstick_path`), and not measured again
         (#67: every check re-ran the same 24 built-in launches)."""
         out = {}
         n = self.norm
+        c = Case(x=case.x, gamma=case.gamma if n.has_gamma else None,
+                 beta=case.beta if n.reads_beta else None, residual=case.residual, eps=case.eps)
+        digest = case_digest(c) if self.baselines else None
         for v in self.baselines:
-            c = Case(x=case.x, gamma=case.gamma if n.has_gamma else None,
-                     beta=case.beta if n.reads_beta else None,
-                     residual=case.residual, eps=case.eps)
-            path = yardstick_path(v, c, self.backend)
+            path = yardstick_path(v, digest, self.backend)
             kept = _kept_figure(path)
             if kept is not None:
                 out[v.name] = kept

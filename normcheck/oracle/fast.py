@@ -39,7 +39,7 @@ class _ByName(dict):
     a bf16 array exists (formats.np_type), so it is named, not held."""
 
     def __contains__(self, dtype):
-        return dict.__contains__(self, getattr(np.dtype(dtype), "name", None))
+        return dict.__contains__(self, np.dtype(dtype).name)
 
     def __getitem__(self, dtype):
         return dict.__getitem__(self, np.dtype(dtype).name)
