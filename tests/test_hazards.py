@@ -233,6 +233,36 @@ def test_an_unsigned_32_bit_offset_fails_past_2_to_the_32_and_its_twin_passes():
     assert {"large_index", "large_index_u32"} <= {fr.family for fr in ok.families}
 
 
+def test_a_persistent_grid_gets_the_large_index_run(tmp_path):
+    """A fixed grid walking the rows (132 blocks, one per H100 SM) reaches 2^31 elements only
+    through its row loop: the large-index run runs the grid's own blocks that own the last rows,
+    each walking every row it owns (was "a grid that is not one block per row"); the `int` row
+    offset fails at its line, the size_t twin passes both runs; a grid of 4096 blocks runs 8
+    of them, whose last rows are measured (#66)."""
+    r = _check(spec="persistent_large.toml")
+    f = next((f for f in r.failures if f.family == "large_index"), None)
+    assert f is not None and f.kind == "out_of_bounds", r.render()
+    assert "wrapped to 32 bits" in f.detail and "hazards.cu:349" in f.detail, f.detail
+    assert {g.family for g in r.failures} == {"large_index"}, r.render()
+    note = next(n for n in r.detail.notes if n.startswith("large-index run"))
+    assert "1 block of a persistent grid of 132 run" in note, note
+    (tmp_path / "hazards.cu").write_text(SRC.read_text())
+    twin = (HERE / "persistent_large.toml").read_text().replace(
+        "persistent_int_offset", "persistent_size_t_offset")
+    (tmp_path / "twin.toml").write_text(twin)
+    ok = check.check_kernel(spec=tmp_path / "twin.toml", search=0, examples=4)
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+    fams = {fr.family: fr for fr in ok.families}
+    for name in ("large_index", "large_index_u32"):  # the last row: written, within the bound
+        assert fams[name].rows == 1 and 0 < fams[name].max_of_bound <= 1, ok.render()
+    (tmp_path / "wide.toml").write_text(twin.replace("min(rows, 132)", "min(rows, 4096)"))
+    ok = check.check_kernel(spec=tmp_path / "wide.toml", search=0, examples=4)
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+    assert next(fr for fr in ok.families if fr.family == "large_index").rows == 8
+    note = next(n for n in ok.detail.notes if n.startswith("large-index run"))
+    assert "8 blocks of a persistent grid of 4,096 run" in note, note
+
+
 def test_an_accuracy_bug_is_not_blamed_on_a_wrap_it_does_not_show():
     """rstd rounded to half, every offset 64 bits: the 2^32 run's error is the same as every
     family's, so its cause is the same (rstd_storage) -- it was blamed on 'an index computed

@@ -37,7 +37,7 @@ from normcheck.errors import FATAL, FailureKind, KernelError
 
 __all__ = ["Judge", "Failure", "FamilyOutcome", "WorstRow", "Setup", "Runs", "Findings",
            "unique", "assemble", "saver", "run_families", "FamilyState", "odd_rows",
-           "with_notes", "undefined_dependence", "check_h", "h_ulp"]
+           "with_notes", "undefined_dependence", "check_h", "h_ulp", "Coverage"]
 
 
 @dataclass
@@ -206,6 +206,29 @@ def _h_cause(h, ref, wrong, fmt, x=None, residual=None) -> Cause:
                          key, "exact" if hit == n else "bit", what, explained=hit)
     what = "h = x + residual not correctly rounded (summed or stored otherwise)"
     return Cause(what, "h_rounding", "stat", what)
+
+
+class Coverage:
+    """Every run a check owes, made or not, and why not (#66): what a verdict covers,
+    said with it -- in the text (``ran: ...; not run: ...``), ``coverage`` in the JSON, the
+    field's rows.  ``items``: [{"run", "ran", "why"?, "detail"?}]."""
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, run: str, ran: bool, why: str | None = None, detail: str | None = None):
+        d = {"run": run, "ran": bool(ran)}
+        if why:
+            d["why"] = why
+        if detail:
+            d["detail"] = detail
+        self.items.append(d)
+
+    def line(self) -> str:
+        ran = [d["run"] for d in self.items if d["ran"]]
+        out = "ran: " + ", ".join(ran)
+        no = [f"{d['run']} ({d.get('why', '?')})" for d in self.items if not d["ran"]]
+        return out + ("; not run: " + "; ".join(no) if no else "")
 
 
 class Judge:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import time
 
-from normcheck.check import engine, kinds
+from normcheck.check import engine, kinds, large_index
 from normcheck.check.engine import ENDS_LATER_RUNS, assemble
 from normcheck.check.judge import ForwardJudge
 from normcheck.check.result import ForwardDetail
 from normcheck.errors import Interrupted
 
-__all__ = ["Forward", "Coverage", "peak_rss_mib"]
+__all__ = ["Forward", "peak_rss_mib"]
 
 
 def _worse(worst, w):
@@ -41,7 +41,7 @@ class Forward(kinds.Kind):
 
         interrupted = None  # Ctrl-C after the families: what was measured is kept (#64)
         stage, search_stats = "the large-index run", None
-        cov = Coverage()  # every run the check owes, made or not and why (#66)
+        cov = engine.Coverage()  # every run the check owes, made or not and why (#66)
         hung = "a kernel that hung or broke its sandbox is not launched again"
         try:
             if fatal():
@@ -53,37 +53,9 @@ class Forward(kinds.Kind):
                 else:
                     failures += loop
                     cov.add("rows looped twice", True, detail=what)
-            for span in (31, 32):
-                name = f"large index 2^{span}"
-                # past 2^32 only for CUDA C, and only where 2^31 held: an unsigned offset
-                # (blockIdx.x × cols) is C's; a Triton program id is a signed int32
-                if span == 32 and not getattr(getattr(target, "capabilities", None),
-                                              "unsigned_indices", False):
-                    cov.add(name, False, "its indices are signed 32-bit at most (a Triton "
-                            "program id): they wrap at 2^31, the run above")
-                    break
-                if span == 32 and any(f.family == "large_index" and
-                                      f.kind not in ("accuracy", "nonfinite") for f in failures):
-                    cov.add(name, False, "an index already wrapped at 2^31 (the run above)")
-                    break  # an index already wrapped at 2^31 (a fault, an unwritten element)
-                if fatal():
-                    cov.add(name, False, hung)
-                    continue
-                large = judge.run_large_index(span)
-                if large is None:
-                    cov.add(name, False, "the target is no kernel of normcheck's launches (a "
-                            "Python callable, an op, a quantised kernel)")
-                    continue
-                fr, f, w, note = large
-                if fr is not None or span == 31:  # why not: said once
-                    judge.notes.append(note)
-                if fr is not None:
-                    results.append(fr)
-                    failures += f
-                    worst = _worse(worst, w)
-                    cov.add(name, True, detail=f"{fr.rows} rows of {fr.cols[0]}")
-                else:
-                    cov.add(name, False, note.split("not made: ", 1)[-1])
+            for fr, w in large_index.run_spans(judge, target, failures, cov, fatal, hung):
+                results.append(fr)
+                worst = _worse(worst, w)
             stage = "the long run"
             if runs.long is None:
                 cov.add("long run", False, "not asked for (--rows N --cols D)")
@@ -114,7 +86,7 @@ class Forward(kinds.Kind):
             judge.notes.append(f"interrupted (Ctrl-C) during {stage}: it and what follows it "
                                "were not run; the families above were")
             cov.add(stage.removeprefix("the "), False, "interrupted (Ctrl-C)")
-        cov.families(judge, target, results)
+        _families_coverage(cov, judge, target, results)
         note = judge.convention_note()
         if note:
             judge.notes.append(note)
@@ -137,54 +109,32 @@ class Forward(kinds.Kind):
         return result
 
 
-class Coverage:
-    """Every run a forward check owes, made or not, and why not (#66): what a verdict covers,
-    said with it -- in the text (``ran: ...; not run: ...``), ``coverage`` in the JSON, the
-    field's rows.  ``items``: [{"run", "ran", "why"?, "detail"?}]."""
-
-    def __init__(self):
-        self.items = []
-
-    def add(self, run: str, ran: bool, why: str | None = None, detail: str | None = None):
-        d = {"run": run, "ran": bool(ran)}
-        if why:
-            d["why"] = why
-        if detail:
-            d["detail"] = detail
-        self.items.append(d)
-
-    def families(self, judge, target, results):
-        """The families, the hazard build and the runs on a family's first case, placed first."""
-        fams = [fr for fr in results if not fr.family.startswith(("large_index", "long"))]
-        widths = sorted({int(c) for fr in fams for c in (fr.cols or [])})
-        head = [{"run": "families", "ran": bool(fams),
-                 "detail": f"{len(fams)} families ({', '.join(fr.family for fr in fams)}), "
-                           f"widths {', '.join(map(str, widths))}"}]
-        caps = getattr(target, "capabilities", None)
-        hz = bool(caps is not None and getattr(caps, "hazards", False))
-        head.append({"run": "hazard build", "ran": hz and not judge.raced,
-                     **({"why": "a race was found: the rest ran ordered on the plain build"}
-                        if hz and judge.raced else {} if hz else
-                        {"why": "the backend has none (races and exact shared bounds are the "
-                                "cpu backend's CUDA C build's)"})})
-        head.append({"run": "repeatability", "ran": judge.repeated > 0,
-                     **({"detail": f"the first case of {judge.repeated} families in another "
-                                   "block order"} if judge.repeated else
-                        {"why": "a race was found: another block order's differences are its"}
-                        if judge.raced else
-                        {"why": "no family's first case ran to the end"})})
-        for name in ("overlapping writes", "padded rows"):
-            why = judge.skipped[name]
-            if not judge.hazards_done:
-                why = why or ["no case of several rows ran to the end"]
-            head.append({"run": name, "ran": not why, **({"why": why[0]} if why else {})})
-        self.items[:0] = head
-
-    def line(self) -> str:
-        ran = [d["run"] for d in self.items if d["ran"]]
-        out = "ran: " + ", ".join(ran)
-        no = [f"{d['run']} ({d.get('why', '?')})" for d in self.items if not d["ran"]]
-        return out + ("; not run: " + "; ".join(no) if no else "")
+def _families_coverage(cov, judge, target, results):
+    """The families, the hazard build and the runs on a family's first case, placed first."""
+    fams = [fr for fr in results if not fr.family.startswith(("large_index", "long"))]
+    widths = sorted({int(c) for fr in fams for c in (fr.cols or [])})
+    head = [{"run": "families", "ran": bool(fams),
+             "detail": f"{len(fams)} families ({', '.join(fr.family for fr in fams)}), "
+                       f"widths {', '.join(map(str, widths))}"}]
+    caps = getattr(target, "capabilities", None)
+    hz = bool(caps is not None and getattr(caps, "hazards", False))
+    head.append({"run": "hazard build", "ran": hz and not judge.raced,
+                 **({"why": "a race was found: the rest ran ordered on the plain build"}
+                    if hz and judge.raced else {} if hz else
+                    {"why": "the backend has none (races and exact shared bounds are the "
+                            "cpu backend's CUDA C build's)"})})
+    head.append({"run": "repeatability", "ran": judge.repeated > 0,
+                 **({"detail": f"the first case of {judge.repeated} families in another "
+                               "block order"} if judge.repeated else
+                    {"why": "a race was found: another block order's differences are its"}
+                    if judge.raced else
+                    {"why": "no family's first case ran to the end"})})
+    for name in ("overlapping writes", "padded rows"):
+        why = judge.skipped[name]
+        if not judge.hazards_done:
+            why = why or ["no case of several rows ran to the end"]
+        head.append({"run": name, "ran": not why, **({"why": why[0]} if why else {})})
+    cov.items[:0] = head
 
 
 def peak_rss_mib() -> float:

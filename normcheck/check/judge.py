@@ -34,7 +34,7 @@ import numpy as np
 from normcheck import bounds, families, formats, kernels, launch, metrics, oracle
 from normcheck import spec as specs
 from normcheck import measure as measure_mod
-from normcheck.check import diagnose, engine, hazards
+from normcheck.check import diagnose, engine, hazards, large_index
 from normcheck.check.engine import FATAL, Failure, check_h, odd_rows, with_notes
 from normcheck.check.tolerances import BIAS, STATISTICS, TOLERANCES, Verdict
 from normcheck.backends import cache
@@ -173,15 +173,6 @@ class FamilyResult(engine.FamilyOutcome):
         return d
 
 
-#: The most rows one block may take in the large-index run (a launcher packing rows into a
-#: program: SGLang's tiled RMSNorm takes 16); its 7 blocks then run 7 × that many rows.
-LARGE_MAX_PER_BLOCK = 64
-#: The large-index runs' families, by the power of two of elements they pass: 2^31 (a signed
-#: 32-bit offset wraps below the array), then, for CUDA C, 2^32 (an unsigned one wraps into it).
-LARGE_FAMILIES = {31: "large_index", 32: "large_index_u32"}
-#: What the 2^32 run names where it alone fails.
-CAUSE_U32 = ("an index computed in unsigned 32 bits (blockIdx.x × cols: an unsigned int "
-             "product) wraps past 2^32 elements")
 #: The two sound conventions of a fused norm, as the notes say them.
 _SUMS = {"exact": "exact sum x + residual", "stored": "sum as stored (h, rounded)"}
 
@@ -261,7 +252,7 @@ def element_text(i, j, x, y, exact) -> str:
     return measure_mod.mismatch(f"row {i}, col {j}", y[i, j], exact[i, j], x=x[i, j])
 
 
-class ForwardJudge(engine.Judge):
+class ForwardJudge(large_index.Plan, engine.Judge):
     """The forward check: the families at their widths, each element against the sound bound
     and the best built-in order; the hazards, the long run and the search are its own."""
 
@@ -872,105 +863,20 @@ class ForwardJudge(engine.Judge):
         fr.seconds = time.perf_counter() - t0
         return fr, fails, None if worst is None else worst[0]
 
-    # the large-index run ----------------------------------------------------------------------
-    def large_index_plan(self, span: int = 31):
-        """(rows, cols, first row, blocks) of the large-index run -- a launch of at least
-        2^``span`` elements (2^31: 2^32 bytes of fp16) whose last blocks run -- or (None, why
-        not)."""
-        t = self.target
-        caps = getattr(t, "capabilities", None)
-        if not isinstance(t, launch.KernelTarget) or t.quant is not None:
-            return None, None
-        if not (caps and caps.sparse_rows and caps.block_subsets):
-            return None, (f"the {caps.language if caps else 'callable'} target's backend does "
-                          "not map sparse arrays")
-        ln = t.spec.launches
-        limit = t.spec.max_elements
-        if limit is not None and limit < 1 << span:
-            return None, (f"the spec says the kernel is launched with at most {limit:,} "
-                          "elements (max_elements)")
-        lo_c, hi_c = self.cols_range
-        m = max(1, self.multiple_of)
-        cands = [c for c in (4096, 8192, 2048, 1024, 16384, 512, 256) if lo_c <= c <= hi_c
-                 and c % m == 0]
-        if not cands:
-            return None, "no width of at least 256 the kernel takes"
-        cols = cands[0]
-        row0 = -(-(1 << span) // cols)  # the row whose offset is 2^span elements
-        # every launch runs its last blocks only (the same subset of each grid): each launch's
-        # grid one block per row (or R rows a block, the same R), a host launcher's probed so
-        # (#66: several launches and host launchers got no large-index run)
-        pers = set()
-        for one in ln:
-            per = self._host_rows_per_block(cols) if one.host else \
-                self._rows_per_block(one.grid, row0 + 7 * LARGE_MAX_PER_BLOCK, cols)
-            if isinstance(per, str):
-                return None, per if len(ln) == 1 else f"{one.entry}: {per}"
-            pers.add(per)
-        if len(pers) != 1:
-            return None, "launches whose grids take different numbers of rows a block"
-        per = pers.pop()
-        first = -(-row0 // (8 * per)) * (8 * per)  # ... or the next block of an 8th
-        rows = first + 7 * per
-        for one in ln:
-            if one.host:
-                continue
-            try:
-                big = specs.evaluate_dims(one.grid, rows, cols, "launch.grid")
-            except Exception:  # noqa: BLE001 -- a grid that does not take these rows
-                return None, "a grid that cannot hold these rows"
-            if int(np.prod(big)) * per != rows or big[0] * per != rows:
-                return None, (f"a grid that is neither one block per row nor {per} rows per "
-                              f"block at {rows:,} rows")
-            if any(d >= 1 << 31 for d in big[:1]) or any(d > 65535 for d in tuple(big)[1:]):
-                return None, "a grid past the GPU's limits at these rows"
-        big = [rows // per]
-        why = t.inexpressible(rows, cols)
-        if why is not None:  # the kernel's own launcher cannot call it so: outside its ABI
-            return None, f"outside the kernel's ABI at {rows:,} rows of {cols}: {why}"
-        nb = (big[0] - 1).bit_length()
-        return (rows, cols, first, (((1 << nb) - 1) & ~7, first // per)), None
+    # the large-index run's plan (check.large_index): the probe's case, the rows it wrote ---------
+    def probe_case(self, rows: int, cols: int, seed):
+        return self.case("gaussian", rows, cols, seed=seed)
 
-    def _host_rows_per_block(self, cols: int):
-        """A host launcher's grid, probed: 1 where, run on 16 rows with only the blocks 8..15
-        of each of its launches, it writes exactly rows 8..15 of its output (a grid of one
-        block per row, as it launches it); else why not, a sentence."""
-        if getattr(self, "_host_probe", None) is not None:
-            return self._host_probe
-        why = "the host launcher's grid is not one block per row (probed at 16 rows)"
-        try:
-            case = self.case("gaussian", 16, cols, seed=[self.seed, 0x4C])
-            outs = self.run_target("large_index", case, guard="end", hazards=False,
-                                   blocks=(8, 8))
-            y = None if isinstance(outs, Failure) else outs.get("output")
-            if y is not None and np.ndim(y) == 2 and y.shape[0] == 16:
-                mask = launch.unwritten(y)
-                if mask[:8].all() and not mask[8:].any():
-                    why = 1
-        except Exception:  # noqa: BLE001 -- any trouble: no run, and why
-            pass
-        self._host_probe = why
-        return why
-
-    @staticmethod
-    def _rows_per_block(grid: str, rows: int, cols: int):
-        """How many rows one block of a 1-D grid takes at about ``rows`` rows: 1 where the
-        grid is a block per row at 9 rows and at ``rows``; a power of two up to
-        LARGE_MAX_PER_BLOCK where the grid is ceil(rows / R) there (a launcher that packs R
-        rows into a program: R may grow with the rows); else why not, a sentence."""
-        try:
-            small = specs.evaluate_dims(grid, 9, cols, "launch.grid")
-            big = specs.evaluate_dims(grid, rows, cols, "launch.grid")
-        except Exception:  # noqa: BLE001 -- a grid that does not take these rows
-            return "a grid that cannot hold these rows"
-        if int(np.prod(big)) != big[0] or big[0] <= 0:
-            return "a grid that is not one-dimensional in its rows"
-        if tuple(small)[:1] == (9,) and int(np.prod(small)) == 9 and big[0] == rows:
-            return 1
-        per = -(-rows // big[0])
-        if per & (per - 1) or per > LARGE_MAX_PER_BLOCK or -(-rows // per) != big[0]:
-            return "a grid that is not one block per row, nor a power of two of rows per block"
-        return per
+    def rows_unwritten(self, outs, case):
+        y = outs.get("output")
+        if y is None or np.ndim(y) != 2 or y.shape[0] != case.rows:
+            return None
+        if any(a.roles == ("input", "output") for a in self.target.spec.args):
+            # written over x: the rows it changed are the rows it wrote
+            x = np.ascontiguousarray(np.asarray(case.x)[:, :y.shape[1]])
+            return (np.ascontiguousarray(y).view(np.uint8).reshape(case.rows, -1) ==
+                    x.view(np.uint8).reshape(case.rows, -1)).all(axis=1)
+        return launch.unwritten(y).all(axis=1)
 
     def run_row_loop(self):
         """A block that loops over rows, twice on the hazard build (#66): where the launch's
@@ -1016,28 +922,11 @@ class ForwardJudge(engine.Judge):
             return [outs], what
         return [], what
 
-    def run_large_index(self, span: int = 31):
-        """The large-index run: a launch of ``rows`` rows of which only the last 7 run (their
-        blocks, the rest of the grid skipped) on SparseRows buffers -- the rows before them
-        are pages never touched, and below each array lie 2^31 elements of inaccessible
-        margin, where a row offset computed in 32 bits lands: an out-of-bounds access named
-        at its line.  ``span`` 32 (family ``large_index_u32``): past 2^32 elements, where an
-        *unsigned* 32-bit offset (blockIdx.x × cols, both unsigned once blockIdx.x enters)
-        wraps to an early row of the array -- the last rows then read and write the wrong
-        rows (unwritten, or wrong values).  Returns (FamilyResult, [Failure], Worst or None,
-        a note of what it cost) or None."""
-        import resource
-
-        plan, why = self.large_index_plan(span)
-        fam = LARGE_FAMILIES[span]
-        if plan is None:
-            return None if why is None else (None, [], None, f"large-index run not made: {why}")
-        rows, cols, first, blocks = plan
-        t0 = time.perf_counter()
-        case = self.case("gaussian", rows - first, cols, seed=[self.seed, 1 << span])
-        fr = FamilyResult(fam, rows=case.rows, cols=[cols])
-        outs = self.run_target(fam, case, guard="end", large=rows, blocks=blocks,
-                               hazards=False)
+    def judge_large(self, fam: str, case: Case, call: dict):
+        """The large-index run's launch measured: (FamilyResult, [Failure], Worst or None,
+        whether its failures show a wrapped offset)."""
+        fr = FamilyResult(fam, rows=case.rows, cols=[case.cols])
+        outs = self.run_target(fam, case, **call)
         m, fails = self.measure(fam, case, outs=outs)
         worst = None
         if m is not None:
@@ -1045,35 +934,10 @@ class ForwardJudge(engine.Judge):
             fr.max_scaled = float(m.m.max_scaled)
             fr.max_of_bound = float(m.m.max_ratio)
             worst = self._worst(fam, case, m)
-        for f in fails:
-            fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
-        if fails:
-            fr.verdict = Verdict.FAIL
-            acc = [f for f in fails if f.kind in ("accuracy", "nonfinite")]
-            if acc and m is not None:
-                fr.cause = acc[0].cause = self.diagnose(case, m)
-            fr.cause = fr.cause or next((f.cause for f in fails if f.cause), None)
-            if span == 32 and _wrapped(m, fails) and (
-                    fr.cause is None or fr.cause.key == "unexplained" or
-                    fr.cause.evidence not in ("fault", "undefined", "race")):
-                # 2^31 held, 2^32 does not: an unsigned 32-bit offset, measured so
-                what = ("never written" if any(f.kind == "unwritten" for f in fails) else
-                        "off")
-                fr.cause = diagnose.Cause(
-                    f"{CAUSE_U32} ({rows:,} rows of {cols}: the last rows' results are "
-                    f"{what} while every row past 2^31 was right -- their offset wrapped to "
-                    "an early row of the array)", "index_wrap_u32", "exact",
-                    CAUSE_U32)
-                for f in fails:
-                    if f.cause is None or f.cause.evidence not in ("fault", "undefined"):
-                        f.cause = fr.cause
-        secs = fr.seconds = time.perf_counter() - t0
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        blocks_run = case.rows if case.rows == 7 else f"7 ({case.rows // 7} rows each)"
-        note = (f"large-index run: {rows:,} rows of {cols} ({rows * cols:,} elements, past "
-                f"2^{span}), the last {blocks_run} blocks run on rows {first:,}..{rows - 1:,} (the "
-                f"rest never touched): {secs:.1f} s, normcheck's peak memory {peak:,.0f} MiB")
-        return fr, fails, worst, note
+        acc = [f for f in fails if f.kind in ("accuracy", "nonfinite")]
+        if acc and m is not None:
+            fr.cause = acc[0].cause = self.diagnose(case, m)
+        return fr, fails, worst, _wrapped(m, fails)
 
     def long_batches(self, rows: int, cols: int):
         """The long run's batches, made as they are needed: (family, Case) of about 2^20

@@ -342,6 +342,19 @@ class Worker:
                 return self.request(req, timeout, schema, cpu_need)
             return rep
 
+    def _zero(self, at: int, n: int):
+        """Bytes ``at`` .. ``at + n`` of the arena zeros again, their whole pages given back to
+        the system (a SparseRows array's rows a kernel touched: a persistent grid's walk)."""
+        lo, hi = -(-at // _PAGE) * _PAGE, (at + n) // _PAGE * _PAGE
+        view = np.frombuffer(self.map, np.uint8, count=self.size)
+        try:
+            view[at:min(lo, at + n)] = 0
+            view[max(hi, at):at + n] = 0
+        finally:
+            del view
+        if hi > lo:
+            self.map.madvise(mmap.MADV_REMOVE, lo, hi - lo)
+
     def run_on_arrays(self, layout, size: int, req: dict, timeout: float, schema,
                       cpu_need: float = 0.0, on_dead=None):
         """One launch on arrays: each placed in the arena as ``layout`` says (array_layout's,
@@ -355,6 +368,7 @@ class Worker:
                 for a, off, region, start in layout:
                     if isinstance(a, base.SparseRows):  # only its canaries and last rows
                         w0 = off + start + a.window_offset
+                        self._zero(off + start, a.nbytes)  # rows a walk may read: zeros
                         view[off:off + start] = 0xA5
                         view[off + start + a.nbytes:off + region] = 0xA5
                         view[w0:w0 + a.data.nbytes] = a.data.reshape(-1).view(np.uint8)
@@ -374,7 +388,7 @@ class Worker:
                         if isinstance(a, base.SparseRows):
                             w0 = off + start + a.window_offset
                             a.data.reshape(-1).view(np.uint8)[:] = view[w0:w0 + a.data.nbytes]
-                            view[w0:w0 + a.data.nbytes] = 0  # the arena's pages given back
+                            self._zero(off + start, a.nbytes)  # the arena's pages given back
                         else:
                             a.reshape(-1).view(np.uint8)[:] = \
                                 view[off + start:off + start + a.nbytes]

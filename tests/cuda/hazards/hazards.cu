@@ -335,3 +335,33 @@ extern "C" __global__ void row_loop_barrier(float* y, const float* x, const floa
                                             float eps, int rows, int cols) {
   rms_row_loop<true>(y, x, g, eps, rows, cols);
 }
+
+// -- a persistent grid-stride RMSNorm: a fixed grid of blocks walking the rows (#66) -------------
+// Its row offset in `int` wraps past 2^31 elements only where the loop reaches such rows, which a
+// grid of one block per row never shows; the size_t twin is sound.
+template <typename Offset>
+__device__ void rms_persistent(float* y, const float* x, const float* g, float eps, int rows,
+                               int cols) {
+  __shared__ float partial[32];
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    const Offset base = (Offset)row * cols;
+    float q = 0.f;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) q += x[base + i] * x[base + i];
+    q = warp_sum(q);
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = q;
+    __syncthreads();
+    float t = 0.f;
+    for (int w = 0; w < (int)((blockDim.x + 31) >> 5); ++w) t += partial[w];
+    const float r = rsqrtf(t / cols + eps);
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) y[base + i] = x[base + i] * r * g[i];
+    __syncthreads();  // every read of partial done before the next row's writes
+  }
+}
+extern "C" __global__ void persistent_int_offset(float* y, const float* x, const float* g,
+                                                 float eps, int rows, int cols) {
+  rms_persistent<int>(y, x, g, eps, rows, cols);
+}
+extern "C" __global__ void persistent_size_t_offset(float* y, const float* x, const float* g,
+                                                    float eps, int rows, int cols) {
+  rms_persistent<size_t>(y, x, g, eps, rows, cols);
+}
