@@ -267,7 +267,12 @@ class KernelTarget:
                 v = case.mean if first == "mean" else case.rstd
                 if v is None:
                     raise invalid(f"args.{a.label}", None, "the saved statistics of the case")
-                return np.ascontiguousarray(_in_format(v, fmt))
+                v = np.ascontiguousarray(_in_format(v, fmt))
+                if self._large:  # the case's rows are the launch's last: zeros before them
+                    full = np.zeros(self._large, v.dtype)
+                    full[self._large - case.rows:] = v
+                    return full
+                return v
             return np.zeros(rows, fmt.dtype) if zero else poisoned((rows,), fmt.dtype)
         raise invalid(f"args.{a.label}", a.role, "a buffer role")
 
@@ -293,8 +298,16 @@ class KernelTarget:
                                          ((g, rows) if c.scale_layout == "col_major" else
                                           (rows, g)))
         if zero or role == "amax":  # amax accumulates (atomicMax): it starts at 0
-            return np.zeros(shape, fmt.dtype)
-        return self._typed(poisoned(shape, fmt, self._alternate), fmt)
+            buf = np.zeros(shape, fmt.dtype)
+            if role == "amax":
+                return buf
+        else:
+            buf = self._typed(poisoned(shape, fmt, self._alternate), fmt)
+        if shape == (1,) or not self._large:
+            return buf
+        # in a large-index run the codes (and the scales of each row) are the last rows of a
+        # launch of self._large rows (column-major scales have no such window: check.large_index)
+        return self._row_buffer(buf.reshape(case.rows, -1), case)
 
     def _typed(self, codes, fmt):
         """A buffer of codes as a typed language (Triton) reads it: a pointer's element type is
@@ -501,7 +514,8 @@ class KernelTarget:
             if last == "output" and self.quant is not None:
                 out[last] = buf[:, :self.out.storage_cols(cols)].view(self.out.dtype)
             elif last in ("scales", "amax"):
-                out[last] = buf
+                out[last] = buf[:, 0] if self._large and buf.ndim == 2 and \
+                    self.quant.granularity == "per_token" else buf
             elif last in specs.ROW_OUTPUTS:
                 out[last] = buf[:, :cols]
             elif last in specs.PARAM_GRADS or (last in specs.STAT_ROLES and

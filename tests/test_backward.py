@@ -257,6 +257,28 @@ def test_an_llmc_style_fused_backward_passes_and_its_atomics_are_measured(tmp_pa
     assert "nondeterminism" in r.render()
 
 
+def test_a_backward_check_makes_every_run_and_says_so(tmp_path):
+    """A backward kernel gets the padded-rows and large-index runs a forward one gets (#66: it
+    got the families alone, and its first fault ended the check): the llm.c-style kernel's
+    dx of the last rows past 2^31 and 2^32 elements is within the bound; its twin with an int
+    row offset fails there at its line; every run is in the coverage, made or why not."""
+    r = check_backward(spec=_spec(tmp_path, "ln_bwd_good", FUSED), examples=4, orders=2)
+    assert r.verdict == "pass", r.render()
+    cov = {d["run"]: d for d in r.detail.coverage}
+    assert cov["large index 2^31"]["ran"] and cov["large index 2^32"]["ran"], cov
+    assert cov["block orders"]["ran"] and cov["hazard build"]["ran"], cov
+    assert not cov["padded rows"]["ran"] and "pitch" in cov["padded rows"]["why"], cov
+    big = {fr.family: fr for fr in r.families}
+    assert big["large_index"].rows == 7 and 0 < big["large_index"].max_of_bound <= 1
+    assert "ran: families" in r.render() and r.as_dict()["coverage"]
+    bad = check_backward(spec=_spec(tmp_path, "ln_bwd_int_offset", FUSED, name="bad.toml"),
+                         examples=4, orders=0)
+    f = next((f for f in bad.failures if f.family == "large_index"), None)
+    assert f is not None and f.kind == "out_of_bounds", bad.render()
+    assert "wrapped to 32 bits" in f.detail and "backward_kernels.cu:3" in f.detail, f.detail
+    assert {g.family for g in bad.failures} == {"large_index"}, bad.render()
+
+
 @pytest.mark.parametrize("entry,roles,grid,dtypes,cause", [
     ("ln_bwd_gamma_dropped", FUSED, "rows", None, "γ left out of dx"),
     ("ln_bwd_no_mean_term", FUSED, "rows", None, "mean term of dx missing"),

@@ -35,10 +35,10 @@ import numpy as np
 from normcheck import bounds, formats, kernels, launch, metrics, norms, oracle, spec as specs
 from normcheck import families as families_mod
 from normcheck import measure as measure_mod
-from normcheck.check import backward_case, engine, kinds
+from normcheck.check import backward_case, engine, hazards, kinds, large_index
 from normcheck.check.backward_case import Plan
 from normcheck.check.backward_diagnose import explain, warn_cause
-from normcheck.check.engine import FATAL, Failure, assemble, odd_rows, with_notes
+from normcheck.check.engine import ENDS_LATER_RUNS, Failure, assemble, odd_rows, with_notes
 from normcheck.check.judge import FamilyResult
 from normcheck.check.result import BackwardDetail
 from normcheck.check.tolerances import TOLERANCES, Verdict
@@ -182,6 +182,31 @@ class Backward(kinds.Kind):
         t0 = time.perf_counter()
         judge = BackwardJudge(r, plan, o.seed, orders)
         results, failures, warnings = engine.run_families(judge, fams, o.examples)
+        cov = engine.Coverage()  # every run the check owes, made or not and why (#66)
+        widths = sorted({int(c) for fr in results for c in (fr.cols or [])})
+        cov.add("families", bool(results), detail=f"{len(results)} families "
+                f"({', '.join(fr.family for fr in results)}), widths "
+                f"{', '.join(map(str, widths))}")
+        caps = getattr(target, "capabilities", None)
+        cov.add("hazard build", bool(caps and caps.hazards),
+                why=None if caps and caps.hazards else "the backend has none (races and exact "
+                "shared bounds are the cpu backend's CUDA C build's)")
+        cov.add("block orders", bool(judge.races),
+                detail=f"dγ/dβ in {orders} seeded block orders" if judge.races else None,
+                why=None if judge.races else
+                "no dγ or dβ output" if not any(g in judge.roles for g in specs.PARAM_GRADS)
+                else "--orders 0" if not orders else
+                "the backend runs no other block order" if not (caps and caps.block_orders)
+                else "no gaussian, tall or tiles case ran")
+        cov.add("padded rows", judge.padded and not judge.skipped,
+                why=None if judge.padded and not judge.skipped else
+                (judge.skipped or ["no case of several rows ran to the end"])[0])
+        hung = "a kernel that hung or broke its sandbox is not launched again"
+        for fr, _ in large_index.run_spans(
+                judge, target, failures, cov,
+                lambda: judge.timed_out or any(f.kind in ENDS_LATER_RUNS for f in failures),
+                hung):
+            results.append(fr)
         save = engine.saver(judge, judge.worst, o.save_counterexample,
                             {**r.desc, "backward": {"stats": plan.stats, "mode": mode}},
                             target.label, "backward", verdicts=("fail", "warn"))
@@ -198,10 +223,11 @@ class Backward(kinds.Kind):
                         "strategies' on the same rows; statistics " + plan.stats
                         + ("; x̂ from y" if mode == "y" else ""),
                         detail=BackwardDetail(judge.roles, plan.stats, mode, judge.races,
-                                              orders, o.seed))))
+                                              orders, o.seed, cov.items,
+                                              judge.notes or None))))
 
 
-class BackwardJudge(engine.Judge):
+class BackwardJudge(large_index.Plan, engine.Judge):
     """The backward check's side of check.engine.run_families: each family's widths at one row
     count, every output (dx, dγ, dβ ...) measured against its own sound bound and the built-in
     strategies' error, and on the cpu backend dγ's and dβ's spread over seeded block orders."""
@@ -220,6 +246,52 @@ class BackwardJudge(engine.Judge):
         #: a family's place in BACKWARD_FAMILIES seeds its rows, whichever families run
         self.index = {f: i for i, f in enumerate(families_mod.BACKWARD_FAMILIES)}
         self.races = {}
+        self.cols_range, self.multiple_of = (self.lo, self.hi), self.multiple
+        self.padded = False  # the padded rows made (once a check), or why not in skipped
+        self.skipped = []
+        self.notes = []  # what the large-index runs noted
+
+    # the large-index run (check.large_index): the row gradients of the last rows ----------------
+    def probe_case(self, rows: int, cols: int, seed):
+        return backward_case.case(self.truth, "gaussian", rows, cols, list(seed))
+
+    def rows_unwritten(self, outs, case):
+        role = next((r for r in specs.ROW_GRADS if r in outs), None)
+        if role is None or np.shape(outs[role]) != (case.rows, case.cols):
+            return None
+        return launch.unwritten(outs[role]).all(axis=1)
+
+    def refuses_large(self):
+        if not any(r in self.roles for r in specs.ROW_GRADS):
+            return "no row gradient (dx) to measure on the last rows"
+        return None
+
+    def judge_large(self, fam, case, call):
+        """dx (and the residual stream's gradient) of the last rows; dγ and dβ sum every row,
+        of which only the last ran: not measured here."""
+        fr = FamilyResult(fam, rows=case.rows, cols=[case.cols])
+        outs = self.run_target(fam, case, **call)
+        if isinstance(outs, Failure):
+            return fr, [outs], None, False
+        plan = self.truth
+        ref = backward_case.reference(plan, case)
+        E = backward_case.sound_bounds(plan, case, ref)
+        scale = backward_case.term_scales(plan, case)
+        fails, wrapped = [], False
+        for role in specs.ROW_GRADS:
+            if role not in self.roles or role not in outs:
+                continue
+            f, rs = compare_role(plan, role, ref.dx, outs[role], E[role], case, fam,
+                                 scale[role])
+            fr.max_ulp = max(fr.max_ulp, rs["max_ulp"])
+            fr.max_scaled = max(fr.max_scaled, rs["max_scaled"])
+            fr.max_of_bound = max(fr.max_of_bound, rs["of_bound"])
+            if f is not None:
+                fails += with_notes([f], outs)
+                fr.cause = fr.cause or f.cause
+                wrapped = wrapped or f.kind == "unwritten" or (
+                    f.kind in ("accuracy", "nonfinite") and rs["of_bound"] >= 16)
+        return fr, fails, None, wrapped
 
     def plan(self, fam, examples):
         fam_rows, widths = families_mod.BACKWARD_FAMILIES[fam][1]
@@ -267,6 +339,15 @@ class BackwardJudge(engine.Judge):
                     st.fr.cause = f.cause
                 if self.worst is None:
                     self.worst = engine.WorstRow(fam, cols, 0, case=case)
+        if not self.padded and rows >= 2:
+            # the padded rows, once a check, as a forward check makes them (#66: a backward
+            # check made none); the row gradients compared (dγ's atomics may sum in another
+            # order)
+            self.padded = True
+            f = hazards.padding(self.target, case, {r: outs[r] for r in specs.ROW_GRADS
+                                                    if r in outs}, fam, self.skipped)
+            if f is not None:
+                fails.append(Failure(f.kind, f.family, f.detail, cause=f.cause))
         if self.orders and any(out in outs for out in specs.PARAM_GRADS) and \
                 self.be.capabilities.block_orders and fam in ("gaussian", "tall", "tiles"):
             runs = {out: [] for out in specs.PARAM_GRADS if out in outs}
@@ -318,5 +399,6 @@ class BackwardJudge(engine.Judge):
         return st.fails, warnings
 
     def stop(self, failures) -> bool:
-        """A fault ends the backward check (the next family would launch the same kernel)."""
-        return any(f.kind in FATAL for f in failures)
+        """Only a hang or a sandbox break ends the check (#66: any fault did -- a second bug in
+        another family was never seen); a family whose launch faulted ends there."""
+        return any(f.kind in ENDS_LATER_RUNS for f in failures)

@@ -18,7 +18,7 @@ import numpy as np
 
 from normcheck import formats, norms
 from normcheck.causes import Cause
-from normcheck.check import engine, kinds
+from normcheck.check import engine, kinds, large_index
 from normcheck.check.result import QuantisedDetail
 from normcheck.check.engine import Failure, assemble, check_h, odd_rows, with_notes
 from normcheck.check.tolerances import TOLERANCES
@@ -51,20 +51,27 @@ def judge_quantised(target, setup: engine.Setup, runs: engine.Runs):
         total_a.add(fr.amax)
 
     widths = sorted({int(c) for fr in results for c in (fr.cols or [])})
-    coverage = [
-        {"run": "families", "ran": bool(results),
-         "detail": f"{len(results)} families, widths {', '.join(map(str, widths))}"},
-        {"run": "padded rows", "ran": judge.padded and not judge.skipped,
-         **({"why": (judge.skipped or ["no case of several rows ran to the end"])[0]}
-            if not judge.padded or judge.skipped else {})},
-        {"run": "large index 2^31", "ran": False,
-         "why": "not made for a quantised output yet (its codes and scales past 2^31 "
-                "elements have no oracle run of their own)"},
-    ]
+    cov = engine.Coverage()
+    cov.add("families", bool(results),
+            detail=f"{len(results)} families, widths {', '.join(map(str, widths))}")
+    cov.add("padded rows", judge.padded and not judge.skipped,
+            why=None if judge.padded and not judge.skipped else
+            (judge.skipped or ["no case of several rows ran to the end"])[0])
+    # the large-index runs (#66: a quantised check made none -- the same 32-bit offsets its
+    # forward sibling fails for), after the families, as a forward check makes them
+    hung = "a kernel that hung or broke its sandbox is not launched again"
+    for fr, w in large_index.run_spans(
+            judge, target, failures, cov,
+            lambda: judge.timed_out or any(f.kind in engine.ENDS_LATER_RUNS for f in failures),
+            hung):
+        results.append(fr)
+        worst = worst or w
+    coverage = cov.items
     detail = QuantisedDetail(contract.as_dict(), contract.describe(), total_q.as_dict(),
                              total_s.as_dict(), total_a.as_dict(),
                              [fr.as_dict() for fr in results],
-                             [p for fr in results for p in fr.saturation], coverage)
+                             [p for fr in results for p in fr.saturation], coverage,
+                             judge.notes or None)
     return assemble(engine.Findings(
         kernel=label, norm=judge.norm, reference=contract.name, dtype=judge.storage.name,
         out_dtype=contract.qformat.name,
@@ -104,7 +111,7 @@ class QWorst(engine.WorstRow):
                 "detail": self.detail}
 
 
-class QuantisedJudge(engine.Judge):
+class QuantisedJudge(large_index.Plan, engine.Judge):
     """The quantised check: the quant families under one contract, each value and scale
     classified (exact, order flip, contract flip)."""
 
@@ -123,6 +130,49 @@ class QuantisedJudge(engine.Judge):
         self.multiple_of = int(setup.multiple_of)
         self.padded = False  # the padded rows made (once a check), or why not in skipped
         self.skipped = []
+        self.notes = []  # what the large-index runs noted
+
+    # the large-index run (check.large_index) ----------------------------------------------------
+    def refuses_large(self):
+        c = self.contract
+        if c.dynamic and c.granularity not in ("per_tensor", "per_token") and \
+                c.scale_layout == "col_major":
+            return ("its scales are laid out column-major ([groups, rows]): no window of the "
+                    "last rows holds them")
+        return None
+
+    def probe_case(self, rows: int, cols: int, seed):
+        return qfamilies.case("gaussian", self.norm, self.contract, self.storage, rows, cols,
+                              seed=seed, eps=self.eps, weights_seed=self.seed)
+
+    def rows_unwritten(self, outs, case):
+        raw = outs.get("output")
+        if raw is None or np.ndim(raw) != 2 or raw.shape[0] != case.rows:
+            return None
+        return np.asarray(self.contract.qformat.unwritten(raw, case.cols)).all(axis=1)
+
+    def judge_large(self, fam, case, call):
+        fr = QFamilyResult(fam, rows=case.rows, cols=[case.cols])
+        m, fails = self.measure(fam, case, outs=self.run_target(fam, case, **call), **call)
+        worst = None
+        if m is not None:
+            fr.q.add(m.counts)
+            fr.scales.add(m.scale_counts)
+            fr.amax.add(m.amax_counts)
+            fr.certified += m.ref.certified
+            if any(f.kind in ("contract", "scale", "amax") for f in fails):
+                from normcheck.quant import diagnose
+
+                fr.cause = diagnose.explain(self, case, m)
+            score = (m.cls == CONTRACT).sum(axis=1) * 1000 + (m.cls == ORDER).sum(axis=1)
+            i = int(np.argmax(score))
+            if score[i] > 0:
+                worst = QWorst(fam, case.cols, i, _row_detail(case, m, i), case=case.head(i))
+                worst.case.extra = dict(case.extra)
+        # wholly wrong: never written, or most codes off the contract (an early row's zeros)
+        wrapped = any(f.kind == "unwritten" for f in fails) or (
+            m is not None and m.counts.contract >= 0.5 * max(m.cls.size, 1))
+        return fr, fails, worst, wrapped
 
     # -- one batch --------------------------------------------------------------------------------
     def run_target(self, family, case, **call):
@@ -175,10 +225,11 @@ class QuantisedJudge(engine.Judge):
             unw_s = scale_layout(c, sf.unwritten(sraw).astype(np.float64), case.rows) > 0
         return q, unw, s, unw_s, outs.get("amax")
 
-    def measure(self, family, case, outs=None):
-        """(QMeasured or None, [Failure])."""
+    def measure(self, family, case, outs=None, **call):
+        """(QMeasured or None, [Failure]); ``call``: the launch's options (a second launch
+        with another poison is made alike)."""
         if outs is None:
-            outs = self.run_target(family, case)
+            outs = self.run_target(family, case, **call)
         if isinstance(outs, Failure):
             return None, [outs]
         try:
@@ -199,7 +250,7 @@ class QuantisedJudge(engine.Judge):
                 unw &= ~np.isnan(ref.q)  # the poison is the NaN code: unwritten unless NaN is due
             if unw.any():  # the poison may be a code the kernel wrote (a NaN where none is due
                 # included): a second run with another poison tells them apart
-                alt = self.run_target(family, case, alternate=True)
+                alt = self.run_target(family, case, alternate=True, **call)
                 if isinstance(alt, Failure):
                     return None, [alt]
                 unw &= fmt.unwritten(alt["output"], case.cols, alternate=True)

@@ -22,7 +22,7 @@ class ForwardDetail:
     peak_rss_mib: float = 0.0
     nondeterministic: dict | None = None
     notes: list | None = None
-    #: every run the check owes, made or not and why (normcheck.check.forward.Coverage)
+    #: every run the check owes, made or not and why (normcheck.check.engine.Coverage)
     coverage: list | None = None
 
     def as_dict(self) -> dict:
@@ -44,9 +44,14 @@ class BackwardDetail:
     races_ulp: dict
     orders: int
     seed: int
+    coverage: list | None = None  # every run the check owes, made or not and why (#66)
+    notes: list | None = None     # what the launches noted (the large-index runs')
 
     def as_dict(self) -> dict:
-        return {"backward": asdict(self)}
+        d = asdict(self)
+        cov, notes = d.pop("coverage"), d.pop("notes")
+        return {"backward": d, **({"coverage": cov} if cov else {}),
+                **({"notes": notes} if notes else {})}
 
 
 @dataclass
@@ -62,11 +67,13 @@ class QuantisedDetail:
     families: list
     saturation: list
     coverage: list | None = None  # every run the check owes, made or not and why (#66)
+    notes: list | None = None     # what the launches noted (the large-index runs')
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        cov = d.pop("coverage")
-        return {"quant": d, **({"coverage": cov} if cov else {})}
+        cov, notes = d.pop("coverage"), d.pop("notes")
+        return {"quant": d, **({"coverage": cov} if cov else {}),
+                **({"notes": notes} if notes else {})}
 
 
 @dataclass

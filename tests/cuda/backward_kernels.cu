@@ -1,10 +1,11 @@
 // Backward kernels for tests/test_backward.py: an llm.c-style LayerNorm backward (dx, and dγ/dβ by
-// atomics, in one kernel), and planted bugs.  fp32 rows; mean and rstd are the saved statistics.
+// atomics, in one kernel), and planted bugs (among them an int row offset: ln_bwd_int_offset).  fp32 rows; mean and rstd are the saved statistics.
 #include <cuda_fp16.h>
 
 #define BUG_NONE 0
 #define BUG_NO_MEAN_TERM 1
 #define BUG_GAMMA_DROPPED 2
+#define BUG_INT_OFFSET 3
 
 __device__ float block_sum(float v) {
   __shared__ float buf[1024];
@@ -25,8 +26,10 @@ __device__ void ln_bwd(float* dx, float* dgamma, float* dbeta, const float* dy, 
                        int cols) {
   int i = blockIdx.x;
   if (i >= rows) return;
-  const float* dyr = dy + (size_t)i * cols;
-  const float* xr = x + (size_t)i * cols;
+  // the row's offset: 64-bit, or (a planted bug) an int product that wraps past 2^31 elements
+  const size_t off = BUG == BUG_INT_OFFSET ? (size_t)(int)(i * cols) : (size_t)i * cols;
+  const float* dyr = dy + off;
+  const float* xr = x + off;
   float m = mean[i], r = rstd[i], s1 = 0.f, s2 = 0.f;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
     float g = BUG == BUG_GAMMA_DROPPED ? dyr[j] : dyr[j] * gamma[j];
@@ -38,7 +41,7 @@ __device__ void ln_bwd(float* dx, float* dgamma, float* dbeta, const float* dy, 
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
     float xh = (xr[j] - m) * r;
     float g = BUG == BUG_GAMMA_DROPPED ? dyr[j] : dyr[j] * gamma[j];
-    dx[(size_t)i * cols + j] = r * (g - (BUG == BUG_NO_MEAN_TERM ? 0.f : s1) - xh * s2);
+    dx[off + j] = r * (g - (BUG == BUG_NO_MEAN_TERM ? 0.f : s1) - xh * s2);
     atomicAdd(&dgamma[j], dyr[j] * xh);
     atomicAdd(&dbeta[j], dyr[j]);
   }
@@ -48,6 +51,12 @@ extern "C" __global__ void ln_bwd_good(float* dx, float* dgamma, float* dbeta, c
                                        const float* x, const float* gamma, const float* mean,
                                        const float* rstd, int rows, int cols) {
   ln_bwd<BUG_NONE>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, cols);
+}
+extern "C" __global__ void ln_bwd_int_offset(float* dx, float* dgamma, float* dbeta,
+                                             const float* dy, const float* x, const float* gamma,
+                                             const float* mean, const float* rstd, int rows,
+                                             int cols) {
+  ln_bwd<BUG_INT_OFFSET>(dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, cols);
 }
 extern "C" __global__ void ln_bwd_no_mean_term(float* dx, float* dgamma, float* dbeta,
                                                const float* dy, const float* x,
