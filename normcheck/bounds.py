@@ -45,7 +45,7 @@ import numpy as np
 
 __all__ = ["sound_bound_of", "SoundBound", "H_ROUNDING", "error_bound", "statistics_bound",
            "within_bound", "applies", "SAFETY", "sound_bound", "sound_statistics",
-           "sound_limit", "quantum", "SOUND_SAFETY", "sound_backward"]
+           "sound_limit", "quantum", "SOUND_SAFETY", "sound_backward", "sound_statistic_limit"]
 
 U = 2.0**-24
 #: The block size a bound assumes unless told: the built-in kernels' (normcheck.kernels takes it
@@ -225,6 +225,27 @@ def _rho(delta):
     delta = np.minimum(delta, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(delta >= 1.0, np.inf, 1.0 / np.sqrt(1.0 - delta) - 1.0) + 4 * _U
+
+
+def sound_statistic_limit(norm, rows, role: str, exact, fmt, eps=np.float32(1e-5),
+                          floor: float = 2.0):
+    """Per row: how far from the exact ``role`` ("mean" or "rstd", values ``exact``) a sound
+    kernel's statistic may be -- the larger of the sound strategies' bounds
+    (:func:`sound_statistics`, times SOUND_SAFETY), half a float ulp for its float result,
+    half an ulp of ``fmt`` where it is stored narrower (Liger's bf16), never below ``floor``
+    ulps of ``fmt``.  The one place the statistics' bound is made (#66)."""
+    from normcheck import formats
+
+    t = np.asarray(exact, dtype=np.float64)
+    terms = sound_statistics(norm, rows, eps)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if role == "mean":
+            e = np.max([v[0] for v in terms.values()], axis=0)
+        else:
+            e = np.max([v[1] * v[2] for v in terms.values()], axis=0)
+        e = SOUND_SAFETY * e + formats.FP32.ulp_array(t) / 2 + \
+            (fmt.ulp_array(t) / 2 if fmt is not formats.FP32 else 0.0)
+        return np.maximum(e, floor * fmt.ulp_array(t))
 
 
 def sound_statistics(norm, rows, eps=np.float32(1e-5), exact_input_sum=True):

@@ -403,7 +403,7 @@ def test_the_yardsticks_kept_figures_are_its_own_and_sealed(tmp_path, monkeypatc
 
     from normcheck import kernels
     from normcheck.backends import cache
-    from normcheck.check import judge
+    from normcheck.check import yardstick
     from normcheck.launch import Case
 
     monkeypatch.setenv("NORMCHECK_LEDGER_KEY", str(tmp_path / "state" / "ledger.key"))
@@ -411,21 +411,21 @@ def test_the_yardsticks_kept_figures_are_its_own_and_sealed(tmp_path, monkeypatc
     v = kernels.get("rmsnorm_rms_fp16_upcast_square")
     x = np.random.default_rng(3).standard_normal((2, 300)).astype(np.float16)
     c = Case(x=x, gamma=np.ones(300, np.float16), beta=None, residual=None, eps=1e-5)
-    p = judge.yardstick_path(v, judge.case_digest(c), be)
-    assert p is not None and p == judge.yardstick_path(v, judge.case_digest(c), be)
+    p = yardstick.yardstick_path(v, yardstick.case_digest(c), be)
+    assert p is not None and p == yardstick.yardstick_path(v, yardstick.case_digest(c), be)
     x2 = x.copy()
     x2[1, 7] = np.float16(2.0)  # one element of the case differs: another figure
-    assert p != judge.yardstick_path(v, judge.case_digest(Case(
+    assert p != yardstick.yardstick_path(v, yardstick.case_digest(Case(
         x=x2, gamma=c.gamma, beta=None, residual=None, eps=1e-5)), be)
     monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path / "c"))
-    q = judge.yardstick_path(v, judge.case_digest(c), be)
+    q = yardstick.yardstick_path(v, yardstick.case_digest(c), be)
     assert q.name == p.name and q.is_relative_to(tmp_path / "c")  # the cache's own folder
     p = q
     cache.install_file("0.25", p)
-    assert judge._kept_figure(p) == 0.25
+    assert yardstick._kept_figure(p) == 0.25
     p.write_text("0.0")  # the cache's writer lowers the built-in's figure: warn is softer
     monkeypatch.setattr(cache, "_VERIFIED", {})
-    assert judge._kept_figure(p) is None and not p.exists()
+    assert yardstick._kept_figure(p) is None and not p.exists()
     assert "is not the file normcheck wrote" in capsys.readouterr().err
 
 

@@ -267,6 +267,50 @@ class Plan:
             return "a grid that is not one block per row, nor a power of two of rows per block"
         return per
 
+    def run_row_loop(self):
+        """A block that loops over rows, twice on the hazard build (#66): where the launch's
+        grid stops growing with the rows (``min(rows, 65535)``, a persistent grid of a fixed
+        size), a narrow case of 2 G + 7 rows -- G the grid's blocks there -- whose first 8
+        blocks run (each then takes a second and third row), so a race across the row loop
+        (a shared value read in one iteration and written in the next with no barrier between:
+        Apex's cuApplyLayerNorm, its PR #1184) is found.  Returns ([Failure], what it ran) or
+        (None, why not)."""
+        t = self.target
+        caps = getattr(t, "capabilities", None)
+        if not isinstance(t, launch.KernelTarget) or t.quant is not None:
+            return None, "the target is no kernel of normcheck's launches"
+        if not (caps and caps.hazards and caps.block_subsets):
+            return None, "the backend has no hazard build that runs part of a grid"
+        ln = t.spec.launches
+        if len(ln) != 1 or ln[0].host:
+            return None, "a spec of several launches, or a host launcher (its grid unknown)"
+        lo, hi = self.cols_range
+        m = max(1, self.multiple_of)
+        cols = next((c for c in (32, 64, 128, 256, 1024) if lo <= c <= hi and c % m == 0),
+                    None)
+        if cols is None:
+            return None, "no narrow width the kernel takes"
+        try:
+            probe = 1 << 20
+            g = specs.evaluate_dims(ln[0].grid, probe, cols, "launch.grid")
+        except Exception:  # noqa: BLE001 -- a grid that does not take these rows
+            return None, "a grid that cannot hold 2^20 rows"
+        G = int(np.prod(g))
+        if G >= probe or g[0] != G:
+            return None, "the grid grows with the rows: no block loops over them"
+        rows = 2 * G + 7
+        if rows * cols > 1 << 24:
+            return None, f"a grid of {G:,} blocks: its second rows are past 2^24 elements"
+        case = self.case("gaussian", rows, cols, seed=[self.seed, 0x52])
+        nb = max(G - 1, 1).bit_length()
+        outs = self.run_target("row_loop", case, guard="end",
+                               blocks=(((1 << nb) - 1) & ~7, 0))
+        what = (f"{rows:,} rows of {cols} on a grid of {G:,} blocks, its first 8 run: each "
+                "takes rows b, b + G, b + 2G on the hazard build")
+        if isinstance(outs, Failure):
+            return [outs], what
+        return [], what
+
 
 def run_spans(judge, target, failures: list, cov, fatal, hung: str):
     """The 2^31 run, then the 2^32 one -- past 2^32 only for CUDA C (an unsigned offset,
