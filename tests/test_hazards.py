@@ -176,6 +176,30 @@ def test_a_loop_over_rows_runs_twice_on_the_hazard_build(tmp_path):
     assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
 
 
+def test_a_host_launchers_capped_grid_loops_over_rows_on_the_hazard_build(tmp_path):
+    """A host launcher's grid is probed, not read: Apex's launcher caps it at 65,535 blocks,
+    each looping past the cap -- its first 8 blocks run on 131,077 rows on the hazard build
+    and the race across the loop is found at its lines (was "a host launcher (its grid
+    unknown)"); the large-index run then walks the capped grid (was: 28,672 elements "never
+    written" -- the last blocks of a grid of one block per row, which this launcher never
+    launches); the twin with the barrier passes both runs (#66)."""
+    r = _check(spec="host_row_loop.toml")
+    f = _failure(r, "race")
+    assert f.family == "row_loop" and "hazards.cu:3" in f.detail, f.detail
+    assert {g.kind for g in r.failures} == {"race"}, r.render()
+    cov = {d["run"]: d for d in r.detail.coverage}
+    assert cov["rows looped twice"]["ran"] and cov["large index 2^31"]["ran"], cov
+    (tmp_path / "hazards.cu").write_text(SRC.read_text())
+    (tmp_path / "twin.toml").write_text((HERE / "host_row_loop.toml").read_text().replace(
+        "launch_row_loop_race", "launch_row_loop_barrier"))
+    ok = check.check_kernel(spec=tmp_path / "twin.toml", search=0, examples=4)
+    assert not ok.failures, ok.render()
+    cov = {d["run"]: d for d in ok.detail.coverage}
+    assert "a grid of 65,535 blocks" in cov["rows looped twice"]["detail"], cov
+    note = next(n for n in ok.detail.notes if n.startswith("large-index run"))
+    assert "8 blocks of a grid fixed at 65,535 run" in note, note
+
+
 def test_a_triton_kernels_int32_row_offset_fails_the_large_index_run_at_its_line():
     """The Triton executor maps the large-index run's sparse arrays as the CUDA C path does:
     `tl.program_id(0) * cols` in int32 wraps past 2^31 elements and the access lands below the
@@ -245,7 +269,7 @@ def test_a_persistent_grid_gets_the_large_index_run(tmp_path):
     assert "wrapped to 32 bits" in f.detail and "hazards.cu:349" in f.detail, f.detail
     assert {g.family for g in r.failures} == {"large_index"}, r.render()
     note = next(n for n in r.detail.notes if n.startswith("large-index run"))
-    assert "1 block of a persistent grid of 132 run" in note, note
+    assert "1 block of a grid fixed at 132 run" in note, note
     (tmp_path / "hazards.cu").write_text(SRC.read_text())
     twin = (HERE / "persistent_large.toml").read_text().replace(
         "persistent_int_offset", "persistent_size_t_offset")
@@ -260,7 +284,7 @@ def test_a_persistent_grid_gets_the_large_index_run(tmp_path):
     assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
     assert next(fr for fr in ok.families if fr.family == "large_index").rows == 8
     note = next(n for n in ok.detail.notes if n.startswith("large-index run"))
-    assert "8 blocks of a persistent grid of 4,096 run" in note, note
+    assert "8 blocks of a grid fixed at 4,096 run" in note, note
 
 
 def test_an_accuracy_bug_is_not_blamed_on_a_wrap_it_does_not_show():

@@ -153,6 +153,13 @@ class Plan:
         # (#66: several launches and host launchers got no large-index run)
         pers = set()
         for one in ln:
+            if one.host and len(ln) == 1:  # a grid that stops growing: as a persistent one
+                G = self._host_cap()
+                plan = None if G is None else self._persistent_from(G, row0, cols)
+                if isinstance(plan, str):
+                    return None, plan
+                if plan is not None:
+                    return self._expressible(plan)
             per = self._host_rows_per_block(cols) if one.host else \
                 self._rows_per_block(one.grid, row0 + 7 * LARGE_MAX_PER_BLOCK, cols)
             if isinstance(per, str) and len(ln) == 1 and not one.host:
@@ -211,6 +218,11 @@ class Plan:
         G = int(np.prod(g1))
         if g1 != g2 or g1[0] != G or not 0 < G <= row0 // 2:
             return None
+        return Plan._persistent_from(G, row0, cols)
+
+    @staticmethod
+    def _persistent_from(G: int, row0: int, cols: int):
+        """The persistent plan for a grid of ``G`` blocks (see :meth:`_persistent_plan`)."""
         walk = -(-(row0 + 8 * G) // G) * cols  # the elements one block walks
         if G >= 8 and 8 * walk <= LARGE_PERSISTENT_ELEMENTS:
             n, B = 8, (G - 8) // 8 * 8
@@ -223,7 +235,7 @@ class Plan:
         first = row0 + (B - row0) % G  # the first row at or past row0 that block B owns
         nb = (G - 1).bit_length()
         return (first + n, cols, first, (((1 << nb) - 1) & ~(n - 1), B),
-                f"{n} block{'s' if n > 1 else ''} of a persistent grid of {G:,} run (those "
+                f"{n} block{'s' if n > 1 else ''} of a grid fixed at {G:,} run (those "
                 f"owning the last {n} row{'s' if n > 1 else ''}, each walking "
                 f"{-(-(first + n) // G):,} rows, those before the last read as zeros)")
 
@@ -282,14 +294,16 @@ class Plan:
         if not (caps and caps.hazards and caps.block_subsets):
             return None, "the backend has no hazard build that runs part of a grid"
         ln = t.spec.launches
-        if len(ln) != 1 or ln[0].host:
-            return None, "a spec of several launches, or a host launcher (its grid unknown)"
+        if len(ln) != 1:
+            return None, "a spec of several launches (each grid its own)"
         lo, hi = self.cols_range
         m = max(1, self.multiple_of)
         cols = next((c for c in (32, 64, 128, 256, 1024) if lo <= c <= hi and c % m == 0),
                     None)
         if cols is None:
             return None, "no narrow width the kernel takes"
+        if ln[0].host:
+            return self._host_row_loop(cols)
         try:
             probe = 1 << 20
             g = specs.evaluate_dims(ln[0].grid, probe, cols, "launch.grid")
@@ -301,7 +315,7 @@ class Plan:
         rows = 2 * G + 7
         if rows * cols > 1 << 24:
             return None, f"a grid of {G:,} blocks: its second rows are past 2^24 elements"
-        case = self.case("gaussian", rows, cols, seed=[self.seed, 0x52])
+        case = self.probe_case(rows, cols, [self.seed, 0x52])
         nb = max(G - 1, 1).bit_length()
         outs = self.run_target("row_loop", case, guard="end",
                                blocks=(((1 << nb) - 1) & ~7, 0))
@@ -310,6 +324,66 @@ class Plan:
         if isinstance(outs, Failure):
             return [outs], what
         return [], what
+
+    def _host_cap(self):
+        """The blocks a host launcher's grid stops growing at -- G where blocks 0..7, run on
+        2 × 65,535 + 7 narrow rows, wrote rows b, b + G, ... (they looped: Apex's
+        ``min(n1, 65535)``, a grid of the SM count) -- or None where they wrote a prefix of
+        the rows (its grid grows with them) or the probe could not tell.  Made once a check
+        (the row loop's run on the hazard build tells it first, where it is made)."""
+        if not hasattr(self, "_cap"):
+            lo, hi = self.cols_range
+            m = max(1, self.multiple_of)
+            cols = next((c for c in (32, 64, 128, 256, 1024) if lo <= c <= hi and c % m == 0),
+                        None)
+            if cols is not None:
+                try:
+                    self._loop_probe(cols, hazards=False)
+                except Exception:  # noqa: BLE001 -- any trouble: no cap known
+                    pass
+            self._cap = getattr(self, "_cap", None)
+        return self._cap
+
+    def _loop_probe(self, cols: int, hazards: bool = True):
+        """A host launcher on 2 × 65,535 + 7 rows of ``cols``, blocks 0..7 of its launch run:
+        (case, outputs or a Failure, the rows written or None); sets ``_cap``."""
+        rows = 2 * 65535 + 7
+        case = self.probe_case(rows, cols, [self.seed, 0x52])
+        outs = self.run_target("row_loop", case, guard="end", hazards=hazards,
+                               blocks=(((1 << 40) - 1) & ~7, 0))  # blocks 0..7 of any grid
+        written = None
+        if isinstance(outs, Failure):  # a race, a fault: the plain build's probe may tell
+            self.__dict__.pop("_cap", None)
+        else:
+            self._cap = None
+            unw = self.rows_unwritten(outs, case)
+            if unw is not None:
+                written = np.flatnonzero(~unw)
+                later = written[written >= 8]
+                if written.size and written[-1] >= written.size and later.size:
+                    self._cap = int(later[0])  # block 0's second row: the grid's size
+        return case, outs, written
+
+    def _host_row_loop(self, cols: int):
+        """The row loop of a host launcher, whose grid normcheck cannot read: its launch on
+        2 × 65,535 + 7 rows (past the largest grid a launcher caps at) with only blocks 0..7
+        of each of its launches run, on the hazard build -- where those blocks wrote rows past
+        a prefix (b, b + G, ...), the grid stopped growing and they looped: the run was the
+        row loop's; where they wrote a prefix of rows (a block per row, R rows a block), no
+        block loops."""
+        case, outs, written = self._loop_probe(cols)
+        rows = case.rows
+        what = (f"{rows:,} rows of {cols} through the host launcher, blocks 0..7 of its launch "
+                "run on the hazard build")
+        if isinstance(outs, Failure):
+            return [outs], what
+        if written is None:
+            return None, "the host launcher's output is not one row per row of x (probed)"
+        if self._cap is None:  # a prefix: no block looped
+            return None, (f"the host launcher's grid grows with the rows (probed at {rows:,} "
+                          f"rows: blocks 0..7 wrote rows 0..{max(written.size - 1, 0)} only)")
+        return [], what + (f": a grid of {self._cap:,} blocks, they looped over rows up to "
+                           f"{int(written[-1]):,}")
 
 
 def run_spans(judge, target, failures: list, cov, fatal, hung: str):

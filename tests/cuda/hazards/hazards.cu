@@ -365,3 +365,21 @@ extern "C" __global__ void persistent_size_t_offset(float* y, const float* x, co
                                                     float eps, int rows, int cols) {
   rms_persistent<size_t>(y, x, g, eps, rows, cols);
 }
+
+// -- Apex's host launcher: a grid of min(rows, 65535) blocks, each looping over rows past it ----
+template <bool SOUND>
+void launch_row_loop(float* y, const float* x, const float* g, float eps, int rows, int cols) {
+  const int blocks = rows < 65535 ? rows : 65535;
+  if (SOUND)
+    row_loop_barrier<<<blocks, 256>>>(y, x, g, eps, rows, cols);
+  else
+    row_loop_race<<<blocks, 256>>>(y, x, g, eps, rows, cols);
+}
+void launch_row_loop_race(float* y, const float* x, const float* g, float eps, int rows,
+                          int cols) {
+  launch_row_loop<false>(y, x, g, eps, rows, cols);
+}
+void launch_row_loop_barrier(float* y, const float* x, const float* g, float eps, int rows,
+                             int cols) {
+  launch_row_loop<true>(y, x, g, eps, rows, cols);
+}
