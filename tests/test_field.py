@@ -442,6 +442,33 @@ def test_the_table_puts_failures_first_and_lists_every_finding_in_full():
     assert "k_pass" not in found
 
 
+def test_findings_are_grouped_by_cause_with_trigger_and_severity():
+    """#68: a reader wants kernels grouped by cause, each with its trigger and a severity to
+    weigh -- a format row is its kernel's, the source line cited by file name, the most
+    severe cause first (wrong where models run before past 2^31 elements)."""
+    wrap = {"kind": "out_of_bounds", "families": ["large_index"],
+            "cause_key": "fault_out_of_bounds",
+            "text": "an access outside an array: k: out-of-bounds read ... at /cache/x/y/norm.cu:37"}
+    pitch = {"kind": "misaligned", "families": ["gaussian"], "cause_key": "fault_misaligned",
+             "text": "with rows padded to a pitch of cols + 1: misaligned 16-byte load at v.cuh:83"}
+    odd = {"kind": "unwritten", "families": ["tails"], "cause_key": None,
+           "text": "unwritten: 3/3 never written, first at row 0, col 0, width 1, 3 rows"}
+    outs = [_outcome(name="a", verdict="fail", expect="fail", findings=[wrap, pitch]),
+            _outcome(name="a[fp16]", verdict="fail", expect="fail", findings=[wrap]),
+            _outcome(name="b", verdict="fail", expect="fail", findings=[wrap, odd])]
+    rows = section.by_cause([o.as_dict() for o in outs])[2:]
+    assert [r.split("|")[1].strip() for r in rows] == [
+        "fault_misaligned", "unwritten (no cause named)", "fault_out_of_bounds"], rows
+    assert "wrong at shapes models use" in rows[0] and "a row pitch past cols" in rows[0]
+    assert "at a width no model has" in rows[1] and "width 1" in rows[1]
+    assert "past 2^31 elements" in rows[2] and "524,288 rows of 4096" in rows[2]
+    assert "a (norm.cu:37), b (norm.cu:37) |" in rows[2]  # a[fp16] is a's; no cache path
+    assert section.trigger({"kind": "unwritten", "families": ["large_index_u32"],
+                            "text": ""})[1] == "past 2^32 elements"
+    md = section.markdown([o.as_dict() for o in outs])
+    assert "The findings by cause" in md
+
+
 def test_findings_are_distinct_and_the_headlines_first():
     from normcheck.causes import Cause
     from normcheck.check.engine import Failure

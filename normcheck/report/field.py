@@ -11,7 +11,7 @@ from __future__ import annotations
 from normcheck.causes import FAULTS
 from normcheck.metrics import times_bound
 
-__all__ = ["markdown", "table", "findings_list", "summary_line", "TITLE"]
+__all__ = ["markdown", "table", "findings_list", "by_cause", "trigger", "summary_line", "TITLE"]
 
 TITLE = "The field"
 
@@ -177,6 +177,77 @@ def findings_list(outs: list) -> list:
     return lines
 
 
+#: How much a finding matters to a person weighing it, most first: wrong where models run,
+#: then on inputs or shapes they rarely meet (#68).
+SEVERITIES = ("wrong at shapes models use", "on a non-finite input", "at a width no model has",
+              "past 2^31 elements", "past 2^32 elements")
+
+
+def trigger(f: dict) -> tuple:
+    """(the smallest shape or input that hits a finding, its severity -- one of SEVERITIES),
+    read from where it was found: its families and its text."""
+    import re
+
+    fams, text = set(f.get("families") or []), f.get("text") or ""
+    if fams and fams <= {"large_index"}:
+        return "2^31 elements: 524,288 rows of 4096", SEVERITIES[3]
+    if fams and fams <= {"large_index_u32"}:
+        return "2^32 elements: 1,048,576 rows of 4096", SEVERITIES[4]
+    if "padded to a pitch" in text:
+        return ("a row pitch past cols (a slice of a wider tensor, a padded batch)",
+                SEVERITIES[0])
+    if f.get("kind") == "race":
+        return "any launch (the result depends on the warps' timing)", SEVERITIES[0]
+    if fams and fams <= {"row_loop"}:
+        return "more rows than the grid's blocks (the grid capped)", SEVERITIES[0]
+    if fams and fams <= {"special"}:
+        return "an inf or NaN in a row", SEVERITIES[1]
+    widths = sorted({int(w) for w in re.findall(r"\bwidth (\d+)", text)})
+    if widths and all(w % 32 for w in widths):
+        return f"width {widths[0]}", SEVERITIES[2]
+    if fams and fams <= {"tails"}:
+        return "a width off the block's multiple (1, 2, 3, 31, 33, 255, 257, 4097)", SEVERITIES[2]
+    named = sorted(fams)
+    named = ", ".join(named[:3]) + (" ..." if len(named) > 3 else "")
+    return named + " rows" + (f" at width {widths[0]}" if widths else ""), SEVERITIES[0]
+
+
+def _cite(text: str) -> str:
+    """The finding's source line, ``file:line`` (the file's name only), or ""."""
+    import re
+
+    m = re.search(r"\bat ([\w./+-]+\.(?:cuh?|h|hpp|cpp|py)):(\d+)", text or "")
+    return f"{m.group(1).rsplit('/', 1)[-1]}:{m.group(2)}" if m else ""
+
+
+def by_cause(outs: list) -> list:
+    """The findings grouped by cause (markdown lines): a row a cause -- its severity, its
+    trigger, the kernels (not their format rows) that have it, each at its source line -- the
+    most severe first, then the most kernels."""
+    groups = {}
+    for o in outs:
+        base = o["name"].split("[")[0]
+        for f in o.get("findings") or []:
+            key = f.get("cause_key") or f"kind:{f['kind']}"
+            g = groups.setdefault(key, {"kernels": {}, "trigger": None, "title": None})
+            trig, sev = trigger(f)
+            rank = SEVERITIES.index(sev)
+            if g["trigger"] is None or rank < g["trigger"][2]:
+                g["trigger"] = (trig, sev, rank)
+            g["title"] = g["title"] or (f.get("cause_key") or f"{f['kind']} (no cause named)")
+            cite = _cite(f.get("text", ""))
+            g["kernels"].setdefault(base, cite)
+    if not groups:
+        return []
+    lines = ["| cause | severity | trigger | kernels (source line) |", "|---|---|---|---|"]
+    for key, g in sorted(groups.items(), key=lambda kv: (kv[1]["trigger"][2],
+                                                         -len(kv[1]["kernels"]), kv[0])):
+        trig, sev, _ = g["trigger"]
+        ks = ", ".join(f"{k} ({c})" if c else k for k, c in g["kernels"].items())
+        lines.append(f"| {_cell(g['title'])} | {sev} | {_cell(trig)} | {_cell(ks)} |")
+    return lines
+
+
 def markdown(outs: list) -> str:
     """The section's markdown (without its heading)."""
     lines = [
@@ -197,6 +268,12 @@ def markdown(outs: list) -> str:
         "",
         table(outs),
     ]
+    causes = by_cause(outs)
+    if causes:
+        lines += ["", "The findings by cause -- a kernel (its format rows together) under each cause "
+                  "it has, at the source line the finding names; the trigger is the smallest "
+                  "shape or input that hits it, the severity what that means for a model:", ""]
+        lines += causes
     lines += ["", "Every finding of each kernel that failed, in full, the headline's first (the "
               "cause's key in brackets; its families before the colon):", ""]
     lines += findings_list(outs)
