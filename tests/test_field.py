@@ -366,6 +366,45 @@ def test_a_host_launcher_calling_a_function_defined_elsewhere_names_it(tmp_path,
         raise AssertionError(r.render())
 
 
+QUERY_SRC = r"""
+int mylib_get_device();  // defined in another file of the project (ggml_cuda_get_device's shape)
+__global__ void rms_k(float* y, const float* x, const float* g, float eps, int cols) {
+  const float* xr = x + (size_t)blockIdx.x * cols;
+  float* yr = y + (size_t)blockIdx.x * cols;
+  if (threadIdx.x == 0) {
+    float s = 0.f;
+    for (int i = 0; i < cols; ++i) s += xr[i] * xr[i];
+    const float r = rsqrtf(s / cols + eps);
+    for (int i = 0; i < cols; ++i) yr[i] = xr[i] * r * g[i];
+  }
+}
+void launch_rms(float* y, const float* x, const float* g, float eps, int rows, int cols) {
+  if (mylib_get_device() != 0) return;  // a device that is not the one presented: no launch
+  rms_k<<<rows, 32>>>(y, x, g, eps, cols);
+}
+"""
+
+
+def test_a_host_launchers_device_query_is_answered_as_the_presented_gpu(tmp_path, monkeypatch):
+    """#68: llama.cpp's RMSNorm launcher asks ggml_cuda_get_device(), defined in a file of the
+    library a kernel's build does not load -- it was refused by name; a host function that
+    says it returns the current device, taking nothing, is answered as the presented GPU
+    answers it (device 0) and the kernel is judged.  Any other such call is still named."""
+    from normcheck import check
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "host.cu").write_text(QUERY_SRC)
+    sp = tmp_path / "host.toml"
+    sp.write_text('source = "host.cu"\nentry = "launch_rms"\nnorm = "rmsnorm"\ndtype = "fp32"\n'
+                  'cols = [1, 64]\n[launch]\nhost = true\n'
+                  '[[args]]\nrole = "output"\n[[args]]\nrole = "input"\n[[args]]\n'
+                  'role = "gamma"\n[[args]]\nrole = "eps"\n[[args]]\nrole = "rows"\n'
+                  '[[args]]\nrole = "cols"\n')
+    r = check.run(check.CheckOptions(spec=specs.load(sp), examples=2, search=0))
+    assert r.verdict in ("pass", "warn") and not r.failures, r.render()
+    assert {fr.family for fr in r.families} >= {"gaussian", "offset"}
+
+
 STUB_SRC = '''
 import triton
 import triton.language as tl

@@ -871,8 +871,13 @@ def _link(cxx: str, obj: Path, out: Path, folder: str, origin: str):
     if foreign:
         stubs = Path(folder) / "stubs.cpp"
         lines = ['extern "C" [[noreturn]] void ncsimt_unresolved_call(const char*, void*);']
+        queries = _device_queries(cxx, foreign)
         for i, sym in enumerate(foreign):
             lit = sym.replace("\\", "\\\\").replace('"', '\\"')
+            if sym in queries:  # the library's "which device": the one GPU presented, 0
+                lines.append(f'extern "C" int __nc_stub_{i}() __asm__("{lit}");')
+                lines.append(f'extern "C" int __nc_stub_{i}() {{ return 0; }}')
+                continue
             lines.append(f'extern "C" void __nc_stub_{i}() __asm__("{lit}");')
             lines.append(f'extern "C" void __nc_stub_{i}() {{ ncsimt_unresolved_call("{lit}", '
                          '__builtin_return_address(0)); }')
@@ -892,6 +897,27 @@ def _link(cxx: str, obj: Path, out: Path, folder: str, origin: str):
                                  f"linking {origin}", read=confine.toolchain_roots(cxx),
                                  write=[folder, os.devnull], cleanup=folder)
     return r
+
+
+#: A library's host function that says which device is current, by its name, taking nothing
+#: (ggml's ggml_cuda_get_device(), a project's current_device()): answered as the presented
+#: GPU answers it -- device 0, the one there is (#68: llama.cpp's RMSNorm launcher asks it
+#: before every launch, through ggml-cuda.cu, which a kernel's build does not load).
+_DEVICE_QUERY = re.compile(r"(?:\w+::)*\w*(?:get_device|current_device|get_current_device|"
+                           r"device_id)\(\)")
+
+
+def _device_queries(cxx: str, symbols) -> frozenset:
+    """The unresolved symbols that are device queries (``_DEVICE_QUERY``, demangled)."""
+    tool = _tool(cxx, "c++filt")
+    if tool is None or not symbols:
+        return frozenset()
+    try:
+        out = subprocess.run([tool], input="\n".join(symbols), capture_output=True, text=True,
+                             timeout=30).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    return frozenset(sym for sym, name in zip(symbols, out) if _DEVICE_QUERY.fullmatch(name))
 
 
 #: What the static linker itself defines: never stubbed.
