@@ -147,6 +147,7 @@ class KernelTarget:
         self.label = label or ", ".join(dict.fromkeys(spec.entries))
         self._pad = None  # the padded run under way: extra elements a row of strided buffers
         self._large = None  # the large-index run under way: the rows the kernel is told of
+        self._walk = False  # ... and whether its blocks walk the rows before the case's
         self._alternate = False  # the quantised output's second poison code (a call's)
 
     @property
@@ -227,7 +228,7 @@ class KernelTarget:
 
         if not self._large:
             return window
-        return SparseRows(window, self._large, self._large - case.rows)
+        return SparseRows(window, self._large, self._large - case.rows, self._walk)
 
     def _buffer(self, a: specs.ArgSpec, case: Case):
         rows, cols = self._rows(case), case.cols
@@ -439,7 +440,7 @@ class KernelTarget:
         return self.capabilities.fill
 
     def __call__(self, case: Case, guard=None, pad=None, raw=False, alternate=False,
-                 large=None, **launch) -> dict:
+                 large=None, walk=False, **launch) -> dict:
         """The outputs by role; ``launch`` goes to every launch (the cpu backend's schedule,
         seed and workers: the block order atomics arrive in; its fill byte of undefined
         values; ``blocks``, a subset of the blocks).  ``pad``: the strided row buffers get
@@ -447,12 +448,13 @@ class KernelTarget:
         buffers by role (padding included), inputs too; ``alternate``: a quantised output
         starts as the second poison code; ``large``: the rows the kernel is told of, the case's
         rows its last ones (the large-index run: row buffers are SparseRows; with ``blocks``,
-        the last blocks run)."""
-        self._pad, self._alternate, self._large = pad, alternate, large
+        the last blocks run); ``walk``: a persistent grid's blocks read and write the rows
+        before those on their way (SparseRows.walk)."""
+        self._pad, self._alternate, self._large, self._walk = pad, alternate, large, walk
         try:
             return self._run(case, guard, raw, launch)
         finally:
-            self._pad, self._alternate, self._large = None, False, None
+            self._pad, self._alternate, self._large, self._walk = None, False, None, False
 
     def _run(self, case, guard, raw, launch):
         rows, cols = self._rows(case), case.cols

@@ -240,6 +240,29 @@ def test_a_program_of_several_rows_gets_the_large_index_run_too(tmp_path):
     assert big.rows == 7 * 16 and 0 < big.max_of_bound <= 1
 
 
+def test_a_triton_persistent_grid_walks_to_the_large_index_rows(tmp_path):
+    """A Triton persistent grid (LMDeploy's RMSNorm: a fixed number of programs looping over
+    the rows) gets the large-index run: the program owning the last row walks every row it
+    owns, those before the window read as zeros (the executor's Window lets a walk pass), and
+    its int32 row offset fails at its line; the int64 twin passes (#66)."""
+    pytest.importorskip("triton")
+    spec = HERE / "triton_persistent.toml"
+    r = check.check_kernel(spec=spec, search=0, examples=4)
+    f = next((f for f in r.failures if f.family == "large_index"), None)
+    assert f is not None and f.kind == "out_of_bounds", r.render()
+    assert "wrapped to 32 bits" in f.detail and "triton_index.py:" in f.detail, f.detail
+    assert {g.family for g in r.failures} == {"large_index"}, r.render()
+    note = next(n for n in r.detail.notes if n.startswith("large-index run"))
+    assert "1 block of a grid fixed at 132 run" in note, note
+    (tmp_path / "triton_index.py").write_text((HERE / "triton_index.py").read_text())
+    twin = tmp_path / "twin.toml"
+    twin.write_text(spec.read_text().replace('"rms_persistent_int32"', '"rms_persistent_int64"'))
+    ok = check.check_kernel(spec=twin, search=0, examples=4)
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+    big = next(fr for fr in ok.families if fr.family == "large_index")
+    assert big.rows == 1 and 0 < big.max_of_bound <= 1
+
+
 def test_an_unsigned_32_bit_offset_fails_past_2_to_the_32_and_its_twin_passes():
     """blockIdx.x × cols is an unsigned product: right past 2^31 elements (the first large-
     index run passes), wrapped past 2^32 -- the second run's last rows are never written, named

@@ -538,6 +538,10 @@ class SparseRows:
     data: np.ndarray
     rows: int
     lo: int
+    #: a persistent grid's walk: its programs read (zeros) and write the rows before ``lo`` on
+    #: the way to theirs -- an executor that tracks accesses lets them (the cpu backend's
+    #: pages hold them anyway)
+    walk: bool = False
 
     @property
     def dtype(self):

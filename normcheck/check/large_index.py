@@ -82,11 +82,13 @@ class Plan:
         fam = LARGE_FAMILIES[span]
         if plan is None:
             return None if why is None else (None, [], None, f"large-index run not made: {why}")
-        rows, cols, first, blocks, what = plan
+        rows, cols, first, blocks, what, walk = plan
         t0 = time.perf_counter()
         case = self.large_case(rows - first, cols, [self.seed, 1 << span])
-        fr, fails, worst, wrapped = self.judge_large(
-            fam, case, dict(guard="end", large=rows, blocks=blocks, hazards=False))
+        call = dict(guard="end", large=rows, blocks=blocks, hazards=False)
+        if walk:  # a persistent grid's programs read and write the rows before the window
+            call["walk"] = True
+        fr, fails, worst, wrapped = self.judge_large(fam, case, call)
         for f in fails:
             fr.failures[f.kind] = fr.failures.get(f.kind, 0) + 1
         if fails:
@@ -191,7 +193,7 @@ class Plan:
         nb = (rows // per - 1).bit_length()
         return self._expressible((rows, cols, first, (((1 << nb) - 1) & ~7, first // per),
                                   f"the last {7 if per == 1 else f'7 ({per} rows each)'} "
-                                  "blocks run (the rows before them never touched)"))
+                                  "blocks run (the rows before them never touched)", False))
 
     def _expressible(self, plan):
         """The plan, or why not where the kernel's own launcher cannot call it so."""
@@ -235,9 +237,10 @@ class Plan:
         first = row0 + (B - row0) % G  # the first row at or past row0 that block B owns
         nb = (G - 1).bit_length()
         return (first + n, cols, first, (((1 << nb) - 1) & ~(n - 1), B),
-                f"{n} block{'s' if n > 1 else ''} of a grid fixed at {G:,} run (those "
-                f"owning the last {n} row{'s' if n > 1 else ''}, each walking "
-                f"{-(-(first + n) // G):,} rows, those before the last read as zeros)")
+                f"{n} block{'s' if n > 1 else ''} of a grid fixed at {G:,} run ("
+                + ("those owning the last 8 rows, each" if n > 1 else "the one owning the last "
+                   "row,") + f" walking {-(-(first + n) // G):,} rows, those before the last "
+                "read as zeros)", True)
 
     def _host_rows_per_block(self, cols: int):
         """A host launcher's grid, probed: 1 where, run on 16 rows with only the blocks 8..15

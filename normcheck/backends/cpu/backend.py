@@ -1069,7 +1069,7 @@ def _copy(a):
     if isinstance(a, np.ndarray):
         return a.copy()
     if isinstance(a, base.SparseRows):
-        return base.SparseRows(a.data.copy(), a.rows, a.lo)
+        return base.SparseRows(a.data.copy(), a.rows, a.lo, a.walk)
     if isinstance(a, base.StructArg):
         return base.StructArg(a.data, [(o, _copy(arr), n) for o, arr, n in a.pointers])
     return a

@@ -473,7 +473,7 @@ class TritonKernel(base.Kernel):
         poison = [poison_bits(a.dtype) if isinstance(a, arrays) and a.dtype.name in
                   ("float32", "float16", "bfloat16") else -1 for a in args]
         # the large-index run's arrays: only their last rows exist (the executor's Window)
-        windows = {str(i): a.lo * a.pitch for i, a in enumerate(args)
+        windows = {str(i): [a.lo * a.pitch, bool(a.walk)] for i, a in enumerate(args)
                    if isinstance(a, base.SparseRows)}
         req = {"op": "launch", "module": str(self.cached), "filename": str(self.path),
                "entry": self.entry, "params": list(self.sig.passed[:len(args)]),

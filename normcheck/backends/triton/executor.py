@@ -590,10 +590,12 @@ def _wrapped(elem: int, size: int) -> str:
 class Window:
     """An array of which only the elements from ``base`` on exist (the large-index run: a launch
     past 2^31 elements whose last programs run, on its last rows): the rest is address space no
-    program of the run should touch, and who wrote or read what is kept for the window alone."""
+    program of the run should touch, and who wrote or read what is kept for the window alone --
+    but for a *walk* (a persistent grid's programs walk every row they own on the way to the
+    window's: the rows before it read as zeros, written unrecorded)."""
 
-    def __init__(self, array, base: int):
-        self.array, self.base = array, int(base)
+    def __init__(self, array, base: int, walk: bool = False):
+        self.array, self.base, self.walk = array, int(base), bool(walk)
 
 
 class _Shifted:
@@ -620,11 +622,13 @@ class Memory:
         spans = []
         for name, a, poison in arrays:
             base = a.base if isinstance(a, Window) else 0
+            walk = isinstance(a, Window) and a.walk
             a = a.array if isinstance(a, Window) else a
             start = a.__array_interface__["data"][0]
-            spans.append((start, start + a.nbytes, name, a, poison, base))
+            spans.append((start, start + a.nbytes, name, a, poison, base, walk))
         spans.sort(key=lambda s: s[0])
         self.bases = [s[5] for s in spans]
+        self.walks = [s[6] for s in spans]
         spans = [s[:5] for s in spans]
         self.spans = spans
         self.starts = np.array([s[0] for s in spans], dtype=np.uint64)
@@ -772,7 +776,7 @@ class Memory:
         program reading one computed another row's offset (an index that wrapped, unsigned)."""
         for i, e, _p in self._spans(lanes):
             base = self.bases[i]
-            if base and (e < base).any():
+            if base and not self.walks[i] and (e < base).any():
                 j = int(np.flatnonzero(e < base)[0])
                 name, arr = self.spans[i][2], self.spans[i][3]
                 raise OutOfBounds(
@@ -808,10 +812,16 @@ class Memory:
         """(span index, elements, their programs or None: every program of the batch) for each
         span the lanes touch."""
         if lanes.span is not None:
-            return [(lanes.span, lanes.elems, lanes.progs)]
-        k = lanes.k
-        return [(int(i), lanes.elems[k == i], None if lanes.progs is None else
-                 lanes.progs[k == i]) for i in np.unique(k)]
+            out = [(lanes.span, lanes.elems, lanes.progs)]
+        else:
+            k = lanes.k
+            out = [(int(i), lanes.elems[k == i], None if lanes.progs is None else
+                    lanes.progs[k == i]) for i in np.unique(k)]
+        if any(self.walks):  # a walk's rows before the window: read and written, unrecorded
+            out = [(i, e, p) if not self.walks[i] else
+                   (i, e[e >= self.bases[i]], None if p is None else p[e >= self.bases[i]])
+                   for i, e, p in out]
+        return out
 
     def _reader(self, lanes, p, j):
         """The program named for lane j of a span's lanes (the batch's first where uniform)."""

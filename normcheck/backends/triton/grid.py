@@ -291,12 +291,13 @@ def tensor_patches(scope):
         for name in ("range", "static_range"):
             seq_range = getattr(lang, name)
             if not isinstance(seq_range, type):  # the interpreter's (not the compiler's class)
-                scope.set_attr(lang, name, _range_with(seq_range))
+                scope.set_attr(lang, name, _range_with(seq_range, name == "range"))
 
 
-def _range_with(seq_range):
+def _range_with(seq_range, typed: bool):
     def r(arg1, arg2=None, step=None, **kwargs):
-        if not _STACK:
+        if not _STACK and not (typed and any(isinstance(b, tl.tensor)
+                                             for b in (arg1, arg2, step))):
             return seq_range(arg1, arg2, step, **kwargs)
         return batch_range(arg1, arg2, 1 if step is None else step)
 
@@ -304,19 +305,20 @@ def _range_with(seq_range):
 
 
 def batch_range(arg1, arg2=None, step=None):
-    """``range`` inside a batch: Python's where its bounds are the same for every program; else,
-    where the trip count is, the induction variable a value per program (int64 where a bound
-    is, int32 otherwise, as Triton types it); Diverged on the trip count where that differs."""
+    """``range`` (and ``tl.range``) as Triton compiles it: Python's where every bound is a plain
+    number; where a bound is a tensor (a program id, a kernel's int argument), the induction
+    variable a tensor, a value per program in a batch (int64 where a bound is, int32
+    otherwise, as Triton types it: ``row.to(tl.int64)`` works, ``row * cols`` wraps as the
+    compiled loop's does -- the interpreter's was a Python int, #66); Diverged on the trip
+    count where that differs between the programs of a batch."""
     if arg2 is None:
         arg1, arg2 = 0, arg1
     step = 1 if step is None else step
     bounds = (arg1, arg2, step)
-    if not _STACK or not any(isinstance(b, tl.tensor) for b in bounds):
+    if not any(isinstance(b, tl.tensor) for b in bounds):
         return builtins.range(*(_plain(b) for b in bounds))
     vals = [per_program(b.handle).astype(np.int64) if isinstance(b, tl.tensor)
             else np.array([_plain(b)], np.int64) for b in bounds]
-    if all(len(v) == 1 or (v == v[0]).all() for v in vals):
-        return builtins.range(*(int(v[0]) for v in vals))
     start, stop, st = np.broadcast_arrays(*vals)
     if (st == 0).any():
         raise ValueError("range() arg 3 must not be zero")

@@ -170,7 +170,8 @@ def launch(req):
                 arr = np.frombuffer(raw, np.uint8, count=nbytes)
                 arr = arr.view(np.dtype(_dtype(req["dtypes"][i])))
                 if str(i) in windows:  # only its last rows exist: tracked from there
-                    arr = executor.Window(arr, int(windows[str(i)]))
+                    base, walk = windows[str(i)]
+                    arr = executor.Window(arr, int(base), bool(walk))
                 args.append(arr)
             elif rec[0] == "null":
                 args.append(None)

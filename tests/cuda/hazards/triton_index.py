@@ -54,3 +54,30 @@ def rms_tiled_int64(Y, X, W, eps, rows, cols, ROWS: tl.constexpr, BLOCK_SIZE: tl
     w = tl.load(W + c, mask=c < cols, other=0.0).to(tl.float32)
     s = 1.0 / tl.sqrt(tl.sum(x * x, axis=1, keep_dims=True) / cols + eps)
     tl.store(Y + r * cols + c, (x * s * w).to(Y.dtype.element_ty), mask=mask)
+
+
+# A persistent grid (a fixed number of programs, each looping over the rows it owns, as
+# LMDeploy's RMSNorm does): the row's offset in int32, and its int64 twin.  Spec:
+# triton_persistent.toml (grid = min(rows, 132)).
+@triton.jit
+def rms_persistent_int32(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = offs < cols
+    w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+    for row in range(tl.program_id(0), rows, tl.num_programs(0)):
+        base = row * cols  # int32: wraps past 2^31 elements
+        x = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
+        r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+        tl.store(Y + base + offs, (x * r * w).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def rms_persistent_int64(Y, X, W, eps, rows, cols, BLOCK_SIZE: tl.constexpr):
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = offs < cols
+    w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+    for row in range(tl.program_id(0), rows, tl.num_programs(0)):
+        base = row.to(tl.int64) * cols
+        x = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
+        r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+        tl.store(Y + base + offs, (x * r * w).to(Y.dtype.element_ty), mask=mask)
