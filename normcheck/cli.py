@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 import sys
 from pathlib import Path
@@ -294,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     fd.add_argument("--out", default="reports/field", metavar="DIR",
                     help="where to write field.md and field.json (default reports/field)")
     fd.add_argument("--json", action="store_true", help="print the outcomes as JSON")
+    fd.add_argument("--jobs", type=int, default=None, metavar="N",
+                    help="judge N projects at once, each in a process of its own (default: "
+                         "the CPUs, at most 4; 1: one kernel after another in this process)")
     fd.set_defaults(func=_field)
 
     b = sub.add_parser("bench", help="print performance figures (oracle, backend, check, gpu)")
@@ -333,8 +337,12 @@ def _field(args) -> int:
             else ""
         print(f"\n{len(bases)} kernels{rows} of {len({k.project for k in picked})} projects")
         return 0
+    jobs = args.jobs if args.jobs is not None else min(os.cpu_count() or 1, 4)
+    if jobs < 1:
+        raise invalid("--jobs", jobs, "1 or more processes", "--jobs 1 judges one kernel "
+                      "after another")
     outs = judge.judge_field(only=args.only, echo=lambda m: print(m, file=sys.stderr),
-                             save_dir=Path(args.out) / "counterexamples")
+                             save_dir=Path(args.out) / "counterexamples", jobs=jobs)
     dicts = [o.as_dict() for o in outs]
     out = folder.prepare(args.out)
     folder.write(out / "field.json", folder.json_text(dicts, indent=1))

@@ -272,6 +272,48 @@ def test_an_outcome_matches_only_its_recorded_verdict_and_cause():
     assert not _outcome(error="boom").matches  # an error is never a match
 
 
+def test_the_field_judges_projects_in_parallel_and_keeps_the_corpus_order(monkeypatch):
+    """#67: `normcheck field` judges a project's kernels in turn in one of --jobs processes
+    (a project's kernels share their builds), each release fetched once before any judge;
+    the outcomes come back in the corpus' order whatever order the projects end in, a line
+    each, and each launch runs its blocks on one thread (the first faulting block, and the
+    finding docs/field.md cites, the same every run).  The processes are threads here (a
+    spawned process would not see the stand-ins); _judge_rows is what a process runs."""
+    import os
+    import pickle
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    pickle.dumps(judge._judge_rows)  # what a process runs is found by its name there
+    c = corpus.load()
+    names = ["ggml_norm", "liger_rms_norm", "liger_rms_norm[fp16]", "cutlass_rmsnorm"]
+    fetched, seen, env = [], {}, set()
+
+    def one(k, src, save_dir=None, echo=None):
+        import time
+
+        time.sleep(0.2 if k.project == "liger-kernel" else 0.0)  # the big project ends last
+        seen.setdefault(k.project, set()).add(threading.get_ident())
+        env.add(os.environ.get("NORMCHECK_LAUNCH_WORKERS"))
+        return judge.Outcome(k.name, k.project, src.version, k.language, "", k.expect,
+                             k.cause, k.why, verdict=k.expect)
+
+    monkeypatch.setattr(judge, "judge_one", one)
+    monkeypatch.setattr(judge.sources, "fetched", lambda src, echo=None: fetched.append(
+        src.project))
+    monkeypatch.setattr(judge, "_pool", lambda jobs: ThreadPoolExecutor(jobs))
+    monkeypatch.setattr(judge, "_judge_rows", lambda path, ns, save_dir: [
+        one(next(k for k in c.kernels if k.name == n), c.sources[next(
+            k for k in c.kernels if k.name == n).project]) for n in ns])
+    lines = []
+    outs = judge.judge_field(only=names, jobs=2, echo=lines.append)
+    assert [o.name for o in outs] == [k.name for k in c.select(names)]  # the corpus' order
+    assert sorted(fetched) == sorted(set(fetched)) and len(fetched) == 3  # once a release
+    assert all(len(t) == 1 for t in seen.values())  # a project's kernels in one worker
+    assert env == {"1"} and len([ln for ln in lines if ln.startswith("[")]) == 4
+    assert "NORMCHECK_LAUNCH_WORKERS" not in os.environ  # put back as it was
+
+
 def test_field_list_names_every_kernel():
     r = subprocess.run([sys.executable, "-m", "normcheck", "field", "--list"],
                        capture_output=True, text=True, timeout=120)

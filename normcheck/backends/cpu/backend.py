@@ -1330,7 +1330,8 @@ class CpuKernel(base.Kernel):
         schedule = schedule or self.options.get("schedule", "forward")
         if schedule not in _SCHEDULES:
             raise invalid("schedule", schedule, f"one of {sorted(_SCHEDULES)}")
-        workers = int(workers or self.options.get("workers") or os.cpu_count() or 1)
+        workers = int(workers or self.options.get("workers") or
+                      os.environ.get("NORMCHECK_LAUNCH_WORKERS") or os.cpu_count() or 1)
         if workers < 1:
             raise invalid("workers", workers, "at least 1")
         guard = guard or self.options.get("guard", "end")
