@@ -391,18 +391,23 @@ void launch_rms(float* y, const float* x, const float* g, float eps, int rows, i
 """
 
 
-def test_a_host_launcher_calling_a_function_defined_elsewhere_names_it(tmp_path, monkeypatch):
-    from normcheck import check
-
-    monkeypatch.chdir(tmp_path)
-    src = tmp_path / "host.cu"
-    src.write_text(HOST_SRC)
+def _host_spec(tmp_path, source: str):
+    """host.cu (``source``: launch_rms, the default ABI's arguments) and its host spec."""
+    (tmp_path / "host.cu").write_text(source)
     sp = tmp_path / "host.toml"
     sp.write_text('source = "host.cu"\nentry = "launch_rms"\nnorm = "rmsnorm"\ndtype = "fp32"\n'
                   'cols = [1, 64]\n[launch]\nhost = true\n'
                   '[[args]]\nrole = "output"\n[[args]]\nrole = "input"\n[[args]]\n'
                   'role = "gamma"\n[[args]]\nrole = "eps"\n[[args]]\nrole = "rows"\n'
                   '[[args]]\nrole = "cols"\n')
+    return sp
+
+
+def test_a_host_launcher_calling_a_function_defined_elsewhere_names_it(tmp_path, monkeypatch):
+    from normcheck import check
+
+    monkeypatch.chdir(tmp_path)
+    sp = _host_spec(tmp_path, HOST_SRC)
     with pytest.raises(Exception, match=r"project_device\(\)"):
         r = check.run(check.CheckOptions(spec=specs.load(sp), examples=2, search=0))
         raise AssertionError(r.render())
@@ -435,13 +440,7 @@ def test_a_host_launchers_device_query_is_answered_as_the_presented_gpu(tmp_path
     from normcheck import check
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "host.cu").write_text(QUERY_SRC)
-    sp = tmp_path / "host.toml"
-    sp.write_text('source = "host.cu"\nentry = "launch_rms"\nnorm = "rmsnorm"\ndtype = "fp32"\n'
-                  'cols = [1, 64]\n[launch]\nhost = true\n'
-                  '[[args]]\nrole = "output"\n[[args]]\nrole = "input"\n[[args]]\n'
-                  'role = "gamma"\n[[args]]\nrole = "eps"\n[[args]]\nrole = "rows"\n'
-                  '[[args]]\nrole = "cols"\n')
+    sp = _host_spec(tmp_path, QUERY_SRC)
     r = check.run(check.CheckOptions(spec=specs.load(sp), examples=2, search=0))
     assert r.verdict in ("pass", "warn") and not r.failures, r.render()
     assert {fr.family for fr in r.families} >= {"gaussian", "offset"}

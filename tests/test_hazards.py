@@ -224,18 +224,9 @@ def test_a_program_of_several_rows_gets_the_large_index_run_too(tmp_path):
     rows: SGLang's tiled RMSNorm) still gets the large-index run: its last 7 programs, 7·R
     rows (was refused: 'a grid that is not one block per row'); the int64 twin passes."""
     pytest.importorskip("triton")
-    spec = HERE / "triton_tiled.toml"
-    r = check.check_kernel(spec=spec, search=0, examples=4)
-    f = next((f for f in r.failures if f.family == "large_index"), None)
-    assert f is not None and f.kind == "out_of_bounds", r.render()
-    assert "wrapped to 32 bits" in f.detail, f.detail
-    note = next(n for n in r.detail.notes if n.startswith("large-index run"))
-    assert "the last 7 (16 rows each) blocks run" in note, note
-    (tmp_path / "triton_index.py").write_text((HERE / "triton_index.py").read_text())
-    twin = tmp_path / "twin.toml"
-    twin.write_text(spec.read_text().replace('"rms_tiled_int32"', '"rms_tiled_int64"'))
-    ok = check.check_kernel(spec=twin, search=0, examples=4)
-    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+    _, _, ok = _wrap_then_twin(tmp_path, HERE / "triton_tiled.toml", "triton_index.py",
+                               "rms_tiled_int32", "rms_tiled_int64",
+                               "the last 7 (16 rows each) blocks run")
     big = next(fr for fr in ok.families if fr.family == "large_index")
     assert big.rows == 7 * 16 and 0 < big.max_of_bound <= 1
 
@@ -246,19 +237,11 @@ def test_a_triton_persistent_grid_walks_to_the_large_index_rows(tmp_path):
     owns, those before the window read as zeros (the executor's Window lets a walk pass), and
     its int32 row offset fails at its line; the int64 twin passes (#66)."""
     pytest.importorskip("triton")
-    spec = HERE / "triton_persistent.toml"
-    r = check.check_kernel(spec=spec, search=0, examples=4)
-    f = next((f for f in r.failures if f.family == "large_index"), None)
-    assert f is not None and f.kind == "out_of_bounds", r.render()
-    assert "wrapped to 32 bits" in f.detail and "triton_index.py:" in f.detail, f.detail
+    r, f, ok = _wrap_then_twin(tmp_path, HERE / "triton_persistent.toml", "triton_index.py",
+                               "rms_persistent_int32", "rms_persistent_int64",
+                               "1 block of a grid fixed at 132 run")
+    assert "triton_index.py:" in f.detail, f.detail
     assert {g.family for g in r.failures} == {"large_index"}, r.render()
-    note = next(n for n in r.detail.notes if n.startswith("large-index run"))
-    assert "1 block of a grid fixed at 132 run" in note, note
-    (tmp_path / "triton_index.py").write_text((HERE / "triton_index.py").read_text())
-    twin = tmp_path / "twin.toml"
-    twin.write_text(spec.read_text().replace('"rms_persistent_int32"', '"rms_persistent_int64"'))
-    ok = check.check_kernel(spec=twin, search=0, examples=4)
-    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
     big = next(fr for fr in ok.families if fr.family == "large_index")
     assert big.rows == 1 and 0 < big.max_of_bound <= 1
 
@@ -280,25 +263,36 @@ def test_an_unsigned_32_bit_offset_fails_past_2_to_the_32_and_its_twin_passes():
     assert {"large_index", "large_index_u32"} <= {fr.family for fr in ok.families}
 
 
+def _wrap_then_twin(tmp_path, spec, source, bad, good, said):
+    """``spec``'s kernel ``bad`` fails the large-index run -- out of bounds, "wrapped to 32
+    bits", the run's note saying ``said`` -- and its twin ``good`` (the spec with the entry
+    swapped, beside a copy of ``source``) passes: (the check, the failure, the twin's check)."""
+    r = check.check_kernel(spec=spec, search=0, examples=4)
+    f = next((f for f in r.failures if f.family == "large_index"), None)
+    assert f is not None and f.kind == "out_of_bounds", r.render()
+    assert "wrapped to 32 bits" in f.detail, f.detail
+    note = next(n for n in r.detail.notes if n.startswith("large-index run"))
+    assert said in note, note
+    (tmp_path / source).write_text((HERE / source).read_text())
+    twin = tmp_path / "twin.toml"
+    twin.write_text(spec.read_text().replace(f'"{bad}"', f'"{good}"'))
+    ok = check.check_kernel(spec=twin, search=0, examples=4)
+    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+    return r, f, ok
+
+
 def test_a_persistent_grid_gets_the_large_index_run(tmp_path):
     """A fixed grid walking the rows (132 blocks, one per H100 SM) reaches 2^31 elements only
     through its row loop: the large-index run runs the grid's own blocks that own the last rows,
     each walking every row it owns (was "a grid that is not one block per row"); the `int` row
     offset fails at its line, the size_t twin passes both runs; a grid of 4096 blocks runs 8
     of them, whose last rows are measured (#66)."""
-    r = _check(spec="persistent_large.toml")
-    f = next((f for f in r.failures if f.family == "large_index"), None)
-    assert f is not None and f.kind == "out_of_bounds", r.render()
-    assert "wrapped to 32 bits" in f.detail and "hazards.cu:349" in f.detail, f.detail
+    r, f, ok = _wrap_then_twin(tmp_path, HERE / "persistent_large.toml", "hazards.cu",
+                               "persistent_int_offset", "persistent_size_t_offset",
+                               "1 block of a grid fixed at 132 run")
+    assert "hazards.cu:349" in f.detail, f.detail
     assert {g.family for g in r.failures} == {"large_index"}, r.render()
-    note = next(n for n in r.detail.notes if n.startswith("large-index run"))
-    assert "1 block of a grid fixed at 132 run" in note, note
-    (tmp_path / "hazards.cu").write_text(SRC.read_text())
-    twin = (HERE / "persistent_large.toml").read_text().replace(
-        "persistent_int_offset", "persistent_size_t_offset")
-    (tmp_path / "twin.toml").write_text(twin)
-    ok = check.check_kernel(spec=tmp_path / "twin.toml", search=0, examples=4)
-    assert ok.verdict in ("pass", "warn") and not ok.failures, ok.render()
+    twin = (tmp_path / "twin.toml").read_text()
     fams = {fr.family: fr for fr in ok.families}
     for name in ("large_index", "large_index_u32"):  # the last row: written, within the bound
         assert fams[name].rows == 1 and 0 < fams[name].max_of_bound <= 1, ok.render()

@@ -198,14 +198,8 @@ class Backward(kinds.Kind):
                 else "--orders 0" if not orders else
                 "the backend runs no other block order" if not (caps and caps.block_orders)
                 else "no gaussian, tall or tiles case ran")
-        cov.add("padded rows", judge.padded and not judge.skipped,
-                why=None if judge.padded and not judge.skipped else
-                (judge.skipped or ["no case of several rows ran to the end"])[0])
-        hung = "a kernel that hung or broke its sandbox is not launched again"
-        for fr, _ in large_index.run_spans(
-                judge, target, failures, cov,
-                lambda: judge.timed_out or any(f.kind in ENDS_LATER_RUNS for f in failures),
-                hung):
+        cov.padded(judge)
+        for fr, _ in large_index.run_spans(judge, target, failures, cov):
             results.append(fr)
         save = engine.saver(judge, judge.worst, o.save_counterexample,
                             {**r.desc, "backward": {"stats": plan.stats, "mode": mode}},

@@ -224,6 +224,13 @@ class Coverage:
             d["detail"] = detail
         self.items.append(d)
 
+    def padded(self, judge):
+        """The padded-rows run of a judge that makes it once a check (``judge.padded``, its
+        reasons for not making it in ``judge.skipped``)."""
+        made = judge.padded and not judge.skipped
+        self.add("padded rows", made, why=None if made else
+                 (judge.skipped or ["no case of several rows ran to the end"])[0])
+
     def line(self) -> str:
         ran = [d["run"] for d in self.items if d["ran"]]
         out = "ran: " + ", ".join(ran)

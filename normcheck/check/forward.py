@@ -42,7 +42,7 @@ class Forward(kinds.Kind):
         interrupted = None  # Ctrl-C after the families: what was measured is kept (#64)
         stage, search_stats = "the large-index run", None
         cov = engine.Coverage()  # every run the check owes, made or not and why (#66)
-        hung = "a kernel that hung or broke its sandbox is not launched again"
+        hung = large_index.HUNG
         try:
             if fatal():
                 cov.add("rows looped twice", False, hung)

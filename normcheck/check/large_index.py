@@ -389,11 +389,22 @@ class Plan:
                            f"{int(written[-1]):,}")
 
 
-def run_spans(judge, target, failures: list, cov, fatal, hung: str):
+#: Why a run is not made after a hang or a sandbox break.
+HUNG = "a kernel that hung or broke its sandbox is not launched again"
+
+
+def run_spans(judge, target, failures: list, cov, fatal=None, hung: str = HUNG):
     """The 2^31 run, then the 2^32 one -- past 2^32 only for CUDA C (an unsigned offset,
     blockIdx.x × cols, is C's; a Triton program id is a signed int32), and only where 2^31
     wrapped nothing.  Adds their failures to ``failures``, their lines to ``cov`` (a
-    check.engine.Coverage), their notes to ``judge.notes``; returns [(family result, worst)]."""
+    check.engine.Coverage), their notes to ``judge.notes``; returns [(family result, worst)].
+    ``fatal()``: whether nothing may be launched again (default: a hang latched, or a
+    failure that ends later runs, engine.ENDS_LATER_RUNS)."""
+    from normcheck.check.engine import ENDS_LATER_RUNS
+
+    if fatal is None:
+        def fatal():
+            return judge.timed_out or any(f.kind in ENDS_LATER_RUNS for f in failures)
     made = []
     for span in (31, 32):
         name = f"large index 2^{span}"

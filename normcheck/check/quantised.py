@@ -54,16 +54,10 @@ def judge_quantised(target, setup: engine.Setup, runs: engine.Runs):
     cov = engine.Coverage()
     cov.add("families", bool(results),
             detail=f"{len(results)} families, widths {', '.join(map(str, widths))}")
-    cov.add("padded rows", judge.padded and not judge.skipped,
-            why=None if judge.padded and not judge.skipped else
-            (judge.skipped or ["no case of several rows ran to the end"])[0])
+    cov.padded(judge)
     # the large-index runs (#66: a quantised check made none -- the same 32-bit offsets its
     # forward sibling fails for), after the families, as a forward check makes them
-    hung = "a kernel that hung or broke its sandbox is not launched again"
-    for fr, w in large_index.run_spans(
-            judge, target, failures, cov,
-            lambda: judge.timed_out or any(f.kind in engine.ENDS_LATER_RUNS for f in failures),
-            hung):
+    for fr, w in large_index.run_spans(judge, target, failures, cov):
         results.append(fr)
         worst = worst or w
     coverage = cov.items
