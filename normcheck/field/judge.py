@@ -192,11 +192,17 @@ def findings(r) -> list:
     strength of its evidence (normcheck.causes.EVIDENCE), then as found."""
     from normcheck.causes import EVIDENCE
 
+    import re
+
     got = {}
     for f in r.failures:
         c = f.cause
-        key = getattr(c, "key", None) or f"kind:{f.kind}"
         text = str(c) if c else f"{f.kind}: {f.detail}"
+        # one finding a cause *and* a source line: two faults of one kind at two lines are two
+        # bugs (FastVideo's unmasked weight load and its unmasked rows), both listed (#66)
+        line = re.search(r"\bat ([\w./+-]+:\d+)", text)
+        key = (getattr(c, "key", None) or f"kind:{f.kind}") + (f"@{line.group(1)}" if line
+                                                                else "")
         d = got.setdefault(key, {"kind": str(f.kind), "families": [],
                                  "cause_key": getattr(c, "key", None), "text": text,
                                  "evidence": getattr(c, "evidence", None)})
@@ -208,7 +214,8 @@ def findings(r) -> list:
     def rank(k):
         d = got[k]
         ev = EVIDENCE.index(d["evidence"]) if d["evidence"] in EVIDENCE else len(EVIDENCE)
-        return (k != head, ev, order.index(k))
+        return (k.split("@")[0] != head or (k != order[0] and d["text"] != str(r.cause)), ev,
+                order.index(k))
 
     return [{k: v for k, v in got[k].items() if k != "evidence"} for k in sorted(got, key=rank)]
 
