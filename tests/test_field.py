@@ -465,6 +465,47 @@ def rms_kernel(Y, X, W, eps, rows, cols, BLOCK: tl.constexpr):
 '''
 
 
+FIND_SPEC_SRC = '''
+from importlib.util import find_spec
+
+import triton
+import triton.language as tl
+
+HAS_NPU = find_spec("not_installed_anywhere_npu") is not None  # vLLM-Omni's mindiesd probe
+
+
+def host_only():
+    import not_installed_anywhere_npu  # a path the kernel never takes
+    return not_installed_anywhere_npu
+
+
+@triton.jit
+def rms_kernel(Y, X, W, eps, rows, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    m = offs < cols
+    x = tl.load(X + row * cols + offs, mask=m, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(W + offs, mask=m, other=0.0).to(tl.float32)
+    tl.store(Y + row * cols + offs, (x * r * w).to(Y.dtype.element_ty), mask=m)
+'''
+
+
+def test_a_file_asking_find_spec_of_a_stood_in_module_loads(tmp_path, monkeypatch):
+    """#68: a module a file imports somewhere but that is not installed is stood in for as the
+    file loads; asked of importlib.util.find_spec at the file's top level (vLLM-Omni's
+    `find_spec("mindiesd")`), a stand-in with no spec raised ValueError and the file never
+    loaded -- it has a spec now, and the kernel is judged."""
+    pytest.importorskip("triton")
+    from normcheck import check
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "probe.py").write_text(FIND_SPEC_SRC)
+    r = check.check_kernel(tmp_path / "probe.py", "rms_kernel", "rmsnorm", "bf16", search=0,
+                           examples=4)
+    assert r.verdict in ("pass", "warn") and not r.failures, r.render()
+
+
 def test_a_stood_in_decorator_leaves_the_kernel_as_written(tmp_path, monkeypatch):
     pytest.importorskip("triton")
     from normcheck import check

@@ -122,6 +122,7 @@ def _missing_attr(module: str):
 def stub_modules(stubs, package: str):
     """Modules standing in for ``stubs`` (absolute names, or relative ones resolved against
     ``package``) in sys.modules; every attribute a :class:`Missing`."""
+    import importlib.machinery
     import types
 
     for raw in stubs:
@@ -136,6 +137,10 @@ def stub_modules(stubs, package: str):
             mod = types.ModuleType(mod_name)
             mod._normcheck_stub = True
             mod.__path__ = []
+            # a spec, so that importlib.util.find_spec(name) at the file's top level answers
+            # (vLLM-Omni's `_HAS_MINDIESD = find_spec("mindiesd") is not None`: a module with
+            # no spec in sys.modules made it raise ValueError, and the file could not load)
+            mod.__spec__ = importlib.machinery.ModuleSpec(mod_name, None, is_package=True)
             mod.__getattr__ = _missing_attr(mod_name)
             sys.modules[mod_name] = mod
             if i > 1:
