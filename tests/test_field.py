@@ -446,13 +446,8 @@ def test_a_host_launchers_device_query_is_answered_as_the_presented_gpu(tmp_path
     assert {fr.family for fr in r.families} >= {"gaussian", "offset"}
 
 
-STUB_SRC = '''
-import triton
-import triton.language as tl
-from not_installed_anywhere.utils import libentry
-
-
-@libentry()
+#: A sound Triton RMSNorm, the kernel of the stand-in tests below.
+RMS_KERNEL = '''
 @triton.jit
 def rms_kernel(Y, X, W, eps, rows, cols, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -463,6 +458,14 @@ def rms_kernel(Y, X, W, eps, rows, cols, BLOCK: tl.constexpr):
     w = tl.load(W + offs, mask=m, other=0.0).to(tl.float32)
     tl.store(Y + row * cols + offs, (x * r * w).to(Y.dtype.element_ty), mask=m)
 '''
+
+STUB_SRC = '''
+import triton
+import triton.language as tl
+from not_installed_anywhere.utils import libentry
+
+
+@libentry()''' + RMS_KERNEL
 
 
 FIND_SPEC_SRC = '''
@@ -478,17 +481,7 @@ def host_only():
     import not_installed_anywhere_npu  # a path the kernel never takes
     return not_installed_anywhere_npu
 
-
-@triton.jit
-def rms_kernel(Y, X, W, eps, rows, cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    m = offs < cols
-    x = tl.load(X + row * cols + offs, mask=m, other=0.0).to(tl.float32)
-    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
-    w = tl.load(W + offs, mask=m, other=0.0).to(tl.float32)
-    tl.store(Y + row * cols + offs, (x * r * w).to(Y.dtype.element_ty), mask=m)
-'''
+''' + RMS_KERNEL
 
 
 def test_a_file_asking_find_spec_of_a_stood_in_module_loads(tmp_path, monkeypatch):
