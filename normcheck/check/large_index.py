@@ -118,9 +118,10 @@ class Plan:
         return fr, fails, worst, note
 
     def large_index_plan(self, span: int = 31):
-        """(rows, cols, first row, blocks) of the large-index run -- a launch of at least
-        2^``span`` elements (2^31: 2^32 bytes of fp16) whose last blocks run -- or (None, why
-        not)."""
+        """((rows, cols, first row, blocks, what runs, walk), None) of the large-index run -- a
+        launch of at least 2^``span`` elements (2^31: 2^32 bytes of fp16) whose last blocks run,
+        ``walk`` where they walk the rows before theirs (a persistent grid) -- or (None, why
+        not; None where the target is no kernel of normcheck's launches)."""
         t = self.target
         caps = getattr(t, "capabilities", None)
         if not isinstance(t, launch.KernelTarget):
@@ -215,7 +216,7 @@ class Plan:
         8 blocks run (or 1, where 8 would walk past LARGE_PERSISTENT_ELEMENTS), each walking
         every row it owns from its first (the rows before the window are never-written pages:
         zeros) to one of the window's, the last rows, at or past row ``row0``.  Returns
-        (rows, cols, first, blocks, what ran) or a sentence why not."""
+        the plan (rows, cols, first, blocks, what runs, True), a sentence why not, or None."""
         try:
             g1 = tuple(specs.evaluate_dims(grid, row0 + 1, cols, "launch.grid"))
             g2 = tuple(specs.evaluate_dims(grid, 2 * row0 + 1, cols, "launch.grid"))
@@ -286,6 +287,14 @@ class Plan:
             return "a grid that is not one block per row, nor a power of two of rows per block"
         return per
 
+    def _narrow_cols(self):
+        """The narrowest of 32 .. 1024 columns the kernel takes (the row loop's runs: many
+        rows, few elements), or None."""
+        lo, hi = self.cols_range
+        m = max(1, self.multiple_of)
+        return next((c for c in (32, 64, 128, 256, 1024) if lo <= c <= hi and c % m == 0),
+                    None)
+
     def run_row_loop(self):
         """A block that loops over rows, twice on the hazard build (#66): where the launch's
         grid stops growing with the rows (``min(rows, 65535)``, a persistent grid of a fixed
@@ -303,10 +312,7 @@ class Plan:
         ln = t.spec.launches
         if len(ln) != 1:
             return None, "a spec of several launches (each grid its own)"
-        lo, hi = self.cols_range
-        m = max(1, self.multiple_of)
-        cols = next((c for c in (32, 64, 128, 256, 1024) if lo <= c <= hi and c % m == 0),
-                    None)
+        cols = self._narrow_cols()
         if cols is None:
             return None, "no narrow width the kernel takes"
         if ln[0].host:
@@ -339,10 +345,7 @@ class Plan:
         the rows (its grid grows with them) or the probe could not tell.  Made once a check
         (the row loop's run on the hazard build tells it first, where it is made)."""
         if not hasattr(self, "_cap"):
-            lo, hi = self.cols_range
-            m = max(1, self.multiple_of)
-            cols = next((c for c in (32, 64, 128, 256, 1024) if lo <= c <= hi and c % m == 0),
-                        None)
+            cols = self._narrow_cols()
             if cols is not None:
                 try:
                     self._loop_probe(cols, hazards=False)
