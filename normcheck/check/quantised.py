@@ -150,15 +150,11 @@ class QuantisedJudge(large_index.Plan, engine.Judge):
         m, fails = self.measure(fam, case, outs=self.run_target(fam, case, **call), **call)
         worst = None
         if m is not None:
-            fr.q.add(m.counts)
-            fr.scales.add(m.scale_counts)
-            fr.amax.add(m.amax_counts)
-            fr.certified += m.ref.certified
+            score = _tally(fr, m)
             if any(f.kind in ("contract", "scale", "amax") for f in fails):
                 from normcheck.quant import diagnose
 
                 fr.cause = diagnose.explain(self, case, m)
-            score = (m.cls == CONTRACT).sum(axis=1) * 1000 + (m.cls == ORDER).sum(axis=1)
             i = int(np.argmax(score))
             if score[i] > 0:
                 worst = QWorst(fam, case.cols, i, _row_detail(case, m, i), case=case.head(i))
@@ -345,14 +341,8 @@ class QuantisedJudge(large_index.Plan, engine.Judge):
                 fails.append(Failure(f.kind, f.family, f.detail, cause=f.cause))
         if m is None:
             return case, None, fails
-        fr.q.add(m.counts)
-        fr.scales.add(m.scale_counts)
-        fr.amax.add(m.amax_counts)
-        fr.certified += m.ref.certified
+        score = _tally(fr, m)
         fr.saturation += _saturation_points(m)
-        score = (m.cls == CONTRACT).sum(axis=1) * 1000 + (m.cls == ORDER).sum(axis=1)
-        if m.scale_cls is not None:
-            score = score + 1000 * (m.scale_cls == CONTRACT).sum(axis=1)
         i = int(np.argmax(score))
         if st.worst is None or score[i] > st.worst[0]:
             st.worst = (int(score[i]), case, m, i)
@@ -380,6 +370,19 @@ class QuantisedJudge(large_index.Plan, engine.Judge):
             self.worst = QWorst(fam, case.cols, i, _row_detail(case, m, i), case=case.head(i))
             self.worst.case.extra = dict(case.extra)
         return fam_fails, []
+
+
+def _tally(fr: QFamilyResult, m: QMeasured) -> np.ndarray:
+    """Count a batch's classes into its family's result; each row's score (contract flips of
+    values and scales first, then order flips): the worst row is the highest."""
+    fr.q.add(m.counts)
+    fr.scales.add(m.scale_counts)
+    fr.amax.add(m.amax_counts)
+    fr.certified += m.ref.certified
+    score = (m.cls == CONTRACT).sum(axis=1) * 1000 + (m.cls == ORDER).sum(axis=1)
+    if m.scale_cls is not None:
+        score = score + 1000 * (m.scale_cls == CONTRACT).sum(axis=1)
+    return score
 
 
 def _saturation_points(m: QMeasured):
